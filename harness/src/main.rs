@@ -1,0 +1,390 @@
+//! The `sandbox-matrix` command line.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+
+use clap::{Args, Parser, Subcommand};
+use sandbox_matrix::events::{EventSink, Fanout, RunEvent};
+use sandbox_matrix::results::{Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult};
+use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
+use sandbox_matrix::scenario::{Scenario, StepKind};
+use sandbox_matrix::terminal::Terminal;
+use sandbox_matrix::{report, run_folder, variants};
+use sandbox_providers::Provider;
+use tokio_util::sync::CancellationToken;
+
+/// Exit code when every step passed.
+const EXIT_PASSED: u8 = 0;
+/// Exit code when a step failed.
+const EXIT_FAILED: u8 = 1;
+/// Exit code for bad input: a scenario that does not parse, an unknown variant.
+const EXIT_BAD_INPUT: u8 = 2;
+/// Exit code when the run could not write its reports.
+const EXIT_REPORT: u8 = 3;
+/// Exit code after Ctrl-C, once cleanup has run.
+const EXIT_INTERRUPTED: u8 = 130;
+
+#[derive(Parser)]
+#[command(
+    name = "sandbox-matrix",
+    version,
+    about = "Runs scenario files against code-sandbox provider variants and reports how each step went and how long it took.",
+    long_about = "Runs scenario files against code-sandbox provider variants, checks each sandbox against \
+sandbox-contract/v1, measures every step, and writes JUnit, a markdown comparison table and results.json \
+into reports/<run-id>/ (reports/latest points at the newest run).\n\n\
+Exit codes: 0 every step passed; 1 a step failed; 2 bad input (scenario file, variant name); \
+3 reports could not be written; 130 interrupted by Ctrl-C (after cleanup)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run scenarios on variants; print the comparison table and write reports/<run-id>/.
+    ///
+    /// Every resource the run creates is labelled with the run id and removed at the end,
+    /// whatever happened: a failed step, a panic, or Ctrl-C.
+    Run(RunArgs),
+    /// List what `run` would run, one line per variant::scenario::step, without running it.
+    List(Selection),
+    /// Build the docker variant's reference base image if it is missing or out of date.
+    ///
+    /// With no registry, the root filesystem comes from Debian's packages through
+    /// mmdebstrap (a few minutes), then the recipe in fixtures/images/contract-base/ is
+    /// built on it. `run` does this on its own when it needs to.
+    Bootstrap(RootArg),
+}
+
+#[derive(Args)]
+struct RootArg {
+    /// The sandbox-matrix checkout holding scenarios/ and fixtures/.
+    #[arg(long, default_value = ".", value_name = "DIR")]
+    root: PathBuf,
+}
+
+#[derive(Args)]
+struct Selection {
+    /// Variant to run; repeat for several. Default: every known variant.
+    #[arg(long = "variant", value_name = "NAME")]
+    variants: Vec<String>,
+    /// Scenario to run: a name in scenarios/ (`lifecycle`) or a path to a YAML file;
+    /// repeat for several. Default: every file in scenarios/.
+    #[arg(long = "scenario", value_name = "NAME|PATH")]
+    scenarios: Vec<String>,
+    #[command(flatten)]
+    root: RootArg,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    selection: Selection,
+    /// Folder the run's reports go to (a sub-folder per run, and a `latest` link).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_REPORT);
+        }
+    };
+    let code = runtime.block_on(async {
+        match cli.command {
+            Command::List(selection) => list(&selection),
+            Command::Run(args) => run(args).await,
+            Command::Bootstrap(root) => bootstrap(&root.root).await,
+        }
+    });
+    ExitCode::from(code)
+}
+
+/// Resolves the selected scenarios and variant names, or says what is wrong.
+fn select(selection: &Selection) -> Result<(Vec<String>, Vec<Scenario>), String> {
+    let root = &selection.root.root;
+    let variants = if selection.variants.is_empty() {
+        variants::KNOWN.iter().map(|v| (*v).to_owned()).collect()
+    } else {
+        for v in &selection.variants {
+            if !variants::KNOWN.contains(&v.as_str()) {
+                return Err(format!(
+                    "unknown variant `{v}`; known variants: {}",
+                    variants::KNOWN.join(", ")
+                ));
+            }
+        }
+        selection.variants.clone()
+    };
+    let paths: Vec<PathBuf> = if selection.scenarios.is_empty() {
+        let dir = root.join("scenarios");
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map_err(|e| {
+                format!(
+                    "cannot list {}: {e} (run from the sandbox-matrix checkout, or pass --root)",
+                    dir.display()
+                )
+            })?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+            .collect();
+        paths.sort();
+        paths
+    } else {
+        selection
+            .scenarios
+            .iter()
+            .map(|s| scenario_path(root, s))
+            .collect()
+    };
+    let scenarios = paths
+        .iter()
+        .map(|p| Scenario::load(p).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    if scenarios.is_empty() {
+        return Err(format!(
+            "no scenario files in {}",
+            root.join("scenarios").display()
+        ));
+    }
+    Ok((variants, scenarios))
+}
+
+fn scenario_path(root: &Path, arg: &str) -> PathBuf {
+    if arg.contains('/') || arg.ends_with(".yaml") || arg.ends_with(".yml") {
+        PathBuf::from(arg)
+    } else {
+        root.join("scenarios").join(format!("{arg}.yaml"))
+    }
+}
+
+fn list(selection: &Selection) -> u8 {
+    match select(selection) {
+        Ok((variants, scenarios)) => {
+            for variant in &variants {
+                for scenario in &scenarios {
+                    let implicit_cleanup = scenario.step(StepKind::Cleanup).is_none();
+                    for step in &scenario.steps {
+                        println!(
+                            "{variant}::{}::{}  (budget {})",
+                            scenario.name,
+                            step.kind,
+                            humantime::format_duration(step.budget)
+                        );
+                    }
+                    if implicit_cleanup {
+                        println!(
+                            "{variant}::{}::cleanup  (added: cleanup always runs)",
+                            scenario.name
+                        );
+                    }
+                }
+            }
+            EXIT_PASSED
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_BAD_INPUT
+        }
+    }
+}
+
+async fn bootstrap(root: &Path) -> u8 {
+    let provider = match variants::connect("docker", root).await {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_FAILED;
+        }
+    };
+    let sink: Arc<dyn EventSink> = Arc::new(Terminal::new());
+    let runner = Runner::new(new_run_id(), fake_canary(), sink, interrupt_token());
+    match runner.prepare(&provider).await {
+        Ok(()) => EXIT_PASSED,
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_FAILED
+        }
+    }
+}
+
+/// A token cancelled on the first Ctrl-C; a second Ctrl-C exits at once.
+fn interrupt_token() -> CancellationToken {
+    let token = CancellationToken::new();
+    let child = token.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!(
+                "\ninterrupted: stopping the current step and cleaning up (Ctrl-C again to quit at once)"
+            );
+            child.cancel();
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(i32::from(EXIT_INTERRUPTED));
+            }
+        }
+    });
+    token
+}
+
+/// Collects finished scenarios so the run folder can be rewritten after each one.
+struct Collector(Mutex<Vec<ScenarioResult>>);
+
+impl EventSink for Collector {
+    fn emit(&self, event: &RunEvent) {
+        if let RunEvent::ScenarioFinished { result } = event {
+            self.0
+                .lock()
+                .expect("collector lock")
+                .push((**result).clone());
+        }
+    }
+}
+
+async fn run(args: RunArgs) -> u8 {
+    let (variant_names, scenarios) = match select(&args.selection) {
+        Ok(selected) => selected,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let root = &args.selection.root.root;
+    let out = args.out.clone().unwrap_or_else(|| root.join("reports"));
+    let collector = Arc::new(Collector(Mutex::new(Vec::new())));
+    let sink: Arc<dyn EventSink> = Arc::new(Fanout(vec![
+        Box::new(Terminal::new()),
+        Box::new(collector.clone()),
+    ]));
+    let cancel = interrupt_token();
+    let run_id = new_run_id();
+    let runner = Runner::new(run_id.clone(), fake_canary(), sink.clone(), cancel.clone());
+    let provenance = Provenance {
+        run_id: run_id.clone(),
+        harness_version: env!("CARGO_PKG_VERSION").to_owned(),
+        host: host_name(),
+        started_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+    };
+    eprintln!(
+        "run {run_id}: {} variant(s) × {} scenario(s)",
+        variant_names.len(),
+        scenarios.len()
+    );
+    let mut report_error = None;
+    for name in &variant_names {
+        let (provider, not_ready): (Option<Arc<dyn Provider>>, Option<String>) =
+            match variants::connect(name, root).await {
+                Ok(p) => {
+                    let ready = runner.prepare(&p).await.err();
+                    (Some(p), ready)
+                }
+                Err(e) => (None, Some(e)),
+            };
+        for scenario in &scenarios {
+            match &provider {
+                Some(p) => {
+                    runner
+                        .run_scenario(p.clone(), scenario, not_ready.clone())
+                        .await;
+                }
+                None => {
+                    let result =
+                        unreachable_variant(name, scenario, not_ready.clone().unwrap_or_default());
+                    sink.emit(&RunEvent::ScenarioFinished {
+                        result: Box::new(result),
+                    });
+                }
+            };
+            let results = snapshot(&provenance, &collector);
+            if let Err(e) = run_folder::write(&out, &results, &runner.secrets()) {
+                report_error = Some(e);
+            }
+            if cancel.is_cancelled() {
+                break;
+            }
+        }
+        if cancel.is_cancelled() {
+            break;
+        }
+    }
+    let results = snapshot(&provenance, &collector);
+    println!("{}", report::table::render(&results));
+    match run_folder::write(&out, &results, &runner.secrets()).and_then(|dir| {
+        run_folder::append_step_summary(&results)?;
+        Ok(dir)
+    }) {
+        Ok(dir) => eprintln!(
+            "reports: {} (junit.xml, summary.md, results.json)",
+            dir.display()
+        ),
+        Err(e) => report_error = Some(e),
+    }
+    if let Some(e) = report_error {
+        eprintln!("error: {e}");
+        return EXIT_REPORT;
+    }
+    if cancel.is_cancelled() {
+        EXIT_INTERRUPTED
+    } else if results.scenarios.iter().all(ScenarioResult::passed) {
+        EXIT_PASSED
+    } else {
+        EXIT_FAILED
+    }
+}
+
+fn snapshot(provenance: &Provenance, collector: &Collector) -> RunResults {
+    RunResults {
+        schema_version: RESULTS_SCHEMA_VERSION.to_owned(),
+        provenance: provenance.clone(),
+        scenarios: collector.0.lock().expect("collector lock").clone(),
+    }
+}
+
+/// The result of a scenario whose variant could not even be connected to.
+fn unreachable_variant(variant: &str, scenario: &Scenario, reason: String) -> ScenarioResult {
+    use sandbox_matrix::results::{StepResult, StepStatus};
+    ScenarioResult {
+        variant: variant.to_owned(),
+        scenario: scenario.name.clone(),
+        scenario_hash: scenario.hash.clone(),
+        artifact_id: None,
+        provider_version: None,
+        capabilities: None,
+        steps: scenario
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| StepResult {
+                step: s.kind.name().to_owned(),
+                status: if i == 0 {
+                    StepStatus::Failed {
+                        reason: reason.clone(),
+                    }
+                } else {
+                    StepStatus::Skipped {
+                        reason: "the variant is unreachable".to_owned(),
+                    }
+                },
+                duration: std::time::Duration::ZERO,
+                budget: s.budget,
+                timings: Vec::new(),
+                log: Vec::new(),
+            })
+            .collect(),
+        timings: Vec::new(),
+        leaked_resources: Vec::new(),
+        secrets_found: Vec::new(),
+    }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "unknown".to_owned())
+}

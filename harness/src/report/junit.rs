@@ -1,0 +1,373 @@
+//! JUnit XML: one test suite per variant, one test case per step.
+
+use std::path::Path;
+use std::time::Duration;
+use std::{fs, io};
+
+use quick_junit::{NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestSuite};
+use sandbox_providers::Timing;
+
+use crate::results::{RunResults, ScenarioResult, StepResult, StepStatus};
+
+/// The JUnit report's name.
+pub const REPORT_NAME: &str = "sandbox-matrix";
+
+/// The `type` of a failed step's `<failure>` element.
+pub const FAILURE_TYPE: &str = "step-failed";
+
+/// Renders `results` as a JUnit XML document.
+///
+/// Each variant is a `<testsuite>` named after it, in order of first
+/// appearance; each step of each of its scenarios is a `<testcase>` named
+/// after the step with classname `<variant>.<scenario>`, in input order.
+/// Suite properties hold the provenance and, per scenario, `<scenario>.scenario_hash`,
+/// `<scenario>.artifact_id` and `<scenario>.provider_version` (when known) and the
+/// cross-step timings as `<scenario>.timing.<name>_ms`. Case properties hold
+/// `budget_ms`, `duration_ms` and the step's timings as `timing.<name>_ms`
+/// (and `timing.<name>.resolution_ms` when polled); the step's log is its
+/// `<system-out>`. Milliseconds are written as decimals, such as `1234.5`.
+pub fn render(results: &RunResults) -> String {
+    let mut report = Report::new(REPORT_NAME);
+    let mut total = Duration::ZERO;
+    for (variant, scenarios) in super::by_variant(results) {
+        let suite = suite(results, variant, &scenarios);
+        total += suite.time.unwrap_or_default();
+        report.add_test_suite(suite);
+    }
+    report.set_time(total);
+    report
+        .to_string()
+        .expect("a JUnit report serializes into memory without I/O errors")
+}
+
+/// Writes [`render`]'s output to `path`, replacing any file there.
+///
+/// # Errors
+///
+/// The error of creating or writing the file.
+pub fn write(results: &RunResults, path: impl AsRef<Path>) -> io::Result<()> {
+    fs::write(path, render(results))
+}
+
+/// The test suite of one variant.
+fn suite(results: &RunResults, variant: &str, scenarios: &[&ScenarioResult]) -> TestSuite {
+    let provenance = &results.provenance;
+    let mut suite = TestSuite::new(variant);
+    suite.add_properties([
+        Property::new("run_id", &provenance.run_id),
+        Property::new("harness_version", &provenance.harness_version),
+        Property::new("host", &provenance.host),
+        Property::new("started_at", &provenance.started_at),
+    ]);
+    let mut time = Duration::ZERO;
+    for scenario in scenarios {
+        let name = &scenario.scenario;
+        suite.add_property(Property::new(
+            format!("{name}.scenario_hash"),
+            &scenario.scenario_hash,
+        ));
+        if let Some(id) = &scenario.artifact_id {
+            suite.add_property(Property::new(format!("{name}.artifact_id"), id));
+        }
+        if let Some(version) = &scenario.provider_version {
+            suite.add_property(Property::new(format!("{name}.provider_version"), version));
+        }
+        suite.add_properties(timing_properties(&format!("{name}."), &scenario.timings));
+        let classname = format!("{variant}.{name}");
+        for step in &scenario.steps {
+            time += step.duration;
+            suite.add_test_case(case(&classname, step));
+        }
+    }
+    suite.set_time(time);
+    suite
+}
+
+/// The test case of one step.
+fn case(classname: &str, step: &StepResult) -> TestCase {
+    let status = match &step.status {
+        StepStatus::Passed => TestCaseStatus::success(),
+        StepStatus::Failed { reason } => {
+            let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+            status.set_message(reason).set_type(FAILURE_TYPE);
+            status
+        }
+        StepStatus::Skipped { reason } => {
+            let mut status = TestCaseStatus::skipped();
+            status.set_message(reason);
+            status
+        }
+    };
+    let mut case = TestCase::new(&step.step, status);
+    case.set_classname(classname).set_time(step.duration);
+    case.add_properties([
+        Property::new("budget_ms", millis(step.budget)),
+        Property::new("duration_ms", millis(step.duration)),
+    ]);
+    case.add_properties(timing_properties("", &step.timings));
+    if !step.log.is_empty() {
+        case.set_system_out(step.log.join("\n"));
+    }
+    case
+}
+
+/// `<prefix>timing.<name>_ms` for each timing, followed by
+/// `<prefix>timing.<name>.resolution_ms` when it was polled.
+fn timing_properties(prefix: &str, timings: &[Timing]) -> Vec<Property> {
+    let mut properties = Vec::new();
+    for timing in timings {
+        let name = &timing.name;
+        properties.push(Property::new(
+            format!("{prefix}timing.{name}_ms"),
+            millis(timing.duration),
+        ));
+        if let Some(resolution) = timing.resolution {
+            properties.push(Property::new(
+                format!("{prefix}timing.{name}.resolution_ms"),
+                millis(resolution),
+            ));
+        }
+    }
+    properties
+}
+
+/// `duration` in milliseconds, rounded to the microsecond, without trailing zeros.
+fn millis(duration: Duration) -> String {
+    let micros = (duration.as_nanos() + 500) / 1_000;
+    let (whole, fraction) = (micros / 1_000, micros % 1_000);
+    if fraction == 0 {
+        whole.to_string()
+    } else {
+        format!("{whole}.{fraction:03}")
+            .trim_end_matches('0')
+            .to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use roxmltree::{Document, Node};
+
+    use super::*;
+    use crate::report::fixture::{run, scenario, step, timing, two_variants};
+
+    /// The value of the property `name` directly under `node`.
+    fn property<'a>(node: Node<'a, 'a>, name: &str) -> Option<&'a str> {
+        node.children()
+            .filter(|child| child.has_tag_name("properties"))
+            .flat_map(|properties| properties.children())
+            .find(|property| property.attribute("name") == Some(name))
+            .and_then(|property| property.attribute("value"))
+    }
+
+    /// The child elements of `node` named `tag`.
+    fn elements<'a>(node: Node<'a, 'a>, tag: &str) -> Vec<Node<'a, 'a>> {
+        node.children()
+            .filter(|child| child.has_tag_name(tag))
+            .collect()
+    }
+
+    /// `node`'s attribute `name` as a number.
+    fn count(node: Node<'_, '_>, name: &str) -> usize {
+        node.attribute(name).expect(name).parse().expect(name)
+    }
+
+    #[test]
+    fn snapshot() {
+        let xml = render(&two_variants());
+        crate::report::fixture::redacted().bind(|| insta::assert_snapshot!("junit", xml));
+    }
+
+    #[test]
+    fn parses_back_with_counts_per_suite() {
+        let xml = render(&two_variants());
+        let document = Document::parse(&xml).expect("well-formed XML");
+        let root = document.root_element();
+        assert!(root.has_tag_name("testsuites"));
+        assert_eq!(root.attribute("name"), Some(REPORT_NAME));
+        assert_eq!(
+            [
+                count(root, "tests"),
+                count(root, "failures"),
+                count(root, "skipped")
+            ],
+            [14, 1, 3]
+        );
+
+        let suites = elements(root, "testsuite");
+        let names: Vec<_> = suites.iter().map(|suite| suite.attribute("name")).collect();
+        assert_eq!(names, [Some("docker"), Some("e2b")]);
+        for (suite, [tests, failures, skipped]) in suites.iter().zip([[7, 0, 0], [7, 1, 3]]) {
+            let cases = elements(*suite, "testcase");
+            let with = |tag| {
+                cases
+                    .iter()
+                    .filter(|case| !elements(**case, tag).is_empty())
+                    .count()
+            };
+            assert_eq!(cases.len(), tests);
+            assert_eq!(with("failure"), failures);
+            assert_eq!(with("skipped"), skipped);
+            assert_eq!(
+                [
+                    count(*suite, "tests"),
+                    count(*suite, "failures"),
+                    count(*suite, "skipped")
+                ],
+                [tests, failures, skipped]
+            );
+            assert_eq!(count(*suite, "errors"), 0);
+        }
+    }
+
+    #[test]
+    fn cases_carry_status_properties_and_log() {
+        let xml = render(&two_variants());
+        let document = Document::parse(&xml).expect("well-formed XML");
+        let case = |classname: &str, name: &str| {
+            document
+                .descendants()
+                .find(|node| {
+                    node.has_tag_name("testcase")
+                        && node.attribute("classname") == Some(classname)
+                        && node.attribute("name") == Some(name)
+                })
+                .expect(name)
+        };
+
+        let failed = case("e2b.lifecycle", "first-result");
+        let failure = elements(failed, "failure")[0];
+        assert_eq!(failure.attribute("message"), Some("expected `2`, got `3`"));
+        assert_eq!(failure.attribute("type"), Some(FAILURE_TYPE));
+        assert_eq!(failed.attribute("time"), Some("1.904"));
+        assert_eq!(property(failed, "budget_ms"), Some("60000"));
+        assert_eq!(property(failed, "duration_ms"), Some("1904"));
+        assert_eq!(elements(failed, "system-out")[0].text(), Some("1+1 -> 3"));
+
+        let skipped = elements(case("e2b.lifecycle", "restart"), "skipped")[0];
+        assert_eq!(
+            skipped.attribute("message"),
+            Some("an earlier step failed: first-result")
+        );
+        assert!(elements(case("e2b.lifecycle", "restart"), "system-out").is_empty());
+
+        let launch = case("docker.lifecycle", "launch");
+        assert_eq!(property(launch, "timing.container-running_ms"), Some("405"));
+        assert_eq!(
+            property(launch, "timing.container-running.resolution_ms"),
+            Some("50")
+        );
+        let cleanup = case("docker.lifecycle", "cleanup");
+        let log = elements(cleanup, "system-out")[0].text().expect("a log");
+        assert!(log.starts_with("removed container 9c2e41d07a5b\nremoved image sha256:"));
+
+        let docker = document
+            .root_element()
+            .first_element_child()
+            .expect("a suite");
+        assert_eq!(property(docker, "run_id"), Some("20251129T121314Z-7f3a9c"));
+        assert_eq!(property(docker, "harness_version"), Some("0.1.0"));
+        assert_eq!(property(docker, "host"), Some("ci-runner-07"));
+        assert_eq!(
+            property(docker, "started_at"),
+            Some("2025-11-29T12:13:14.512+00:00")
+        );
+        assert_eq!(
+            property(docker, "lifecycle.scenario_hash").map(str::len),
+            Some(64)
+        );
+        assert!(property(docker, "lifecycle.artifact_id").is_some_and(|id| id.len() == 71));
+        assert_eq!(
+            property(docker, "lifecycle.timing.create-to-first-result_ms"),
+            Some("2310")
+        );
+    }
+
+    #[test]
+    fn suites_group_variants_in_first_appearance_order() {
+        let case = |name: &str| step(name, StepStatus::Passed, 1, 1, vec![], &[]);
+        let results = run(vec![
+            ScenarioResult {
+                steps: vec![case("a")],
+                ..scenario("docker", "lifecycle")
+            },
+            ScenarioResult {
+                steps: vec![case("b")],
+                ..scenario("modal", "lifecycle")
+            },
+            ScenarioResult {
+                steps: vec![case("c")],
+                ..scenario("docker", "secrets")
+            },
+        ]);
+        let xml = render(&results);
+        let document = Document::parse(&xml).expect("well-formed XML");
+        let layout: Vec<(&str, Vec<(&str, &str)>)> = elements(document.root_element(), "testsuite")
+            .into_iter()
+            .map(|suite| {
+                let cases = elements(suite, "testcase")
+                    .into_iter()
+                    .map(|case| {
+                        (
+                            case.attribute("classname").unwrap(),
+                            case.attribute("name").unwrap(),
+                        )
+                    })
+                    .collect();
+                (suite.attribute("name").unwrap(), cases)
+            })
+            .collect();
+        assert_eq!(
+            layout,
+            [
+                (
+                    "docker",
+                    vec![("docker.lifecycle", "a"), ("docker.secrets", "c")]
+                ),
+                ("modal", vec![("modal.lifecycle", "b")]),
+            ]
+        );
+        let docker = document
+            .root_element()
+            .first_element_child()
+            .expect("a suite");
+        assert!(property(docker, "secrets.scenario_hash").is_some());
+        assert!(property(docker, "lifecycle.artifact_id").is_none());
+    }
+
+    #[test]
+    fn timings_prefix_their_scenario_and_resolution() {
+        let properties = timing_properties("lifecycle.", &[timing("t", 7, Some(250))]);
+        let pairs: Vec<_> = properties
+            .iter()
+            .map(|p| (p.name.as_str(), p.value.as_str()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("lifecycle.timing.t_ms", "7"),
+                ("lifecycle.timing.t.resolution_ms", "250")
+            ]
+        );
+    }
+
+    #[test]
+    fn millis_are_decimal_milliseconds() {
+        assert_eq!(millis(Duration::ZERO), "0");
+        assert_eq!(millis(Duration::from_secs(60)), "60000");
+        assert_eq!(millis(Duration::from_micros(2_310_500)), "2310.5");
+        assert_eq!(millis(Duration::from_nanos(1_234_567)), "1.235");
+        assert_eq!(millis(Duration::from_nanos(499)), "0");
+    }
+
+    #[test]
+    fn write_saves_the_rendered_report() {
+        let results = two_variants();
+        let path =
+            std::env::temp_dir().join(format!("sandbox-matrix-junit-{}.xml", std::process::id()));
+        write(&results, &path).expect("writable temp dir");
+        let written = fs::read_to_string(&path).expect("readable");
+        fs::remove_file(&path).expect("removable");
+        assert_eq!(written, render(&results));
+    }
+}

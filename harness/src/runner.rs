@@ -1,0 +1,739 @@
+//! The runner: runs each scenario's steps in order against a provider, with a deadline per
+//! step, and always cleans up — after a failed step, a panic inside a step, or Ctrl-C.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use sandbox_providers::{
+    Artifact, BuildRequest, Capabilities, Provider, RestartKind, RunLabels, SandboxId, Secret,
+    ShutdownEnding, Timing,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::events::{EventSink, RunEvent};
+use crate::results::{ScenarioResult, StepResult, StepStatus};
+use crate::scenario::{Expectation, Scenario, Step, StepKind};
+use crate::secrets;
+
+/// Budget of the cleanup the runner adds when a scenario lists none.
+pub const IMPLICIT_CLEANUP_BUDGET: Duration = Duration::from_secs(120);
+/// Budget of a variant's preparation (the docker base image bootstrap takes minutes).
+pub const PREPARE_BUDGET: Duration = Duration::from_secs(30 * 60);
+/// Budget of the floor measurement that follows a first result.
+const FLOOR_BUDGET: Duration = Duration::from_secs(120);
+/// Most log lines kept per step; the newest are kept.
+const MAX_LOG_LINES: usize = 400;
+
+/// Runs scenarios on providers and reports through an [`EventSink`].
+pub struct Runner {
+    run_id: String,
+    canary: Secret,
+    sink: Arc<dyn EventSink>,
+    cancel: CancellationToken,
+}
+
+/// Makes a run id: UTC time to the second and six random hex digits.
+pub fn new_run_id() -> String {
+    let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+        .to_string()
+        .replace([':', '-'], "");
+    let suffix: u32 = rand::rng().random_range(0..0x100_0000);
+    format!("{stamp}-{suffix:06x}")
+}
+
+/// A fresh fake canary credential for one run: it is handed to builds the way a registry
+/// token would be and must never be found in an artifact or sandbox.
+pub fn fake_canary() -> Secret {
+    let value: String = (0..16)
+        .map(|_| format!("{:02x}", rand::rng().random::<u8>()))
+        .collect();
+    // Fake by construction: the value says so and grants nothing anywhere.
+    Secret::new("REGISTRY_TOKEN", format!("sm-fake-canary-{value}"))
+}
+
+impl Runner {
+    /// A runner for run `run_id`; cancelling `cancel` interrupts the current step and skips
+    /// the rest, cleanup excepted.
+    pub fn new(
+        run_id: String,
+        canary: Secret,
+        sink: Arc<dyn EventSink>,
+        cancel: CancellationToken,
+    ) -> Self {
+        Self {
+            run_id,
+            canary,
+            sink,
+            cancel,
+        }
+    }
+
+    /// The run's id, also the label value on every resource it creates.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The secrets this run hands out and must never find again.
+    pub fn secrets(&self) -> Vec<Secret> {
+        vec![self.canary.clone()]
+    }
+
+    /// Prepares `provider` once; an error names the variant and what failed.
+    pub async fn prepare(&self, provider: &Arc<dyn Provider>) -> Result<(), String> {
+        let variant = provider.variant().to_owned();
+        let sink = self.sink.clone();
+        let progress = move |line: &str| {
+            sink.emit(&RunEvent::Preparing {
+                variant: variant.clone(),
+                line: line.to_owned(),
+            })
+        };
+        tokio::select! {
+            r = tokio::time::timeout(PREPARE_BUDGET, provider.prepare(&progress)) => match r {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(format!("could not prepare the {} variant: {e}", provider.variant())),
+                Err(_) => Err(format!("preparing the {} variant took over {}", provider.variant(), humantime::format_duration(PREPARE_BUDGET))),
+            },
+            () = self.cancel.cancelled() => Err("interrupted by Ctrl-C while preparing".to_owned()),
+        }
+    }
+
+    /// Runs `scenario` on `provider`. `not_ready` fails the first step with that reason
+    /// (a variant that could not be prepared); cleanup runs in every case.
+    pub async fn run_scenario(
+        &self,
+        provider: Arc<dyn Provider>,
+        scenario: &Scenario,
+        not_ready: Option<String>,
+    ) -> ScenarioResult {
+        let variant = provider.variant().to_owned();
+        self.sink.emit(&RunEvent::ScenarioStarted {
+            variant: variant.clone(),
+            scenario: scenario.name.clone(),
+        });
+        let labels = RunLabels {
+            run_id: self.run_id.clone(),
+            variant: variant.clone(),
+            scenario: scenario.name.clone(),
+        };
+        let state = Arc::new(Mutex::new(ScenarioState::default()));
+        let capabilities = provider.capabilities();
+        let mut steps = scenario.steps.clone();
+        if !steps.iter().any(|s| s.kind == StepKind::Cleanup) {
+            steps.push(Step {
+                kind: StepKind::Cleanup,
+                budget: IMPLICIT_CLEANUP_BUDGET,
+                expect: Expectation::Default,
+            });
+        }
+        let mut results: Vec<StepResult> = Vec::with_capacity(steps.len());
+        let mut stop_reason: Option<String> = None;
+        for step in steps {
+            let name = step.kind.name().to_owned();
+            self.sink.emit(&RunEvent::StepStarted {
+                variant: variant.clone(),
+                scenario: scenario.name.clone(),
+                step: name.clone(),
+            });
+            let result = if step.kind != StepKind::Cleanup
+                && let Some(reason) = &stop_reason
+            {
+                skipped(&step, reason.clone())
+            } else if step.kind != StepKind::Cleanup
+                && let Some(reason) = &not_ready
+            {
+                stop_reason = Some(format!("the variant was not ready: {reason}"));
+                failed(
+                    &step,
+                    reason.clone(),
+                    Duration::ZERO,
+                    Vec::new(),
+                    Vec::new(),
+                )
+            } else if let Some(reason) = unsupported(&capabilities, step.kind) {
+                skipped(&step, reason)
+            } else {
+                let mut result = self
+                    .run_step(&provider, scenario, &step, &labels, &state)
+                    .await;
+                if step.kind == StepKind::FirstResult
+                    && capabilities.floor
+                    && result.status == StepStatus::Passed
+                {
+                    let artifact = state.lock().expect("scenario state lock").artifact.clone();
+                    if let Some(artifact) = artifact {
+                        match self.measure_floor(&provider, &artifact, &labels).await {
+                            Ok(timings) => result.timings.extend(timings),
+                            Err(reason) => result.log.push(reason),
+                        }
+                    }
+                }
+                if step.kind != StepKind::Cleanup
+                    && matches!(result.status, StepStatus::Failed { .. })
+                {
+                    stop_reason = Some(if self.cancel.is_cancelled() {
+                        "the run was interrupted".to_owned()
+                    } else {
+                        format!("an earlier step failed: {}", step.kind)
+                    });
+                }
+                result
+            };
+            self.sink.emit(&RunEvent::StepFinished {
+                variant: variant.clone(),
+                scenario: scenario.name.clone(),
+                result: result.clone(),
+            });
+            results.push(result);
+        }
+        let state = std::mem::take(&mut *state.lock().expect("scenario state lock"));
+        let result = ScenarioResult {
+            variant,
+            scenario: scenario.name.clone(),
+            scenario_hash: scenario.hash.clone(),
+            artifact_id: state.artifact.map(|a| a.id),
+            provider_version: provider.provider_version(),
+            capabilities: Some(capabilities),
+            steps: results,
+            timings: state.timings,
+            leaked_resources: state.leaked,
+            secrets_found: state.secrets_found,
+        };
+        self.sink.emit(&RunEvent::ScenarioFinished {
+            result: Box::new(result.clone()),
+        });
+        result
+    }
+
+    /// Runs one step in its own task, so that a panic fails the step rather than the run,
+    /// under the step's budget and the run's cancellation.
+    async fn run_step(
+        &self,
+        provider: &Arc<dyn Provider>,
+        scenario: &Scenario,
+        step: &Step,
+        labels: &RunLabels,
+        state: &Arc<Mutex<ScenarioState>>,
+    ) -> StepResult {
+        let log = StepLog::new(
+            self.sink.clone(),
+            labels.variant.clone(),
+            step.kind,
+            self.secrets(),
+        );
+        let ctx = StepContext {
+            provider: provider.clone(),
+            step: step.clone(),
+            environment: scenario.environment.clone(),
+            labels: labels.clone(),
+            secrets: self.secrets(),
+            state: state.clone(),
+            log: log.clone(),
+        };
+        let started = Instant::now();
+        let mut task = tokio::spawn(ctx.run());
+        // Cleanup is not interrupted by Ctrl-C: it is what Ctrl-C is waiting for.
+        let cancelled = async {
+            if step.kind == StepKind::Cleanup {
+                std::future::pending::<()>().await
+            } else {
+                self.cancel.cancelled().await
+            }
+        };
+        let outcome = tokio::select! {
+            joined = tokio::time::timeout(step.budget, &mut task) => match joined {
+                Ok(Ok(outcome)) => outcome,
+                Ok(Err(e)) if e.is_panic() => Err(format!("panicked: {}", panic_message(e.into_panic()))),
+                Ok(Err(e)) => Err(format!("the step's task ended abnormally: {e}")),
+                Err(_) => {
+                    task.abort();
+                    Err(format!("exceeded its budget of {}", humantime::format_duration(step.budget)))
+                }
+            },
+            () = cancelled => {
+                task.abort();
+                Err("interrupted by Ctrl-C".to_owned())
+            }
+        };
+        let duration = started.elapsed();
+        let (timings, lines) = (log.take_timings(), log.take_lines());
+        match outcome {
+            Ok(()) => StepResult {
+                step: step.kind.name().to_owned(),
+                status: StepStatus::Passed,
+                duration,
+                budget: step.budget,
+                timings,
+                log: lines,
+            },
+            Err(reason) => failed(step, log.redact(&reason), duration, timings, lines),
+        }
+    }
+
+    /// Measures the floor after a first result, outside the step's own timing; a failure
+    /// is logged on the step, never failing it.
+    async fn measure_floor(
+        &self,
+        provider: &Arc<dyn Provider>,
+        artifact: &Artifact,
+        labels: &RunLabels,
+    ) -> Result<Vec<Timing>, String> {
+        match tokio::time::timeout(FLOOR_BUDGET, provider.floor(artifact, labels)).await {
+            Ok(Ok(timings)) => Ok(timings),
+            Ok(Err(e)) => Err(format!("floor not measured: {e}")),
+            Err(_) => Err(format!(
+                "floor not measured: over {}",
+                humantime::format_duration(FLOOR_BUDGET)
+            )),
+        }
+    }
+}
+
+/// What steps of one scenario hand to each other.
+#[derive(Debug, Default)]
+struct ScenarioState {
+    artifact: Option<Artifact>,
+    sandbox: Option<SandboxId>,
+    launched_at: Option<Instant>,
+    timings: Vec<Timing>,
+    leaked: Vec<sandbox_providers::Resource>,
+    secrets_found: Vec<String>,
+}
+
+/// Everything a step's task owns.
+struct StepContext {
+    provider: Arc<dyn Provider>,
+    step: Step,
+    environment: std::path::PathBuf,
+    labels: RunLabels,
+    secrets: Vec<Secret>,
+    state: Arc<Mutex<ScenarioState>>,
+    log: StepLog,
+}
+
+impl StepContext {
+    fn state(&self) -> std::sync::MutexGuard<'_, ScenarioState> {
+        self.state.lock().expect("scenario state lock")
+    }
+
+    fn artifact(&self) -> Result<Artifact, String> {
+        self.state().artifact.clone().ok_or_else(|| {
+            format!(
+                "`{}` needs an artifact: put a `build` step before it",
+                self.step.kind
+            )
+        })
+    }
+
+    fn sandbox(&self) -> Result<SandboxId, String> {
+        self.state().sandbox.clone().ok_or_else(|| {
+            format!(
+                "`{}` needs a running sandbox: put a `launch` step before it",
+                self.step.kind
+            )
+        })
+    }
+
+    async fn run(self) -> Result<(), String> {
+        match self.step.kind {
+            StepKind::Build => self.build().await,
+            StepKind::Launch => self.launch().await,
+            StepKind::FirstResult => self.first_result().await,
+            StepKind::Restart => self.restart().await,
+            StepKind::SecretsScan => self.secrets_scan().await,
+            StepKind::Shutdown => self.shutdown().await,
+            StepKind::Cleanup => self.cleanup().await,
+        }
+    }
+
+    async fn build(&self) -> Result<(), String> {
+        let request = BuildRequest {
+            environment_dir: self.environment.clone(),
+            build_secrets: self.secrets.clone(),
+            labels: self.labels.clone(),
+        };
+        let log = self.log.clone();
+        let sink = move |line: &str| log.line(line);
+        let artifact = self
+            .provider
+            .build(&request, &sink)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.log
+            .line(&format!("artifact: {} {}", artifact.kind, artifact.id));
+        self.state().artifact = Some(artifact);
+        Ok(())
+    }
+
+    async fn launch(&self) -> Result<(), String> {
+        let artifact = self.artifact()?;
+        self.state().launched_at = Some(Instant::now());
+        let (sandbox, timings) = self
+            .provider
+            .launch(&artifact, &self.labels)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.log.line(&format!("sandbox: {}", sandbox.0));
+        self.log.timings(timings);
+        self.state().sandbox = Some(sandbox);
+        Ok(())
+    }
+
+    async fn first_result(&self) -> Result<(), String> {
+        let sandbox = self.sandbox()?;
+        let Expectation::Answer { code, answer } = &self.step.expect else {
+            return Err("first-result has no expected answer".to_owned());
+        };
+        let (output, timings) = self
+            .provider
+            .run_code(&sandbox, code)
+            .await
+            .map_err(|e| e.to_string())?;
+        let answered_at = Instant::now();
+        self.log.timings(timings);
+        self.log.line(&format!(
+            "answer: {}",
+            output.result.as_deref().unwrap_or("(none)")
+        ));
+        check_answer(code, answer, &output)?;
+        let mut state = self.state();
+        if let Some(launched_at) = state.launched_at.take() {
+            state.timings.push(Timing {
+                name: "create-to-first-result".into(),
+                duration: answered_at - launched_at,
+                resolution: None,
+            });
+        }
+        Ok(())
+    }
+
+    async fn restart(&self) -> Result<(), String> {
+        let sandbox = self.sandbox()?;
+        let marker = format!("sm-marker-{:08x}", rand::rng().random::<u32>());
+        let set = self
+            .run_code(
+                &sandbox,
+                &format!("__sandbox_matrix_marker = {marker:?}\n__sandbox_matrix_marker"),
+            )
+            .await?;
+        if set.result.as_deref() != Some(&format!("'{marker}'")) {
+            return Err(format!(
+                "could not set the marker before restarting: {}",
+                describe(&set)
+            ));
+        }
+        let started = Instant::now();
+        let timings = self
+            .provider
+            .restart(&sandbox)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.log.timings(timings);
+        let output = self.run_code(&sandbox, "1+1").await?;
+        let answered = started.elapsed();
+        check_answer("1+1", "2", &output).map_err(|e| format!("after the restart: {e}"))?;
+        self.log.timings(vec![Timing {
+            name: "restart-to-answer".into(),
+            duration: answered,
+            resolution: None,
+        }]);
+        let probe = self.run_code(&sandbox, "__sandbox_matrix_marker").await?;
+        match probe.error.as_deref() {
+            Some(e) if e.starts_with("NameError") => Ok(()),
+            _ => Err(format!(
+                "the marker set before the restart survived it: {}",
+                describe(&probe)
+            )),
+        }
+    }
+
+    async fn run_code(
+        &self,
+        sandbox: &SandboxId,
+        code: &str,
+    ) -> Result<sandbox_providers::CodeOutput, String> {
+        let (output, timings) = self
+            .provider
+            .run_code(sandbox, code)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.log.timings(timings);
+        Ok(output)
+    }
+
+    async fn secrets_scan(&self) -> Result<(), String> {
+        let sandbox = self.sandbox()?;
+        let capabilities = self.provider.capabilities();
+        let code = secrets::probe_code(&self.secrets);
+        let stdout = if capabilities.exec_as_root {
+            let argv = vec!["python3".to_owned(), "-c".to_owned(), code];
+            let out = self
+                .provider
+                .exec(&sandbox, &argv, true)
+                .await
+                .map_err(|e| e.to_string())?;
+            if out.exit_code != Some(0) {
+                return Err(format!(
+                    "the secrets probe exited with {:?}: {}",
+                    out.exit_code,
+                    out.stderr.trim()
+                ));
+            }
+            out.stdout
+        } else {
+            let out = self.run_code(&sandbox, &code).await?;
+            if let Some(error) = out.error {
+                return Err(format!("the secrets probe raised {error}"));
+            }
+            out.stdout
+        };
+        let report = secrets::parse_report(&stdout)?;
+        self.log.line(&format!(
+            "scanned {} files as uid {} ({} unreadable), process environments and command lines",
+            report.files_scanned, report.uid, report.unreadable
+        ));
+        let mut found = report.found;
+        if capabilities.artifact_metadata {
+            let artifact = self.artifact()?;
+            let metadata = self
+                .provider
+                .artifact_metadata(&artifact)
+                .await
+                .map_err(|e| e.to_string())?;
+            found.extend(secrets::scan_metadata(&metadata, &self.secrets));
+            self.log
+                .line("scanned the artifact's env, labels, command and history");
+        }
+        let found: Vec<String> = found
+            .into_iter()
+            .map(|f| format!("{} at {}", f.name, f.location))
+            .collect();
+        self.state().secrets_found.clone_from(&found);
+        if found.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("build secret found: {}", found.join(", ")))
+        }
+    }
+
+    async fn shutdown(&self) -> Result<(), String> {
+        let sandbox = self.sandbox()?;
+        let Expectation::StoppedWithin(within) = self.step.expect else {
+            return Err("shutdown has no deadline".to_owned());
+        };
+        let grace = Duration::from_secs(sandbox_contract::GRACEFUL_SHUTDOWN_SECS);
+        let started = Instant::now();
+        let report = self
+            .provider
+            .shutdown(&sandbox, grace)
+            .await
+            .map_err(|e| e.to_string())?;
+        let took = started.elapsed();
+        self.state().sandbox = None;
+        let exit = report
+            .exit_code
+            .map(|c| format!(", exit code {c}"))
+            .unwrap_or_default();
+        let ending = match report.ending {
+            ShutdownEnding::ExitedOnSigterm => "exited on SIGTERM",
+            ShutdownEnding::Killed => "killed after the grace period",
+            ShutdownEnding::Unknown => "ended, how is not reported",
+        };
+        self.log.line(&format!("ending: {ending}{exit}"));
+        let seconds = format!("{:.2} s", took.as_secs_f64());
+        match report.ending {
+            ShutdownEnding::Killed => Err(format!(
+                "{ending} ({}s grace{exit}); stopped after {seconds}",
+                grace.as_secs()
+            )),
+            _ if took > within => Err(format!(
+                "stopped after {seconds}, over {}",
+                humantime::format_duration(within)
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    async fn cleanup(&self) -> Result<(), String> {
+        let found = self
+            .provider
+            .list_resources(&self.labels)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut errors = Vec::new();
+        for resource in &found {
+            match self.provider.delete_resource(resource).await {
+                Ok(()) => self.log.line(&format!(
+                    "removed {} {}",
+                    resource.kind,
+                    short(&resource.id)
+                )),
+                Err(e) => errors.push(format!("{} {}: {e}", resource.kind, short(&resource.id))),
+            }
+        }
+        let left = self
+            .provider
+            .list_resources(&self.labels)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.log.line(&format!(
+            "{} resources listed under the run label after cleanup",
+            left.len()
+        ));
+        let leaked: Vec<String> = left
+            .iter()
+            .map(|r| format!("{} {}", r.kind, short(&r.id)))
+            .collect();
+        self.state().leaked = left;
+        if leaked.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "still listed under the run label: {}; errors: {}",
+                leaked.join(", "),
+                errors.join("; ")
+            ))
+        }
+    }
+}
+
+/// Checks a code output against the expected answer, describing what came instead.
+fn check_answer(
+    code: &str,
+    answer: &str,
+    output: &sandbox_providers::CodeOutput,
+) -> Result<(), String> {
+    if output.result.as_deref() == Some(answer) {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{code}` should answer `{answer}`, got {}",
+            describe(output)
+        ))
+    }
+}
+
+fn describe(output: &sandbox_providers::CodeOutput) -> String {
+    match (&output.result, &output.error) {
+        (_, Some(error)) => format!("an error: {error}"),
+        (Some(result), None) => format!("`{result}`"),
+        (None, None) if !output.stdout.is_empty() => {
+            format!("no result (stdout: {:?})", output.stdout.trim())
+        }
+        (None, None) => "no result".to_owned(),
+    }
+}
+
+/// Why a variant cannot run `kind`, or `None` when it can.
+fn unsupported(capabilities: &Capabilities, kind: StepKind) -> Option<String> {
+    match kind {
+        StepKind::Build if !capabilities.build => {
+            Some("this variant does not build artifacts".to_owned())
+        }
+        StepKind::Restart if capabilities.restart == RestartKind::Unsupported => {
+            Some("this variant cannot restart a kernel or sandbox".to_owned())
+        }
+        _ => None,
+    }
+}
+
+fn skipped(step: &Step, reason: String) -> StepResult {
+    StepResult {
+        step: step.kind.name().to_owned(),
+        status: StepStatus::Skipped { reason },
+        duration: Duration::ZERO,
+        budget: step.budget,
+        timings: Vec::new(),
+        log: Vec::new(),
+    }
+}
+
+fn failed(
+    step: &Step,
+    reason: String,
+    duration: Duration,
+    timings: Vec<Timing>,
+    log: Vec<String>,
+) -> StepResult {
+    StepResult {
+        step: step.kind.name().to_owned(),
+        status: StepStatus::Failed { reason },
+        duration,
+        budget: step.budget,
+        timings,
+        log,
+    }
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".to_owned())
+}
+
+fn short(id: &str) -> &str {
+    let id = id.strip_prefix("sha256:").unwrap_or(id);
+    &id[..id.len().min(12)]
+}
+
+/// A step's log: lines (credentials redacted, newest kept) and timings, also sent as events.
+#[derive(Clone)]
+struct StepLog {
+    inner: Arc<Mutex<(Vec<String>, Vec<Timing>)>>,
+    sink: Arc<dyn EventSink>,
+    variant: String,
+    step: StepKind,
+    secrets: Vec<Secret>,
+}
+
+impl StepLog {
+    fn new(
+        sink: Arc<dyn EventSink>,
+        variant: String,
+        step: StepKind,
+        secrets: Vec<Secret>,
+    ) -> Self {
+        Self {
+            inner: Arc::default(),
+            sink,
+            variant,
+            step,
+            secrets,
+        }
+    }
+
+    fn redact(&self, line: &str) -> String {
+        self.secrets.iter().fold(line.to_owned(), |l, s| {
+            l.replace(s.expose(), &format!("[redacted {}]", s.name()))
+        })
+    }
+
+    fn line(&self, line: &str) {
+        let line = self.redact(line);
+        self.sink.emit(&RunEvent::StepLog {
+            variant: self.variant.clone(),
+            step: self.step.name().to_owned(),
+            line: line.clone(),
+        });
+        let mut inner = self.inner.lock().expect("step log lock");
+        if inner.0.len() == MAX_LOG_LINES {
+            inner.0.remove(0);
+        }
+        inner.0.push(line);
+    }
+
+    fn timings(&self, timings: Vec<Timing>) {
+        self.inner.lock().expect("step log lock").1.extend(timings);
+    }
+
+    fn take_lines(&self) -> Vec<String> {
+        std::mem::take(&mut self.inner.lock().expect("step log lock").0)
+    }
+
+    fn take_timings(&self) -> Vec<Timing> {
+        std::mem::take(&mut self.inner.lock().expect("step log lock").1)
+    }
+}

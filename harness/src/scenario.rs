@@ -1,0 +1,392 @@
+//! Scenario files: pure data naming an environment and the steps to run, each with a budget.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+use sha2::{Digest, Sha256};
+
+/// A step a scenario can hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StepKind {
+    /// Build the environment artifact; passes when an immutable id comes back.
+    Build,
+    /// Start a sandbox from the immutable id; passes when it runs.
+    Launch,
+    /// Run code (default `1+1`) on the code channel; passes when the answer is the expected one.
+    FirstResult,
+    /// Restart the kernel (or the sandbox); passes when state is gone and code answers again.
+    Restart,
+    /// Look for build-time credentials in the sandbox and artifact; passes when none is found.
+    SecretsScan,
+    /// Stop the sandbox; passes when it stopped on SIGTERM within the grace period.
+    Shutdown,
+    /// Delete everything the run created; passes when a listing by the run's label is empty.
+    Cleanup,
+}
+
+impl StepKind {
+    /// Every step, in the order a lifecycle runs them.
+    pub const ALL: [StepKind; 7] = [
+        StepKind::Build,
+        StepKind::Launch,
+        StepKind::FirstResult,
+        StepKind::Restart,
+        StepKind::SecretsScan,
+        StepKind::Shutdown,
+        StepKind::Cleanup,
+    ];
+
+    /// The step's name as scenario files and reports spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            StepKind::Build => "build",
+            StepKind::Launch => "launch",
+            StepKind::FirstResult => "first-result",
+            StepKind::Restart => "restart",
+            StepKind::SecretsScan => "secrets-scan",
+            StepKind::Shutdown => "shutdown",
+            StepKind::Cleanup => "cleanup",
+        }
+    }
+}
+
+impl fmt::Display for StepKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One step of a scenario as written in the file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StepFile {
+    step: Spanned<StepKind>,
+    #[serde(with = "humantime_serde")]
+    budget: Duration,
+    code: Option<Spanned<String>>,
+    expect: Option<Spanned<String>>,
+    #[serde(default, with = "humantime_serde")]
+    within: Option<Duration>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScenarioFile {
+    name: String,
+    #[serde(default)]
+    description: String,
+    environment: String,
+    steps: Vec<StepFile>,
+}
+
+/// One step with its budget and expectation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// Which step.
+    pub kind: StepKind,
+    /// The deadline for the whole step.
+    pub budget: Duration,
+    /// What the step expects, where it takes an expectation.
+    pub expect: Expectation,
+}
+
+/// What a step must observe to pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expectation {
+    /// The step's own definition of success (see [`StepKind`]).
+    Default,
+    /// `first-result`: running `code` answers exactly `answer`.
+    Answer {
+        /// Code sent to the code channel.
+        code: String,
+        /// The expected `text/plain` result.
+        answer: String,
+    },
+    /// `shutdown`: the sandbox stopped on SIGTERM within this time.
+    StoppedWithin(Duration),
+}
+
+/// A parsed scenario file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scenario {
+    /// The scenario's name, used in reports and test names.
+    pub name: String,
+    /// What the scenario checks, for a person.
+    pub description: String,
+    /// The environment directory (Dockerfile and context), resolved against the file's folder.
+    pub environment: PathBuf,
+    /// Steps in order.
+    pub steps: Vec<Step>,
+    /// The file it was read from.
+    pub path: PathBuf,
+    /// sha256 of the file's bytes, hex.
+    pub hash: String,
+}
+
+/// Why a scenario file could not be used. Nothing runs when one fails to load.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// The file could not be read.
+    #[error("cannot read scenario file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not a valid scenario; the message names line and column.
+    #[error("{path}:{line}:{column}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line, 0 when unknown.
+        line: u64,
+        /// 1-based column, 0 when unknown.
+        column: u64,
+        /// What was expected there.
+        message: String,
+    },
+}
+
+/// The scenario default for `first-result`.
+pub const DEFAULT_CODE: &str = "1+1";
+/// The answer `first-result` expects by default.
+pub const DEFAULT_ANSWER: &str = "2";
+/// The contract's graceful shutdown.
+pub const DEFAULT_STOP_WITHIN: Duration =
+    Duration::from_secs(sandbox_contract::GRACEFUL_SHUTDOWN_SECS);
+
+impl Scenario {
+    /// Reads and validates a scenario file.
+    pub fn load(path: &Path) -> Result<Self, ScenarioError> {
+        let bytes = std::fs::read(path).map_err(|source| ScenarioError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let text = String::from_utf8(bytes).map_err(|e| ScenarioError::Invalid {
+            path: path.to_owned(),
+            line: 0,
+            column: 0,
+            message: format!("not UTF-8 text: {e}"),
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parses scenario text; `path` names the file in errors and anchors the environment.
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ScenarioError> {
+        let invalid = |line: u64, column: u64, message: String| ScenarioError::Invalid {
+            path: path.to_owned(),
+            line,
+            column,
+            message,
+        };
+        let file: ScenarioFile = serde_saphyr::from_str(text).map_err(|e| {
+            let (line, column) = e
+                .location()
+                .map(|l| (l.line(), l.column()))
+                .unwrap_or((0, 0));
+            invalid(line, column, e.without_snippet().to_string())
+        })?;
+        if file.steps.is_empty() {
+            return Err(invalid(
+                0,
+                0,
+                "`steps` is empty; a scenario needs at least one step".into(),
+            ));
+        }
+        let mut steps = Vec::with_capacity(file.steps.len());
+        for s in file.steps {
+            let kind = s.step.value;
+            let at = |spanned_line: u64, spanned_col: u64, msg: String| {
+                invalid(spanned_line, spanned_col, msg)
+            };
+            let (line, column) = (s.step.referenced.line(), s.step.referenced.column());
+            if s.budget.is_zero() {
+                return Err(at(
+                    line,
+                    column,
+                    format!("step `{kind}` has a zero budget; give it one such as `30s`"),
+                ));
+            }
+            let misplaced = [
+                (
+                    "code",
+                    s.code.as_ref().map(|c| &c.referenced),
+                    kind == StepKind::FirstResult,
+                ),
+                (
+                    "expect",
+                    s.expect.as_ref().map(|c| &c.referenced),
+                    kind == StepKind::FirstResult,
+                ),
+            ];
+            for (field, loc, allowed) in misplaced {
+                if let (Some(loc), false) = (loc, allowed) {
+                    return Err(at(
+                        loc.line(),
+                        loc.column(),
+                        format!("`{field}` applies to `first-result` only, not to `{kind}`"),
+                    ));
+                }
+            }
+            if s.within.is_some() && kind != StepKind::Shutdown {
+                return Err(at(
+                    line,
+                    column,
+                    format!("`within` applies to `shutdown` only, not to `{kind}`"),
+                ));
+            }
+            let expect = match kind {
+                StepKind::FirstResult => Expectation::Answer {
+                    code: s
+                        .code
+                        .map(|c| c.value)
+                        .unwrap_or_else(|| DEFAULT_CODE.to_owned()),
+                    answer: s
+                        .expect
+                        .map(|e| e.value)
+                        .unwrap_or_else(|| DEFAULT_ANSWER.to_owned()),
+                },
+                StepKind::Shutdown => {
+                    Expectation::StoppedWithin(s.within.unwrap_or(DEFAULT_STOP_WITHIN))
+                }
+                _ => Expectation::Default,
+            };
+            steps.push(Step {
+                kind,
+                budget: s.budget,
+                expect,
+            });
+        }
+        let base = path.parent().unwrap_or(Path::new("."));
+        Ok(Scenario {
+            name: file.name,
+            description: file.description,
+            environment: base.join(file.environment),
+            steps,
+            path: path.to_owned(),
+            hash: hex(&Sha256::digest(text.as_bytes())),
+        })
+    }
+
+    /// The step of `kind`, if the scenario has it.
+    pub fn step(&self, kind: StepKind) -> Option<&Step> {
+        self.steps.iter().find(|s| s.kind == kind)
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Scenario, ScenarioError> {
+        Scenario::parse(Path::new("scenarios/t.yaml"), text)
+    }
+
+    #[test]
+    fn parses_steps_budgets_and_defaults() {
+        let s = parse(
+            "name: t\nenvironment: ../fixtures/environments/reference\nsteps:\n  - step: build\n    budget: 5m\n  - step: first-result\n    budget: 30s\n  - step: shutdown\n    budget: 20s\n",
+        )
+        .unwrap();
+        assert_eq!(s.name, "t");
+        assert_eq!(
+            s.environment,
+            Path::new("scenarios/../fixtures/environments/reference")
+        );
+        assert_eq!(
+            s.steps[0],
+            Step {
+                kind: StepKind::Build,
+                budget: Duration::from_secs(300),
+                expect: Expectation::Default
+            }
+        );
+        assert_eq!(
+            s.steps[1].expect,
+            Expectation::Answer {
+                code: "1+1".into(),
+                answer: "2".into()
+            }
+        );
+        assert_eq!(
+            s.steps[2].expect,
+            Expectation::StoppedWithin(Duration::from_secs(10))
+        );
+        assert_eq!(s.hash.len(), 64);
+    }
+
+    #[test]
+    fn unknown_step_names_file_line_column_and_known_steps() {
+        let e = parse("name: t\nenvironment: e\nsteps:\n  - step: build\n    budget: 5m\n  - step: reboot\n    budget: 1s\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("scenarios/t.yaml:6:11: unknown variant `reboot`"),
+            "{e}"
+        );
+        for known in StepKind::ALL {
+            assert!(e.contains(known.name()), "{e} lacks {known}");
+        }
+    }
+
+    #[test]
+    fn bad_budget_and_unknown_field_are_located() {
+        let e = parse("name: t\nenvironment: e\nsteps:\n  - step: build\n    budget: 5 apples\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("scenarios/t.yaml:5:5:") && e.contains("expected a duration"),
+            "{e}"
+        );
+        let e = parse(
+            "name: t\nenvironment: e\nsteps:\n  - step: build\n    budget: 5s\n    colour: red\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("scenarios/t.yaml:6:5: unknown field `colour`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn misplaced_expectation_is_refused_where_it_stands() {
+        let e = parse(
+            "name: t\nenvironment: e\nsteps:\n  - step: build\n    budget: 5s\n    expect: \"2\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("scenarios/t.yaml:6:13: `expect` applies to `first-result` only"),
+            "{e}"
+        );
+        let e = parse("name: t\nenvironment: e\nsteps:\n  - step: build\n    budget: 0s\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("zero budget"), "{e}");
+        let e = parse("name: t\nenvironment: e\nsteps: []\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`steps` is empty"), "{e}");
+    }
+
+    #[test]
+    fn unreadable_file_names_the_path() {
+        let e = Scenario::load(Path::new("no/such/scenario.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("cannot read scenario file no/such/scenario.yaml"),
+            "{e}"
+        );
+    }
+}

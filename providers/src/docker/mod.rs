@@ -1,0 +1,824 @@
+//! The `docker` variant: the Datalayer OCI artifact on the local Docker engine.
+//!
+//! Builds an environment on the reference base with the engine (no network inside the
+//! build), launches it by image id with Jupyter Server as the command on a 127.0.0.1
+//! ephemeral port, and runs code through the server's kernel REST API and WebSocket.
+
+pub mod base;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bollard::Docker;
+use bollard::auth::DockerCredentials;
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
+use bollard::query_parameters::{
+    BuildImageOptionsBuilder, CreateContainerOptions, ListContainersOptionsBuilder,
+    ListImagesOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
+    RemoveImageOptionsBuilder, StopContainerOptionsBuilder,
+};
+use futures_util::StreamExt;
+use rand::Rng;
+
+use crate::jupyter::{JupyterServer, KernelSocket};
+use crate::{
+    Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, ErrorKind,
+    LogFn, Provider, ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId,
+    ShutdownEnding, ShutdownReport, Timing,
+};
+
+pub use base::BaseRecipe;
+
+/// Port Jupyter Server listens on inside the container.
+const JUPYTER_PORT: u16 = 8888;
+/// Longest a single engine call may take.
+const ENGINE_CALL_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// The kernel every sandbox starts.
+const KERNEL_NAME: &str = "python3";
+/// How long launch waits for Jupyter Server to answer.
+const READY_DEADLINE: Duration = Duration::from_secs(60);
+/// How long one piece of code may run on the kernel.
+const EXECUTE_DEADLINE: Duration = Duration::from_secs(300);
+/// Registry address under which build secrets are handed to the builder, as a registry
+/// login would be; `.invalid` never resolves.
+const CANARY_REGISTRY: &str = "build-secrets.invalid";
+
+/// Starts a kernel with jupyter_client alone and prints how long it took to answer `1+1`.
+const FLOOR_KERNEL_SCRIPT: &str = r#"
+import json, time
+from jupyter_client.manager import start_new_kernel
+t0 = time.monotonic()
+km, kc = start_new_kernel(kernel_name="python3")
+answers = []
+def hook(msg):
+    if msg["msg_type"] == "execute_result":
+        answers.append(msg["content"]["data"]["text/plain"])
+kc.execute_interactive("1+1", output_hook=hook, timeout=60)
+elapsed = time.monotonic() - t0
+kc.stop_channels()
+km.shutdown_kernel(now=True)
+print(json.dumps({"answer": answers[-1] if answers else None, "ms": elapsed * 1000}))
+"#;
+
+/// The `docker` variant on the local engine.
+pub struct DockerProvider {
+    docker: Docker,
+    engine_version: String,
+    base: BaseRecipe,
+    sandboxes: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Sandbox>>>>,
+}
+
+/// A running container with its Jupyter Server and, once code has run, its kernel.
+struct Sandbox {
+    container_id: String,
+    server: JupyterServer,
+    kernel: Option<(String, KernelSocket)>,
+}
+
+impl std::fmt::Debug for DockerProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerProvider")
+            .field("engine_version", &self.engine_version)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DockerProvider {
+    /// Connects to the local engine (`DOCKER_HOST` or the default socket) and negotiates
+    /// the API version. `base` is the reference base image's recipe.
+    pub async fn connect(base: BaseRecipe) -> Result<Self> {
+        // The runner bounds every step; the client's own timeout only has to outlast the
+        // longest engine call (a root filesystem import takes minutes).
+        let docker = Docker::connect_with_local_defaults()
+            .map_err(|e| engine_error(e).context("connecting to the Docker engine"))?
+            .with_timeout(ENGINE_CALL_TIMEOUT);
+        let docker = docker
+            .negotiate_version()
+            .await
+            .map_err(|e| engine_error(e).context("negotiating the Docker API version"))?;
+        let version = docker
+            .version()
+            .await
+            .map_err(|e| engine_error(e).context("asking the Docker engine its version"))?;
+        let engine_version = format!(
+            "Docker Engine {} (API {})",
+            version.version.unwrap_or_default(),
+            version.api_version.unwrap_or_default()
+        );
+        Ok(Self {
+            docker,
+            engine_version,
+            base,
+            sandboxes: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The engine's version, for provenance.
+    pub fn engine_version(&self) -> &str {
+        &self.engine_version
+    }
+
+    /// The engine client, for tests and tools that look at what a run left.
+    pub fn engine(&self) -> &Docker {
+        &self.docker
+    }
+
+    fn sandbox(&self, id: &SandboxId) -> Result<Arc<tokio::sync::Mutex<Sandbox>>> {
+        self.sandboxes
+            .lock()
+            .expect("sandbox table lock")
+            .get(&id.0)
+            .cloned()
+            .ok_or_else(|| {
+                ProviderError::new(ErrorKind::NotFound, format!("no running sandbox {}", id.0))
+            })
+    }
+
+    /// Runs `cmd` in a fresh container of `image` and returns its stdout, removing the container after.
+    async fn run_once(&self, image: &str, cmd: Vec<String>, labels: &RunLabels) -> Result<String> {
+        let config = ContainerCreateBody {
+            image: Some(image.to_owned()),
+            cmd: Some(cmd),
+            labels: Some(labels.to_map().into_iter().collect()),
+            host_config: Some(HostConfig {
+                network_mode: Some("none".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let created = self
+            .docker
+            .create_container(None::<CreateContainerOptions>, config)
+            .await
+            .map_err(|e| engine_error(e).context("creating a container"))?;
+        let outcome = async {
+            self.docker
+                .start_container(&created.id, None)
+                .await
+                .map_err(|e| engine_error(e).context("starting a container"))?;
+            let mut wait = self.docker.wait_container(&created.id, None);
+            while let Some(status) = wait.next().await {
+                if let Err(e) = status {
+                    // A non-zero exit arrives as an error; the logs below say why.
+                    tracing::debug!("container wait: {e}");
+                }
+            }
+            let mut logs = self.docker.logs(
+                &created.id,
+                Some(
+                    LogsOptionsBuilder::default()
+                        .stdout(true)
+                        .stderr(true)
+                        .build(),
+                ),
+            );
+            let (mut stdout, mut stderr) = (String::new(), String::new());
+            while let Some(chunk) = logs.next().await {
+                match chunk.map_err(|e| engine_error(e).context("reading container logs"))? {
+                    LogOutput::StdOut { message } => {
+                        stdout.push_str(&String::from_utf8_lossy(&message))
+                    }
+                    LogOutput::StdErr { message } => {
+                        stderr.push_str(&String::from_utf8_lossy(&message))
+                    }
+                    _ => {}
+                }
+            }
+            if stdout.trim().is_empty() {
+                return Err(ProviderError::new(
+                    ErrorKind::Protocol,
+                    format!(
+                        "the container printed nothing on stdout; stderr: {}",
+                        tail(&stderr, 400)
+                    ),
+                ));
+            }
+            Ok(stdout)
+        }
+        .await;
+        remove_container(&self.docker, &created.id).await?;
+        outcome
+    }
+}
+
+#[async_trait]
+impl Provider for DockerProvider {
+    fn variant(&self) -> &str {
+        "docker"
+    }
+
+    fn provider_version(&self) -> Option<String> {
+        Some(self.engine_version.clone())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            build: true,
+            restart: RestartKind::Kernel,
+            build_logs: BuildLogMode::Streamed,
+            exec_as_root: true,
+            artifact_metadata: true,
+            floor: true,
+            concurrent_contexts: 4,
+        }
+    }
+
+    async fn prepare(&self, progress: &LogFn) -> Result<()> {
+        self.base.ensure(&self.docker, progress).await.map(|_| ())
+    }
+
+    async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact> {
+        let labels = request.labels.to_map().into_iter().collect();
+        let build_args: HashMap<String, String> = request
+            .build_secrets
+            .iter()
+            .map(|s| (s.name().to_owned(), s.expose().to_owned()))
+            .collect();
+        let credentials = request.build_secrets.first().map(|s| {
+            HashMap::from([(
+                CANARY_REGISTRY.to_owned(),
+                DockerCredentials {
+                    username: Some("build".into()),
+                    password: Some(s.expose().to_owned()),
+                    serveraddress: Some(CANARY_REGISTRY.into()),
+                    ..Default::default()
+                },
+            )])
+        });
+        let id = build_context(
+            &self.docker,
+            &request.environment_dir,
+            None,
+            labels,
+            build_args,
+            credentials,
+            log,
+        )
+        .await?;
+        Ok(Artifact {
+            id,
+            kind: "image-id".into(),
+        })
+    }
+
+    async fn launch(
+        &self,
+        artifact: &Artifact,
+        labels: &RunLabels,
+    ) -> Result<(SandboxId, Vec<Timing>)> {
+        let token = random_hex(24);
+        let port = format!("{JUPYTER_PORT}/tcp");
+        let config = ContainerCreateBody {
+            image: Some(artifact.id.clone()),
+            cmd: Some(jupyter_command()),
+            env: Some(vec![format!("JUPYTER_TOKEN={token}")]),
+            labels: Some(labels.to_map().into_iter().collect()),
+            exposed_ports: Some(vec![port.clone()]),
+            host_config: Some(HostConfig {
+                port_bindings: Some(HashMap::from([(
+                    port.clone(),
+                    Some(vec![PortBinding {
+                        host_ip: Some("127.0.0.1".into()),
+                        host_port: Some(String::new()),
+                    }]),
+                )])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let created = self
+            .docker
+            .create_container(None::<CreateContainerOptions>, config)
+            .await
+            .map_err(|e| engine_error(e).context("creating the sandbox container"))?;
+        let id = created.id;
+        self.docker
+            .start_container(&id, None)
+            .await
+            .map_err(|e| engine_error(e).context("starting the sandbox container"))?;
+        let inspect = self
+            .docker
+            .inspect_container(&id, None)
+            .await
+            .map_err(|e| engine_error(e).context("inspecting the sandbox container"))?;
+        let host_port = inspect
+            .network_settings
+            .and_then(|n| n.ports)
+            .and_then(|p| p.get(&port).cloned().flatten())
+            .and_then(|b| b.into_iter().find_map(|b| b.host_port))
+            .ok_or_else(|| {
+                ProviderError::new(
+                    ErrorKind::Protocol,
+                    "the engine published no host port for Jupyter Server",
+                )
+            })?;
+        let server = JupyterServer::new(&format!("http://127.0.0.1:{host_port}"), &token);
+        let started = Instant::now();
+        let resolution = server
+            .wait_ready(READY_DEADLINE)
+            .await
+            .map_err(|e| e.context("waiting for Jupyter Server"))?;
+        let timing = Timing {
+            name: "jupyter-server-ready".into(),
+            duration: started.elapsed(),
+            resolution: Some(resolution),
+        };
+        let sandbox = Sandbox {
+            container_id: id.clone(),
+            server,
+            kernel: None,
+        };
+        self.sandboxes
+            .lock()
+            .expect("sandbox table lock")
+            .insert(id.clone(), Arc::new(tokio::sync::Mutex::new(sandbox)));
+        Ok((SandboxId(id), vec![timing]))
+    }
+
+    async fn run_code(&self, sandbox: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)> {
+        let sandbox = self.sandbox(sandbox)?;
+        let mut sandbox = sandbox.lock().await;
+        let mut timings = Vec::new();
+        if sandbox.kernel.is_none() {
+            let started = Instant::now();
+            let kernel_id = sandbox.server.start_kernel(KERNEL_NAME).await?;
+            let socket = sandbox.server.connect(&kernel_id).await?;
+            sandbox.kernel = Some((kernel_id, socket));
+            let (_, socket) = sandbox.kernel.as_mut().expect("kernel was just set");
+            let output = socket.execute(code, EXECUTE_DEADLINE).await?;
+            timings.push(Timing {
+                name: "kernel-start-to-first-answer".into(),
+                duration: started.elapsed(),
+                resolution: None,
+            });
+            return Ok((output, timings));
+        }
+        let (_, socket) = sandbox.kernel.as_mut().expect("kernel is present");
+        Ok((socket.execute(code, EXECUTE_DEADLINE).await?, timings))
+    }
+
+    async fn exec(
+        &self,
+        sandbox: &SandboxId,
+        argv: &[String],
+        as_root: bool,
+    ) -> Result<CommandOutput> {
+        let container_id = self.sandbox(sandbox)?.lock().await.container_id.clone();
+        let exec = self
+            .docker
+            .create_exec(
+                &container_id,
+                CreateExecOptions {
+                    cmd: Some(argv.to_vec()),
+                    user: as_root.then(|| "root".to_owned()),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| engine_error(e).context("creating an exec"))?;
+        let mut out = CommandOutput::default();
+        if let StartExecResults::Attached { mut output, .. } = self
+            .docker
+            .start_exec(&exec.id, None)
+            .await
+            .map_err(|e| engine_error(e).context("starting an exec"))?
+        {
+            while let Some(chunk) = output.next().await {
+                match chunk.map_err(|e| engine_error(e).context("reading exec output"))? {
+                    LogOutput::StdOut { message } => {
+                        out.stdout.push_str(&String::from_utf8_lossy(&message))
+                    }
+                    LogOutput::StdErr { message } => {
+                        out.stderr.push_str(&String::from_utf8_lossy(&message))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        out.exit_code = self
+            .docker
+            .inspect_exec(&exec.id)
+            .await
+            .map_err(|e| engine_error(e).context("inspecting an exec"))?
+            .exit_code;
+        Ok(out)
+    }
+
+    async fn restart(&self, sandbox: &SandboxId) -> Result<Vec<Timing>> {
+        let sandbox = self.sandbox(sandbox)?;
+        let mut sandbox = sandbox.lock().await;
+        let (kernel_id, old_socket) = sandbox.kernel.take().ok_or_else(|| {
+            ProviderError::new(ErrorKind::Protocol, "no kernel to restart: run code first")
+        })?;
+        old_socket.close().await;
+        sandbox.server.restart_kernel(&kernel_id).await?;
+        // A fresh socket after every restart: an old one can lose the new kernel's first messages.
+        let socket = sandbox.server.connect(&kernel_id).await?;
+        sandbox.kernel = Some((kernel_id, socket));
+        Ok(Vec::new())
+    }
+
+    async fn shutdown(&self, sandbox: &SandboxId, grace: Duration) -> Result<ShutdownReport> {
+        let entry = self.sandbox(sandbox)?;
+        let mut entry = entry.lock().await;
+        if let Some((_, socket)) = entry.kernel.take() {
+            socket.close().await;
+        }
+        let grace_secs = i32::try_from(grace.as_secs()).unwrap_or(i32::MAX);
+        let started = Instant::now();
+        self.docker
+            .stop_container(
+                &entry.container_id,
+                Some(StopContainerOptionsBuilder::default().t(grace_secs).build()),
+            )
+            .await
+            .map_err(|e| engine_error(e).context("stopping the sandbox container"))?;
+        let elapsed = started.elapsed();
+        let state = self
+            .docker
+            .inspect_container(&entry.container_id, None)
+            .await
+            .map_err(|e| engine_error(e).context("inspecting the stopped container"))?
+            .state
+            .unwrap_or_default();
+        if state.running == Some(true) {
+            return Err(ProviderError::new(
+                ErrorKind::Protocol,
+                "the engine says the container still runs after stop",
+            ));
+        }
+        let exit_code = state.exit_code;
+        // 137 is 128 + SIGKILL: the engine killed PID 1 once the grace period ran out.
+        let killed = exit_code == Some(137) && elapsed >= grace && state.oom_killed != Some(true);
+        drop(entry);
+        self.sandboxes
+            .lock()
+            .expect("sandbox table lock")
+            .remove(&sandbox.0);
+        Ok(ShutdownReport {
+            ending: if killed {
+                ShutdownEnding::Killed
+            } else {
+                ShutdownEnding::ExitedOnSigterm
+            },
+            exit_code,
+        })
+    }
+
+    async fn artifact_metadata(&self, artifact: &Artifact) -> Result<String> {
+        let inspect = self
+            .docker
+            .inspect_image(&artifact.id)
+            .await
+            .map_err(|e| engine_error(e).context("inspecting the artifact"))?;
+        let history = self
+            .docker
+            .image_history(&artifact.id)
+            .await
+            .map_err(|e| engine_error(e).context("reading the artifact's history"))?;
+        let config = inspect.config.unwrap_or_default();
+        let metadata = serde_json::json!({
+            "env": config.env,
+            "labels": config.labels,
+            "cmd": config.cmd,
+            "entrypoint": config.entrypoint,
+            "history": history.iter().map(|h| &h.created_by).collect::<Vec<_>>(),
+        });
+        Ok(serde_json::to_string_pretty(&metadata).expect("metadata is plain JSON"))
+    }
+
+    async fn floor(&self, artifact: &Artifact, labels: &RunLabels) -> Result<Vec<Timing>> {
+        let started = Instant::now();
+        let out = self
+            .run_once(
+                &artifact.id,
+                vec!["python3".into(), "-c".into(), "print(1+1)".into()],
+                labels,
+            )
+            .await?;
+        let python3 = started.elapsed();
+        if out.trim() != "2" {
+            return Err(ProviderError::new(
+                ErrorKind::Protocol,
+                format!("bare python3 printed {:?}, not 2", tail(&out, 200)),
+            ));
+        }
+        let out = self
+            .run_once(
+                &artifact.id,
+                vec!["python3".into(), "-c".into(), FLOOR_KERNEL_SCRIPT.into()],
+                labels,
+            )
+            .await?;
+        let line = out.lines().rev().find(|l| l.starts_with('{')).unwrap_or("");
+        let parsed: serde_json::Value = serde_json::from_str(line).map_err(|e| {
+            ProviderError::new(
+                ErrorKind::Protocol,
+                format!("the kernel floor script printed {:?}: {e}", tail(&out, 200)),
+            )
+        })?;
+        if parsed["answer"] != "2" {
+            return Err(ProviderError::new(
+                ErrorKind::Protocol,
+                format!("a bare kernel answered {} to 1+1", parsed["answer"]),
+            ));
+        }
+        let kernel_ms = parsed["ms"].as_f64().unwrap_or(f64::NAN);
+        let kernel = Duration::try_from_secs_f64(kernel_ms / 1000.0).map_err(|_| {
+            ProviderError::new(
+                ErrorKind::Protocol,
+                format!("the kernel floor script reported {kernel_ms} ms"),
+            )
+        })?;
+        Ok(vec![
+            Timing {
+                name: "floor-python3".into(),
+                duration: python3,
+                resolution: None,
+            },
+            Timing {
+                name: "floor-kernel".into(),
+                duration: kernel,
+                resolution: None,
+            },
+        ])
+    }
+
+    async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>> {
+        let filters = HashMap::from([(
+            "label".to_owned(),
+            labels
+                .to_map()
+                .into_iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>(),
+        )]);
+        let containers = self
+            .docker
+            .list_containers(Some(
+                ListContainersOptionsBuilder::default()
+                    .all(true)
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(|e| engine_error(e).context("listing containers by run label"))?;
+        let images = self
+            .docker
+            .list_images(Some(
+                ListImagesOptionsBuilder::default()
+                    .all(true)
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(|e| engine_error(e).context("listing images by run label"))?;
+        Ok(containers
+            .into_iter()
+            .filter_map(|c| c.id)
+            .map(|id| Resource {
+                kind: "container".into(),
+                id,
+            })
+            .chain(images.into_iter().map(|i| Resource {
+                kind: "image".into(),
+                id: i.id,
+            }))
+            .collect())
+    }
+
+    async fn delete_resource(&self, resource: &Resource) -> Result<()> {
+        match resource.kind.as_str() {
+            "container" => remove_container(&self.docker, &resource.id).await,
+            "image" => match self
+                .docker
+                .remove_image(
+                    &resource.id,
+                    Some(RemoveImageOptionsBuilder::default().force(true).build()),
+                    None,
+                )
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => Ok(()),
+                Err(e) => Err(engine_error(e).context(format!("removing image {}", resource.id))),
+            },
+            other => Err(ProviderError::new(
+                ErrorKind::Unsupported,
+                format!("docker has no resource kind {other}"),
+            )),
+        }
+    }
+}
+
+/// Jupyter Server as the sandbox's command; the token comes from `JUPYTER_TOKEN`.
+fn jupyter_command() -> Vec<String> {
+    [
+        "jupyter",
+        "server",
+        "--ServerApp.ip=0.0.0.0",
+        &format!("--ServerApp.port={JUPYTER_PORT}"),
+        "--ServerApp.open_browser=False",
+        "--ServerApp.root_dir=/home/datalayer",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+async fn remove_container(docker: &Docker, id: &str) -> Result<()> {
+    match docker
+        .remove_container(
+            id,
+            Some(
+                RemoveContainerOptionsBuilder::default()
+                    .force(true)
+                    .v(true)
+                    .build(),
+            ),
+        )
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(()),
+        Err(e) => Err(engine_error(e).context(format!("removing container {id}"))),
+    }
+}
+
+/// Builds the Dockerfile in `dir` with the engine, with no network inside the build,
+/// streaming log lines to `log`, and returns the image id.
+pub(crate) async fn build_context(
+    docker: &Docker,
+    dir: &Path,
+    tag: Option<&str>,
+    labels: HashMap<String, String>,
+    build_args: HashMap<String, String>,
+    credentials: Option<HashMap<String, DockerCredentials>>,
+    log: &LogFn,
+) -> Result<String> {
+    if !dir.join("Dockerfile").is_file() {
+        return Err(ProviderError::new(
+            ErrorKind::Config,
+            format!("no Dockerfile in {}", dir.display()),
+        ));
+    }
+    let context = tar_directory(dir)?;
+    let mut options = BuildImageOptionsBuilder::default()
+        .dockerfile("Dockerfile")
+        .rm(true)
+        .forcerm(true)
+        .networkmode("none")
+        .labels(&labels)
+        .buildargs(&build_args);
+    if let Some(tag) = tag {
+        options = options.t(tag);
+    }
+    let mut stream = docker.build_image(
+        options.build(),
+        credentials,
+        Some(bollard::body_full(context.into())),
+    );
+    let mut image_id = None;
+    let mut recent: Vec<String> = Vec::new();
+    while let Some(item) = stream.next().await {
+        let info = item.map_err(|e| match e {
+            bollard::errors::Error::DockerStreamError { error } => ProviderError::new(
+                ErrorKind::Build,
+                format!("{error}; last lines: {}", recent.join(" | ")),
+            ),
+            other => engine_error(other).context("docker build"),
+        })?;
+        if let Some(line) = info
+            .stream
+            .as_deref()
+            .map(str::trim_end)
+            .filter(|l| !l.is_empty())
+        {
+            log(line);
+            recent.push(line.to_owned());
+            if recent.len() > 5 {
+                recent.remove(0);
+            }
+        }
+        if let Some(detail) = info.error_detail {
+            return Err(ProviderError::new(
+                ErrorKind::Build,
+                format!(
+                    "{}; last lines: {}",
+                    detail.message.unwrap_or_default(),
+                    recent.join(" | ")
+                ),
+            ));
+        }
+        if let Some(id) = info.aux.and_then(|a| a.id) {
+            image_id = Some(id);
+        }
+    }
+    image_id.ok_or_else(|| {
+        ProviderError::new(
+            ErrorKind::Build,
+            "the engine finished the build without an image id",
+        )
+    })
+}
+
+fn tar_directory(dir: &Path) -> Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.follow_symlinks(false);
+    builder
+        .append_dir_all(".", dir)
+        .and_then(|()| builder.into_inner())
+        .map_err(|e| {
+            ProviderError::new(
+                ErrorKind::Config,
+                format!("cannot pack build context {}: {e}", dir.display()),
+            )
+        })
+}
+
+/// Maps an engine error to a provider error: 5xx and I/O failures are retryable.
+pub(crate) fn engine_error(e: bollard::errors::Error) -> ProviderError {
+    use bollard::errors::Error as E;
+    match e {
+        E::DockerResponseServerError {
+            status_code: 404,
+            message,
+        } => ProviderError::new(ErrorKind::NotFound, message),
+        E::DockerResponseServerError {
+            status_code,
+            message,
+        } if status_code >= 500 => {
+            ProviderError::retryable(ErrorKind::Api, format!("{status_code}: {message}"))
+        }
+        E::DockerResponseServerError {
+            status_code,
+            message,
+        } => ProviderError::new(ErrorKind::Api, format!("{status_code}: {message}")),
+        E::SocketNotFoundError(path) => ProviderError::new(
+            ErrorKind::Config,
+            format!("no Docker engine socket at {path}: start the engine or set DOCKER_HOST"),
+        ),
+        E::IOError { err } => ProviderError::retryable(ErrorKind::Transport, err.to_string()),
+        other => ProviderError::new(ErrorKind::Transport, other.to_string()),
+    }
+}
+
+fn random_hex(bytes: usize) -> String {
+    let mut rng = rand::rng();
+    (0..bytes)
+        .map(|_| format!("{:02x}", rng.random::<u8>()))
+        .collect()
+}
+
+fn tail(text: &str, max: usize) -> &str {
+    let start = text.len().saturating_sub(max);
+    let start = (start..=text.len())
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(text.len());
+    &text[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_keeps_the_end_on_a_char_boundary() {
+        assert_eq!(tail("hello", 3), "llo");
+        assert_eq!(tail("héllo", 4), "llo");
+        assert_eq!(tail("hi", 10), "hi");
+    }
+
+    #[test]
+    fn engine_errors_map_to_kinds() {
+        use bollard::errors::Error as E;
+        let e = engine_error(E::DockerResponseServerError {
+            status_code: 503,
+            message: "busy".into(),
+        });
+        assert!(e.retryable && e.kind == ErrorKind::Api);
+        let e = engine_error(E::DockerResponseServerError {
+            status_code: 409,
+            message: "conflict".into(),
+        });
+        assert!(!e.retryable);
+        assert_eq!(
+            engine_error(E::DockerResponseServerError {
+                status_code: 404,
+                message: "gone".into()
+            })
+            .kind,
+            ErrorKind::NotFound
+        );
+    }
+}

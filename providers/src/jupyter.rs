@@ -1,0 +1,892 @@
+//! A small Jupyter Server client: the REST calls that manage kernels and the
+//! kernel WebSocket that runs code on them.
+//!
+//! Messages are `jupyter-protocol` types sent as JSON text frames over the
+//! default (`""`) WebSocket subprotocol, where each message names its
+//! `channel`. Only `ws://` works for now: tokio-tungstenite is built without
+//! TLS, so a `wss://` connect fails with a configuration error.
+
+use std::fmt;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use jupyter_protocol::{
+    Channel, ExecuteRequest, ExecutionState, JupyterMessage, JupyterMessageContent,
+    KernelInfoRequest, Media, MediaType, ReplyStatus, Stdio,
+};
+use reqwest::header::{AUTHORIZATION, HeaderValue};
+use reqwest::{Method, StatusCode};
+use serde::Deserialize;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::{CodeOutput, ErrorKind, ProviderError, Result};
+
+/// Timeout of one HTTP call; generous because a restart answers only once
+/// the new kernel is up.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
+/// Timeout of the WebSocket handshake.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// First interval between readiness polls.
+const POLL_START: Duration = Duration::from_millis(25);
+/// Largest interval between readiness polls.
+const POLL_MAX: Duration = Duration::from_millis(200);
+/// How often an unanswered `kernel_info_request` is sent again.
+const KERNEL_INFO_RESEND: Duration = Duration::from_secs(1);
+/// How long a polite close may take before the socket is dropped.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How much of an error body goes into an error message.
+const BODY_EXCERPT_CHARS: usize = 200;
+
+/// A Jupyter Server reached over HTTP with a token.
+pub struct JupyterServer {
+    base_url: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl fmt::Debug for JupyterServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JupyterServer")
+            .field("base_url", &self.base_url)
+            .field("token", &format_args!("[redacted]"))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The part of a kernel model that the client reads.
+#[derive(Deserialize)]
+struct KernelModel {
+    id: String,
+}
+
+impl JupyterServer {
+    /// A server at `base_url` (such as `http://127.0.0.1:49153`, a trailing
+    /// `/` is ignored) that accepts `token`. Proxy settings from the
+    /// environment are ignored, as they are for the WebSocket.
+    pub fn new(base_url: &str, token: &str) -> Self {
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .build()
+            // Without TLS there is nothing that can fail here, the same
+            // assumption reqwest::Client::new() makes.
+            .expect("an HTTP client without TLS always builds");
+        Self {
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            token: token.to_owned(),
+            http,
+        }
+    }
+
+    /// Polls `GET /api` until it answers 200 or `deadline` passes. Poll interval starts at 25 ms and doubles up to 200 ms.
+    /// Returns the last poll interval used (the measurement's resolution);
+    /// 25 ms when the first poll already succeeds.
+    ///
+    /// Connection errors and 5xx answers are polled through; an answer that
+    /// cannot get better (a 4xx) ends the wait at once. jupyter_server 2.x
+    /// answers `GET /api` without checking the token, so a wrong token shows
+    /// only on the next call.
+    pub async fn wait_ready(&self, deadline: Duration) -> Result<Duration> {
+        let until = Instant::now() + deadline;
+        let mut interval = POLL_START;
+        let mut last_used = POLL_START;
+        loop {
+            let remaining = until.saturating_duration_since(Instant::now());
+            let last_error = match self.call(Method::GET, "/api", None, remaining).await {
+                Ok(_) => return Ok(last_used),
+                Err(e) if !e.retryable => return Err(e),
+                Err(e) => e,
+            };
+            let remaining = until.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(ProviderError::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "not ready within {deadline:?}; last poll: {}: {}",
+                        last_error.kind, last_error.message
+                    ),
+                )
+                .context("GET /api"));
+            }
+            last_used = interval.min(remaining);
+            tokio::time::sleep(last_used).await;
+            interval = (interval * 2).min(POLL_MAX);
+        }
+    }
+
+    /// `POST /api/kernels {"name": kernel_name}`; returns the kernel id.
+    pub async fn start_kernel(&self, kernel_name: &str) -> Result<String> {
+        let body = serde_json::json!({ "name": kernel_name });
+        let response = self
+            .call(Method::POST, "/api/kernels", Some(body), HTTP_TIMEOUT)
+            .await?;
+        let model: KernelModel = response.json().await.map_err(|e| {
+            ProviderError::new(
+                ErrorKind::Protocol,
+                format!("kernel model: {}", error_chain(&e)),
+            )
+            .context("POST /api/kernels")
+        })?;
+        check_kernel_id(&model.id).map_err(|e| e.context("POST /api/kernels"))?;
+        Ok(model.id)
+    }
+
+    /// `POST /api/kernels/{id}/restart`.
+    ///
+    /// Open sockets to the kernel are not kept usable: connect again (and
+    /// call [`KernelSocket::wait_kernel_ready`]) after a restart, because a
+    /// socket from before the restart can miss the new kernel's first iopub
+    /// messages (it did in 7 of 34 tries).
+    pub async fn restart_kernel(&self, kernel_id: &str) -> Result<()> {
+        check_kernel_id(kernel_id)?;
+        let path = format!("/api/kernels/{kernel_id}/restart");
+        self.call(Method::POST, &path, None, HTTP_TIMEOUT).await?;
+        Ok(())
+    }
+
+    /// `DELETE /api/kernels/{id}`.
+    pub async fn shutdown_kernel(&self, kernel_id: &str) -> Result<()> {
+        check_kernel_id(kernel_id)?;
+        let path = format!("/api/kernels/{kernel_id}");
+        self.call(Method::DELETE, &path, None, HTTP_TIMEOUT).await?;
+        Ok(())
+    }
+
+    /// Opens `ws(s)://.../api/kernels/{id}/channels?session_id=<uuid-ish random>`, sending `Authorization: token <t>` on the upgrade request.
+    pub async fn connect(&self, kernel_id: &str) -> Result<KernelSocket> {
+        let context = format!("GET /api/kernels/{kernel_id}/channels");
+        let socket = async {
+            check_kernel_id(kernel_id)?;
+            let session = random_session_id();
+            let url = format!(
+                "{}/api/kernels/{kernel_id}/channels?session_id={session}",
+                websocket_base(&self.base_url)?
+            );
+            let mut request = url.into_client_request().map_err(|e| self.ws_error(e))?;
+            request
+                .headers_mut()
+                .insert(AUTHORIZATION, self.auth_header()?);
+            let (ws, _) =
+                tokio::time::timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(request))
+                    .await
+                    .map_err(|_| {
+                        ProviderError::retryable(
+                            ErrorKind::Timeout,
+                            format!("WebSocket handshake took over {CONNECT_TIMEOUT:?}"),
+                        )
+                    })?
+                    .map_err(|e| self.ws_error(e))?;
+            Ok(KernelSocket {
+                ws,
+                session,
+                kernel_id: kernel_id.to_owned(),
+                token: self.token.clone(),
+            })
+        };
+        socket.await.map_err(|e: ProviderError| e.context(context))
+    }
+
+    /// `Authorization: token <t>`, marked sensitive.
+    fn auth_header(&self) -> Result<HeaderValue> {
+        let mut value = HeaderValue::from_str(&format!("token {}", self.token)).map_err(|_| {
+            ProviderError::new(
+                ErrorKind::Config,
+                "the token is not a valid HTTP header value",
+            )
+        })?;
+        value.set_sensitive(true);
+        Ok(value)
+    }
+
+    /// Sends one authorized request and turns anything but a 2xx answer into an error.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+        timeout: Duration,
+    ) -> Result<reqwest::Response> {
+        let context = format!("{method} {path}");
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.base_url))
+            .header(
+                AUTHORIZATION,
+                self.auth_header().map_err(|e| e.context(context.clone()))?,
+            )
+            .timeout(timeout);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| http_error(&e).context(context.clone()))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        // The body is only for the message, so failing to read it is not an error of its own.
+        let body = response.text().await.unwrap_or_default();
+        Err(status_error(status, &body, &self.token).context(context))
+    }
+
+    /// Maps a WebSocket handshake error.
+    fn ws_error(&self, e: tungstenite::Error) -> ProviderError {
+        ws_error(e, &self.token)
+    }
+}
+
+/// An open kernel WebSocket (JSON text frames, the default `""` subprotocol with a `channel` field in each message).
+pub struct KernelSocket {
+    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    session: String,
+    kernel_id: String,
+    token: String,
+}
+
+impl fmt::Debug for KernelSocket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KernelSocket")
+            .field("kernel_id", &self.kernel_id)
+            .field("session", &self.session)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KernelSocket {
+    /// Sends an `execute_request` on the shell channel and collects, for messages whose parent msg_id matches:
+    /// `stream` (stdout/stderr), `execute_result` / `display_data` `text/plain` (the last one is `result`), `error` (`ename: evalue`),
+    /// until the kernel reports status idle for that request AND the `execute_reply` has arrived. Frames that fail to parse
+    /// (not JSON, unknown msg types) are skipped with a `tracing::debug!`, never fatal. A closed socket is a Transport error.
+    ///
+    /// Passing `deadline` is a Timeout error; the socket stays usable, as
+    /// late messages of the abandoned request are ignored by later calls.
+    pub async fn execute(&mut self, code: &str, deadline: Duration) -> Result<CodeOutput> {
+        let work = async {
+            let msg_id = self.send(ExecuteRequest::new(code.to_owned())).await?;
+            let mut run = Execution::new(msg_id);
+            loop {
+                if run.accept(&self.next_message().await?) {
+                    return Ok(run.output);
+                }
+            }
+        };
+        tokio::time::timeout(deadline, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(ProviderError::new(
+                    ErrorKind::Timeout,
+                    format!("execute_reply and idle status not both in within {deadline:?}"),
+                ))
+            })
+            .map_err(|e| e.context(format!("execute_request on kernel {}", self.kernel_id)))
+    }
+
+    /// Waits until the kernel answers a `kernel_info_request` (useful right after connect/restart).
+    ///
+    /// The request is sent again every second until one of them is answered,
+    /// since one sent while the kernel is still starting can be lost.
+    pub async fn wait_kernel_ready(&mut self, deadline: Duration) -> Result<()> {
+        let work = async {
+            let mut sent = Vec::new();
+            loop {
+                sent.push(self.send(KernelInfoRequest {}).await?);
+                let resend = tokio::time::sleep(KERNEL_INFO_RESEND);
+                tokio::pin!(resend);
+                loop {
+                    tokio::select! {
+                        msg = self.next_message() => {
+                            let msg = msg?;
+                            let answers_us = msg
+                                .parent_header
+                                .as_ref()
+                                .is_some_and(|parent| sent.contains(&parent.msg_id));
+                            if answers_us && matches!(msg.content, JupyterMessageContent::KernelInfoReply(_)) {
+                                return Ok(());
+                            }
+                        }
+                        () = &mut resend => break,
+                    }
+                }
+            }
+        };
+        tokio::time::timeout(deadline, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(ProviderError::new(
+                    ErrorKind::Timeout,
+                    format!("no kernel_info_reply within {deadline:?}"),
+                ))
+            })
+            .map_err(|e| e.context(format!("kernel_info_request on kernel {}", self.kernel_id)))
+    }
+
+    /// Closes the socket politely.
+    ///
+    /// Sends a close frame and waits up to two seconds for the server's;
+    /// errors on the way are only logged, as the socket is dropped anyway.
+    pub async fn close(mut self) {
+        let polite = async {
+            self.ws.close(None).await?;
+            while self.ws.next().await.transpose()?.is_some() {}
+            Ok::<_, tungstenite::Error>(())
+        };
+        match tokio::time::timeout(CLOSE_TIMEOUT, polite).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(kernel = %self.kernel_id, "closing kernel WebSocket: {e}")
+            }
+            Err(_) => tracing::debug!(kernel = %self.kernel_id, "kernel WebSocket close timed out"),
+        }
+    }
+
+    /// Sends `content` on the shell channel in this socket's session; returns its msg_id.
+    async fn send(&mut self, content: impl Into<JupyterMessageContent>) -> Result<String> {
+        let message = JupyterMessage::new(content, None)
+            .with_session(&self.session)
+            .with_channel(Channel::Shell);
+        let msg_id = message.header.msg_id.clone();
+        let text = serde_json::to_string(&message).map_err(|e| {
+            ProviderError::new(
+                ErrorKind::Protocol,
+                format!("serializing {}: {e}", message.message_type()),
+            )
+        })?;
+        self.ws
+            .send(Message::text(text))
+            .await
+            .map_err(|e| ws_error(e, &self.token))?;
+        Ok(msg_id)
+    }
+
+    /// The next message that parses as a known Jupyter message; other frames are skipped.
+    async fn next_message(&mut self) -> Result<JupyterMessage> {
+        loop {
+            let frame = match self.ws.next().await {
+                None => return Err(socket_closed()),
+                Some(frame) => frame.map_err(|e| ws_error(e, &self.token))?,
+            };
+            match frame {
+                Message::Text(text) => {
+                    if let Some(message) = parse_frame(&text) {
+                        return Ok(message);
+                    }
+                }
+                Message::Close(_) => return Err(socket_closed()),
+                Message::Binary(bytes) => {
+                    tracing::debug!(
+                        len = bytes.len(),
+                        "skipping binary kernel frame (buffers are not used)"
+                    );
+                }
+                Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
+            }
+        }
+    }
+}
+
+/// Parses a text frame; `None` (logged at debug) for anything that is not a
+/// known Jupyter message.
+fn parse_frame(text: &str) -> Option<JupyterMessage> {
+    // serde keeps the `channel` field; JupyterMessage::from_value would drop it.
+    match serde_json::from_str::<JupyterMessage>(text) {
+        Ok(message) => match &message.content {
+            JupyterMessageContent::UnknownMessage(unknown) => {
+                tracing::debug!(msg_type = %unknown.msg_type, "skipping kernel message of unknown type");
+                None
+            }
+            _ => Some(message),
+        },
+        Err(e) => {
+            let start: String = text.chars().take(80).collect();
+            tracing::debug!("skipping kernel frame that does not parse ({e}): {start}");
+            None
+        }
+    }
+}
+
+/// What one `execute_request` has produced so far.
+struct Execution {
+    msg_id: String,
+    output: CodeOutput,
+    idle: bool,
+    replied: bool,
+}
+
+impl Execution {
+    fn new(msg_id: String) -> Self {
+        Self {
+            msg_id,
+            output: CodeOutput::default(),
+            idle: false,
+            replied: false,
+        }
+    }
+
+    /// Takes one incoming message; true once both the idle status and the
+    /// `execute_reply` of this request have arrived.
+    fn accept(&mut self, message: &JupyterMessage) -> bool {
+        let ours = message
+            .parent_header
+            .as_ref()
+            .is_some_and(|parent| parent.msg_id == self.msg_id);
+        if ours {
+            let output = &mut self.output;
+            match &message.content {
+                JupyterMessageContent::StreamContent(stream) => match stream.name {
+                    Stdio::Stdout => output.stdout.push_str(&stream.text),
+                    Stdio::Stderr => output.stderr.push_str(&stream.text),
+                },
+                JupyterMessageContent::ExecuteResult(result) => {
+                    output.result = plain_text(&result.data).or(output.result.take());
+                }
+                JupyterMessageContent::DisplayData(display) => {
+                    output.result = plain_text(&display.data).or(output.result.take());
+                }
+                JupyterMessageContent::ErrorOutput(error) => {
+                    output.error = Some(format!("{}: {}", error.ename, error.evalue));
+                }
+                JupyterMessageContent::ExecuteReply(reply) => {
+                    self.replied = true;
+                    // The iopub error is the usual source; the reply covers kernels that skip it.
+                    if output.error.is_none() {
+                        output.error = match (&reply.status, &reply.error) {
+                            (ReplyStatus::Ok, _) => None,
+                            (ReplyStatus::Error, Some(error)) => {
+                                Some(format!("{}: {}", error.ename, error.evalue))
+                            }
+                            (ReplyStatus::Error, None) => {
+                                Some("error: the kernel gave no details".to_owned())
+                            }
+                            (ReplyStatus::Aborted, _) => {
+                                Some("aborted: the kernel did not run the code".to_owned())
+                            }
+                        };
+                    }
+                }
+                JupyterMessageContent::Status(status) => {
+                    self.idle |= status.execution_state == ExecutionState::Idle;
+                }
+                _ => {}
+            }
+        }
+        self.idle && self.replied
+    }
+}
+
+/// The `text/plain` entry of a MIME bundle.
+fn plain_text(media: &Media) -> Option<String> {
+    media.content.iter().find_map(|entry| match entry {
+        MediaType::Plain(text) => Some(text.clone()),
+        _ => None,
+    })
+}
+
+/// The WebSocket base for an HTTP base URL: only the scheme prefix changes.
+fn websocket_base(base_url: &str) -> Result<String> {
+    if let Some(rest) = base_url.strip_prefix("http://") {
+        Ok(format!("ws://{rest}"))
+    } else if let Some(rest) = base_url.strip_prefix("https://") {
+        Ok(format!("wss://{rest}"))
+    } else {
+        Err(ProviderError::new(
+            ErrorKind::Config,
+            format!("base URL {base_url:?} does not start with http:// or https://"),
+        ))
+    }
+}
+
+/// Kernel ids go into URL paths, so only id-like text is accepted.
+fn check_kernel_id(kernel_id: &str) -> Result<()> {
+    let id_like = !kernel_id.is_empty()
+        && kernel_id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if id_like {
+        Ok(())
+    } else {
+        Err(ProviderError::new(
+            ErrorKind::Config,
+            format!("{kernel_id:?} is not a kernel id"),
+        ))
+    }
+}
+
+/// A random id in UUID v4 form, for the WebSocket's session.
+fn random_session_id() -> String {
+    // Version nibble 4 (bits 76..80) and variant 0b10 (bits 62..64).
+    let bits = (rand::random::<u128>() & !(0xf000 << 64) & !(0xc000 << 48))
+        | (0x4000 << 64)
+        | (0x8000 << 48);
+    let hex = format!("{bits:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
+/// An error for a non-2xx answer: 5xx and 429 may pass on a retry, other 4xx will not.
+fn status_error(status: StatusCode, body: &str, token: &str) -> ProviderError {
+    let message = format!("HTTP {status}: {}", excerpt(body, token));
+    if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+        ProviderError::retryable(ErrorKind::Api, message)
+    } else {
+        ProviderError::new(ErrorKind::Api, message)
+    }
+}
+
+/// The start of `body` on one line, with the token blanked out should the server echo it.
+fn excerpt(body: &str, token: &str) -> String {
+    let mut line = body.split_whitespace().collect::<Vec<_>>().join(" ");
+    if !token.is_empty() {
+        line = line.replace(token, "[redacted]");
+    }
+    if line.is_empty() {
+        return "(empty body)".to_owned();
+    }
+    match line.char_indices().nth(BODY_EXCERPT_CHARS) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line,
+    }
+}
+
+/// An error for an HTTP call that got no answer.
+fn http_error(e: &reqwest::Error) -> ProviderError {
+    let message = error_chain(e);
+    if e.is_timeout() {
+        ProviderError::retryable(ErrorKind::Timeout, message)
+    } else if e.is_builder() {
+        ProviderError::new(ErrorKind::Config, message)
+    } else {
+        ProviderError::retryable(ErrorKind::Transport, message)
+    }
+}
+
+/// An error for a WebSocket failure, from the handshake or a frame.
+fn ws_error(e: tungstenite::Error, token: &str) -> ProviderError {
+    match e {
+        tungstenite::Error::Http(response) => {
+            let body = response
+                .body()
+                .as_deref()
+                .map(String::from_utf8_lossy)
+                .unwrap_or_default();
+            status_error(response.status(), &body, token)
+        }
+        tungstenite::Error::Url(e) => ProviderError::new(ErrorKind::Config, e.to_string()),
+        tungstenite::Error::HttpFormat(e) => ProviderError::new(ErrorKind::Config, e.to_string()),
+        e @ (tungstenite::Error::Io(_)
+        | tungstenite::Error::ConnectionClosed
+        | tungstenite::Error::AlreadyClosed
+        | tungstenite::Error::Tls(_)
+        | tungstenite::Error::Protocol(_)) => {
+            ProviderError::retryable(ErrorKind::Transport, e.to_string())
+        }
+        e => ProviderError::new(ErrorKind::Protocol, e.to_string()),
+    }
+}
+
+/// The error for a socket the server has closed.
+fn socket_closed() -> ProviderError {
+    ProviderError::retryable(ErrorKind::Transport, "the kernel WebSocket is closed")
+}
+
+/// An error and its sources on one line (reqwest puts the cause in the sources).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        line.push_str(": ");
+        line.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn websocket_base_changes_only_the_scheme() {
+        assert_eq!(
+            websocket_base("http://127.0.0.1:8888").unwrap(),
+            "ws://127.0.0.1:8888"
+        );
+        assert_eq!(
+            websocket_base("https://example.test/user/x").unwrap(),
+            "wss://example.test/user/x"
+        );
+        // "http" elsewhere in the URL stays as it is.
+        assert_eq!(
+            websocket_base("http://httpbin.test/http/").unwrap(),
+            "ws://httpbin.test/http/"
+        );
+        assert_eq!(
+            websocket_base("https://http.test").unwrap(),
+            "wss://http.test"
+        );
+        let err = websocket_base("ftp://http.test").unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Config);
+        assert!(websocket_base("xhttp://a").is_err());
+    }
+
+    #[test]
+    fn new_drops_trailing_slash() {
+        let server = JupyterServer::new("http://127.0.0.1:1/", "t");
+        assert_eq!(server.base_url, "http://127.0.0.1:1");
+        assert_eq!(
+            websocket_base(&server.base_url).unwrap(),
+            "ws://127.0.0.1:1"
+        );
+    }
+
+    #[test]
+    fn debug_redacts_the_token() {
+        // A made-up token for this test.
+        let server = JupyterServer::new("http://127.0.0.1:8888", "fake-token-5150");
+        let shown = format!("{server:?}");
+        assert!(!shown.contains("fake-token-5150"), "{shown}");
+        assert!(shown.contains("[redacted]"), "{shown}");
+        assert!(shown.contains("http://127.0.0.1:8888"), "{shown}");
+    }
+
+    #[test]
+    fn status_errors_carry_status_and_excerpt_and_hide_the_token() {
+        let e = status_error(
+            StatusCode::FORBIDDEN,
+            "{\"message\": \"Forbidden\",\n \"reason\": null}",
+            "t0k3n",
+        )
+        .context("POST /api/kernels");
+        assert_eq!(e.kind, ErrorKind::Api);
+        assert!(!e.retryable);
+        assert_eq!(
+            e.to_string(),
+            "api error: HTTP 403 Forbidden: {\"message\": \"Forbidden\", \"reason\": null} (during POST /api/kernels)"
+        );
+        assert!(status_error(StatusCode::BAD_GATEWAY, "", "t").retryable);
+        assert!(status_error(StatusCode::TOO_MANY_REQUESTS, "", "t").retryable);
+        assert!(!status_error(StatusCode::NOT_FOUND, "", "t").retryable);
+        let echoed = status_error(StatusCode::BAD_REQUEST, "bad token t0k3n here", "t0k3n");
+        assert!(!echoed.to_string().contains("t0k3n"), "{echoed}");
+    }
+
+    #[test]
+    fn excerpt_is_short_and_single_line() {
+        let long = "é".repeat(500);
+        let cut = excerpt(&long, "");
+        assert_eq!(cut.chars().count(), BODY_EXCERPT_CHARS + 1);
+        assert!(cut.ends_with('…'));
+        assert_eq!(excerpt("a\n\n  b", "tok"), "a b");
+        assert_eq!(excerpt("  ", "tok"), "(empty body)");
+    }
+
+    #[test]
+    fn kernel_ids_must_be_id_like() {
+        assert!(check_kernel_id("3f0c2a9e-5b1d-4c8e-9a7f-0123456789ab").is_ok());
+        for bad in ["", "../api", "a/b", "a?b", "a b"] {
+            assert_eq!(
+                check_kernel_id(bad).unwrap_err().kind,
+                ErrorKind::Config,
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn session_ids_look_like_uuid_v4() {
+        let a = random_session_id();
+        let b = random_session_id();
+        assert_ne!(a, b);
+        let groups: Vec<_> = a.split('-').map(str::len).collect();
+        assert_eq!(groups, [8, 4, 4, 4, 12], "{a}");
+        assert_eq!(&a[14..15], "4", "{a}");
+        assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"), "{a}");
+    }
+
+    #[test]
+    fn outgoing_message_names_channel_session_and_empty_parent() {
+        let message = JupyterMessage::new(ExecuteRequest::new("1+1".to_owned()), None)
+            .with_session("s-1")
+            .with_channel(Channel::Shell);
+        let value = serde_json::to_value(&message).unwrap();
+        assert_eq!(value["channel"], "shell");
+        assert_eq!(value["header"]["session"], "s-1");
+        assert_eq!(value["header"]["msg_type"], "execute_request");
+        assert_eq!(value["parent_header"], serde_json::json!({}));
+        assert_eq!(value["content"]["code"], "1+1");
+        assert_eq!(value["content"]["user_expressions"], serde_json::json!({}));
+    }
+
+    /// A frame as jupyter_server sends it on the "" subprotocol.
+    fn frame(parent: &str, channel: &str, msg_type: &str, content: serde_json::Value) -> String {
+        serde_json::json!({
+            "header": {"msg_id": "m", "username": "u", "session": "s", "date": "2025-01-01T00:00:00.000001Z",
+                       "msg_type": msg_type, "version": "5.3"},
+            "msg_id": "m",
+            "msg_type": msg_type,
+            "parent_header": {"msg_id": parent, "username": "u", "session": "s",
+                              "date": "2025-01-01T00:00:00Z", "msg_type": "execute_request", "version": "5.3"},
+            "metadata": {},
+            "content": content,
+            "buffers": [],
+            "channel": channel,
+        })
+        .to_string()
+    }
+
+    fn feed(run: &mut Execution, frames: &[String]) -> Vec<bool> {
+        frames
+            .iter()
+            .filter_map(|f| parse_frame(f))
+            .map(|m| run.accept(&m))
+            .collect()
+    }
+
+    #[test]
+    fn execution_collects_until_idle_and_reply() {
+        let mut run = Execution::new("req".to_owned());
+        let frames = [
+            frame(
+                "req",
+                "iopub",
+                "status",
+                serde_json::json!({"execution_state": "busy"}),
+            ),
+            frame(
+                "req",
+                "iopub",
+                "execute_input",
+                serde_json::json!({"code": "x", "execution_count": 1}),
+            ),
+            "not json".to_owned(),
+            frame(
+                "req",
+                "iopub",
+                "some_future_type",
+                serde_json::json!({"a": 1}),
+            ),
+            frame(
+                "other",
+                "iopub",
+                "stream",
+                serde_json::json!({"name": "stdout", "text": "not ours\n"}),
+            ),
+            frame(
+                "req",
+                "iopub",
+                "stream",
+                serde_json::json!({"name": "stdout", "text": "hi\n"}),
+            ),
+            frame(
+                "req",
+                "iopub",
+                "stream",
+                serde_json::json!({"name": "stderr", "text": "warn\n"}),
+            ),
+            frame(
+                "req",
+                "iopub",
+                "display_data",
+                serde_json::json!({"data": {"text/plain": "1"}, "metadata": {}}),
+            ),
+            frame(
+                "req",
+                "iopub",
+                "execute_result",
+                serde_json::json!({"data": {"text/plain": "2", "text/html": "<b>2</b>"}, "metadata": {}, "execution_count": 1}),
+            ),
+            frame(
+                "req",
+                "iopub",
+                "status",
+                serde_json::json!({"execution_state": "idle"}),
+            ),
+        ];
+        // Two frames do not parse (not JSON, unknown type) and are skipped.
+        assert_eq!(feed(&mut run, &frames), [false; 8]);
+        let reply = frame(
+            "req",
+            "shell",
+            "execute_reply",
+            serde_json::json!({"status": "ok", "execution_count": 1, "user_expressions": {}, "payload": []}),
+        );
+        assert_eq!(feed(&mut run, &[reply]), [true]);
+        assert_eq!(
+            run.output,
+            CodeOutput {
+                stdout: "hi\n".to_owned(),
+                stderr: "warn\n".to_owned(),
+                result: Some("2".to_owned()),
+                error: None
+            }
+        );
+    }
+
+    #[test]
+    fn execution_reports_errors_and_waits_for_idle_after_reply() {
+        let mut run = Execution::new("req".to_owned());
+        let frames = [
+            frame(
+                "req",
+                "iopub",
+                "error",
+                serde_json::json!({"ename": "ZeroDivisionError", "evalue": "division by zero", "traceback": []}),
+            ),
+            frame(
+                "req",
+                "shell",
+                "execute_reply",
+                serde_json::json!({"status": "error", "execution_count": 2, "ename": "ZeroDivisionError",
+                                   "evalue": "division by zero", "traceback": [], "engine_info": {}}),
+            ),
+            frame(
+                "req",
+                "iopub",
+                "status",
+                serde_json::json!({"execution_state": "idle"}),
+            ),
+        ];
+        assert_eq!(feed(&mut run, &frames), [false, false, true]);
+        assert_eq!(
+            run.output.error.as_deref(),
+            Some("ZeroDivisionError: division by zero")
+        );
+        assert_eq!(run.output.result, None);
+    }
+
+    #[test]
+    fn execution_takes_the_error_from_the_reply_when_iopub_has_none() {
+        let mut run = Execution::new("req".to_owned());
+        let frames = [
+            frame(
+                "req",
+                "iopub",
+                "status",
+                serde_json::json!({"execution_state": "idle"}),
+            ),
+            frame(
+                "req",
+                "shell",
+                "execute_reply",
+                serde_json::json!({"status": "error", "ename": "NameError", "evalue": "name 'x' is not defined",
+                                   "traceback": []}),
+            ),
+        ];
+        assert_eq!(feed(&mut run, &frames), [false, true]);
+        assert_eq!(
+            run.output.error.as_deref(),
+            Some("NameError: name 'x' is not defined")
+        );
+    }
+}

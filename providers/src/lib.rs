@@ -1,0 +1,293 @@
+//! The `Provider` trait every sandbox variant implements, its capabilities,
+//! typed errors, and one module per variant.
+
+pub mod docker;
+pub mod error;
+pub mod jupyter;
+mod secret;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+pub use error::{ErrorKind, ProviderError};
+pub use secret::Secret;
+
+/// Receives progress and log lines, one call per line.
+pub type LogFn = dyn for<'s> Fn(&'s str) + Send + Sync;
+
+/// Result type of every provider call.
+pub type Result<T, E = ProviderError> = std::result::Result<T, E>;
+
+/// Label key every resource of a run carries; its value is the run id.
+pub const RUN_LABEL: &str = "sandbox-matrix.run";
+/// Label key naming the variant that created a resource.
+pub const VARIANT_LABEL: &str = "sandbox-matrix.variant";
+/// Label key naming the scenario that created a resource.
+pub const SCENARIO_LABEL: &str = "sandbox-matrix.scenario";
+
+/// How a variant restarts the code channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestartKind {
+    /// The kernel restarts inside a running sandbox.
+    Kernel,
+    /// The whole sandbox is stopped and started (no kernel restart exists).
+    Sandbox,
+    /// The variant cannot restart.
+    Unsupported,
+}
+
+/// How build logs reach the harness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BuildLogMode {
+    /// Pushed as they are written.
+    Streamed,
+    /// Fetched by polling, some time behind.
+    Polled,
+    /// Not available.
+    None,
+}
+
+/// What a variant can do; the runner skips, with a reason, any step a
+/// variant cannot perform instead of passing it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// Builds an artifact from an environment directory.
+    pub build: bool,
+    /// How restart works.
+    pub restart: RestartKind,
+    /// How build logs arrive.
+    pub build_logs: BuildLogMode,
+    /// Runs commands as root in the sandbox (a full view for the secrets scan).
+    pub exec_as_root: bool,
+    /// The artifact's metadata (env, labels, history) can be read.
+    pub artifact_metadata: bool,
+    /// Measures the floor: bare python in a fresh sandbox and a kernel's first answer.
+    pub floor: bool,
+    /// How many kernel contexts can run at once in one sandbox.
+    pub concurrent_contexts: u32,
+}
+
+/// Labels that mark every resource a run creates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunLabels {
+    /// The run id, unique per run.
+    pub run_id: String,
+    /// The variant name.
+    pub variant: String,
+    /// The scenario name.
+    pub scenario: String,
+}
+
+impl RunLabels {
+    /// The labels as a key/value map, as the provider APIs take them.
+    pub fn to_map(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (RUN_LABEL.to_owned(), self.run_id.clone()),
+            (VARIANT_LABEL.to_owned(), self.variant.clone()),
+            (SCENARIO_LABEL.to_owned(), self.scenario.clone()),
+        ])
+    }
+}
+
+/// What to build: an environment directory (a Dockerfile and its context).
+#[derive(Debug, Clone)]
+pub struct BuildRequest {
+    /// Directory holding the environment's Dockerfile and build context.
+    pub environment_dir: PathBuf,
+    /// Build-time credentials handed to the builder the way a registry token
+    /// would be; none of them may remain in the artifact.
+    pub build_secrets: Vec<Secret>,
+    /// Labels for the artifact.
+    pub labels: RunLabels,
+}
+
+/// An immutable artifact a sandbox is launched from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Artifact {
+    /// The immutable id: a digest, image id, build id or snapshot id.
+    pub id: String,
+    /// What kind of id `id` is.
+    pub kind: String,
+}
+
+/// A sandbox started by a provider, named by the provider's id for it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SandboxId(pub String);
+
+/// A timing measured inside a provider call, beside the step's own duration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    /// Stable name, such as `kernel-start-to-first-answer`.
+    pub name: String,
+    /// The measured span.
+    #[serde(with = "duration_ms")]
+    pub duration: Duration,
+    /// The poll interval that bounds the measurement's resolution, if it was polled.
+    #[serde(
+        default,
+        with = "opt_duration_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub resolution: Option<Duration>,
+}
+
+/// What one piece of code produced on the code channel.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CodeOutput {
+    /// Text written to stdout.
+    pub stdout: String,
+    /// Text written to stderr.
+    pub stderr: String,
+    /// The `text/plain` value of the last expression, if any.
+    pub result: Option<String>,
+    /// `ename: evalue` when the code raised.
+    pub error: Option<String>,
+}
+
+/// What a command run in the sandbox produced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommandOutput {
+    /// Exit code, if the command exited.
+    pub exit_code: Option<i64>,
+    /// Captured stdout.
+    pub stdout: String,
+    /// Captured stderr.
+    pub stderr: String,
+}
+
+/// How a sandbox ended when it was stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ShutdownEnding {
+    /// PID 1 exited on SIGTERM within the grace period.
+    ExitedOnSigterm,
+    /// The grace period ran out and the sandbox was killed.
+    Killed,
+    /// The provider does not say.
+    Unknown,
+}
+
+/// The provider's account of a shutdown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShutdownReport {
+    /// How it ended.
+    pub ending: ShutdownEnding,
+    /// The exit code of PID 1, where known.
+    pub exit_code: Option<i64>,
+}
+
+/// A resource a provider created, found by listing the run's label.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resource {
+    /// Kind, such as `container` or `image`.
+    pub kind: String,
+    /// The provider's id for it.
+    pub id: String,
+}
+
+/// One sandbox provider variant.
+///
+/// A provider only knows how to talk to its service: the runner owns timing,
+/// deadlines, retries and cleanup. Calls a variant cannot serve return
+/// [`ErrorKind::Unsupported`], and its [`Capabilities`] say so up front.
+#[async_trait]
+pub trait Provider: Send + Sync {
+    /// The variant's name, as scenarios and reports use it.
+    fn variant(&self) -> &str;
+
+    /// What this variant can do.
+    fn capabilities(&self) -> Capabilities;
+
+    /// The provider's API, SDK or engine version, for provenance.
+    fn provider_version(&self) -> Option<String> {
+        None
+    }
+
+    /// Makes the variant ready to build (the docker variant bootstraps its base image).
+    /// Runs once per run, before any scenario, and is not timed as a step.
+    async fn prepare(&self, _progress: &LogFn) -> Result<()> {
+        Ok(())
+    }
+
+    /// Builds the environment and returns its immutable id. `log` receives build log lines.
+    async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact>;
+
+    /// Starts a sandbox from the artifact's immutable id and waits until it runs.
+    /// Returns the sandbox and timings measured on the way (such as readiness polls).
+    async fn launch(
+        &self,
+        artifact: &Artifact,
+        labels: &RunLabels,
+    ) -> Result<(SandboxId, Vec<Timing>)>;
+
+    /// Runs code through the variant's code channel (a kernel where there is one).
+    async fn run_code(&self, sandbox: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)>;
+
+    /// Runs a command in the sandbox, as root when `as_root` is set.
+    async fn exec(
+        &self,
+        sandbox: &SandboxId,
+        argv: &[String],
+        as_root: bool,
+    ) -> Result<CommandOutput>;
+
+    /// Restarts the code channel (see [`Capabilities::restart`]).
+    async fn restart(&self, sandbox: &SandboxId) -> Result<Vec<Timing>>;
+
+    /// Stops the sandbox, giving PID 1 `grace` to exit after SIGTERM.
+    async fn shutdown(&self, sandbox: &SandboxId, grace: Duration) -> Result<ShutdownReport>;
+
+    /// The artifact's metadata as text (env, labels, history), for the secrets scan.
+    async fn artifact_metadata(&self, artifact: &Artifact) -> Result<String>;
+
+    /// Measures the floor on the same artifact: bare `python3 -c 'print(1+1)'`
+    /// in a fresh sandbox, and a kernel's first answer.
+    async fn floor(&self, artifact: &Artifact, labels: &RunLabels) -> Result<Vec<Timing>>;
+
+    /// Lists every resource carrying all of `labels` (run, variant and scenario).
+    async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>>;
+
+    /// Deletes one resource; deleting one already gone is not an error.
+    async fn delete_resource(&self, resource: &Resource) -> Result<()>;
+}
+
+/// Serde for a `Duration` as fractional milliseconds, as results files hold them.
+pub mod duration_ms {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    /// Writes `d` as milliseconds.
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64() * 1000.0)
+    }
+
+    /// Reads milliseconds into a `Duration`.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let ms = f64::deserialize(d)?;
+        Duration::try_from_secs_f64(ms / 1000.0).map_err(serde::de::Error::custom)
+    }
+}
+
+mod opt_duration_ms {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => super::duration_ms::serialize(d, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Option::<f64>::deserialize(d)?
+            .map(|ms| Duration::try_from_secs_f64(ms / 1000.0).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}

@@ -75,7 +75,19 @@ impl EventSink for Terminal {
                 self.finish();
                 eprintln!("{variant} · {scenario}");
             }
-            RunEvent::StepStarted { step, .. } => self.start(step.clone()),
+            RunEvent::StepStarted { step, .. } => {
+                self.start(step.clone());
+                if self
+                    .spinner
+                    .lock()
+                    .expect("spinner lock")
+                    .as_ref()
+                    .is_some_and(ProgressBar::is_hidden)
+                {
+                    // No terminal to animate: say what started, so a long step is visible in CI logs.
+                    eprintln!("  ▸ {step}");
+                }
+            }
             RunEvent::StepLog { line, .. } => self.message(line),
             RunEvent::StepFinished { result, .. } => {
                 self.finish();

@@ -1,0 +1,122 @@
+//! The behaviour suite: every scenario in `scenarios/` on every known variant, one test per
+//! step, named `variant::scenario::step`. A scenario runs once per process, the first time
+//! one of its steps is asked for; each test then reports its own step. Adding a variant
+//! adds it to `variants::KNOWN` and nothing here.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use libtest_mimic::{Arguments, Failed, Trial};
+use sandbox_matrix::events::{EventSink, RunEvent};
+use sandbox_matrix::results::{ScenarioResult, StepStatus};
+use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
+use sandbox_matrix::scenario::{Scenario, StepKind};
+use sandbox_matrix::variants;
+use tokio_util::sync::CancellationToken;
+
+/// Prints each finished step, so a run under `--nocapture` shows progress.
+struct Print;
+
+impl EventSink for Print {
+    fn emit(&self, event: &RunEvent) {
+        if let RunEvent::StepFinished {
+            variant,
+            scenario,
+            result,
+        } = event
+        {
+            eprintln!(
+                "{variant}::{scenario}::{} {:?} in {:.2?}",
+                result.step, result.status, result.duration
+            );
+        }
+    }
+}
+
+/// A scenario's result and the run id its resources were labelled with.
+type Outcome = Arc<OnceLock<Result<(String, ScenarioResult), String>>>;
+
+fn run_once(variant: &str, scenario: &Scenario) -> Result<(String, ScenarioResult), String> {
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let provider = variants::connect(variant, &common::root()).await?;
+        let run_id = new_run_id();
+        let runner = Runner::new(
+            run_id.clone(),
+            fake_canary(),
+            Arc::new(Print),
+            CancellationToken::new(),
+        );
+        let not_ready = runner.prepare(&provider).await.err();
+        Ok((
+            run_id,
+            runner.run_scenario(provider, scenario, not_ready).await,
+        ))
+    })
+}
+
+fn main() {
+    let args = Arguments::from_args();
+    let dir = common::root().join("scenarios");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    paths.sort();
+    let scenarios: Vec<Arc<Scenario>> = paths
+        .iter()
+        .map(|p| Arc::new(Scenario::load(p).unwrap_or_else(|e| panic!("{e}"))))
+        .collect();
+
+    // Listing needs no engine; running does, and says why it skips without one.
+    let engine_missing = !args.list && !common::docker_or_skip("the docker variant's matrix");
+    let mut outcomes: HashMap<(String, String), Outcome> = HashMap::new();
+    let mut trials = Vec::new();
+    for variant in variants::KNOWN {
+        for scenario in &scenarios {
+            let outcome = outcomes
+                .entry(((*variant).to_owned(), scenario.name.clone()))
+                .or_default()
+                .clone();
+            let mut steps: Vec<StepKind> = scenario.steps.iter().map(|s| s.kind).collect();
+            if !steps.contains(&StepKind::Cleanup) {
+                steps.push(StepKind::Cleanup);
+            }
+            for step in steps {
+                let ignore = engine_missing && *variant == "docker";
+                let (variant, scenario, outcome) =
+                    ((*variant).to_owned(), scenario.clone(), outcome.clone());
+                let name = format!("{variant}::{}::{step}", scenario.name);
+                let trial = Trial::test(name, move || {
+                    let (run_id, result) = outcome
+                        .get_or_init(|| run_once(&variant, &scenario))
+                        .as_ref()
+                        .map_err(Failed::from)?;
+                    let step_result = result
+                        .step(step.name())
+                        .ok_or_else(|| Failed::from(format!("the run has no {step} step")))?;
+                    match &step_result.status {
+                        // Cleanup is also checked from outside: the docker CLI lists nothing by the run's label.
+                        StepStatus::Passed if step == StepKind::Cleanup && variant == "docker" => {
+                            let left = common::left_by_run(run_id);
+                            if left.is_empty() {
+                                Ok(())
+                            } else {
+                                Err(format!("still listed under the run label: {left:?}").into())
+                            }
+                        }
+                        StepStatus::Passed => Ok(()),
+                        StepStatus::Failed { reason } => Err(reason.as_str().into()),
+                        StepStatus::Skipped { reason } => Err(format!("skipped: {reason}").into()),
+                    }
+                })
+                .with_ignored_flag(ignore);
+                trials.push(trial);
+            }
+        }
+    }
+    libtest_mimic::run(&args, trials).exit();
+}

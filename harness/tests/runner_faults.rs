@@ -1,0 +1,219 @@
+//! The runner's own guarantees, shown with a scripted provider (no engine needed): a step
+//! that panics or hangs fails with the reason, later steps are skipped with a reason, and
+//! cleanup still runs and deletes what was created.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sandbox_matrix::events::{EventSink, RunEvent};
+use sandbox_matrix::results::{ScenarioResult, StepStatus};
+use sandbox_matrix::runner::{Runner, fake_canary};
+use sandbox_matrix::scenario::Scenario;
+use sandbox_providers::{
+    Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, LogFn, Provider,
+    ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId, ShutdownEnding,
+    ShutdownReport, Timing,
+};
+use tokio_util::sync::CancellationToken;
+
+/// What the scripted provider does wrong.
+#[derive(Clone, Copy, PartialEq)]
+enum Fault {
+    PanicOnRestart,
+    HangOnLaunch,
+}
+
+/// A provider whose resources are a list in memory; it misbehaves as scripted.
+struct Scripted {
+    fault: Fault,
+    resources: Mutex<Vec<Resource>>,
+}
+
+#[async_trait]
+impl Provider for Scripted {
+    fn variant(&self) -> &str {
+        "scripted"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            build: true,
+            restart: RestartKind::Kernel,
+            build_logs: BuildLogMode::Streamed,
+            exec_as_root: false,
+            artifact_metadata: false,
+            floor: false,
+            concurrent_contexts: 1,
+        }
+    }
+
+    async fn build(&self, _: &BuildRequest, log: &LogFn) -> Result<Artifact> {
+        log("built");
+        self.resources.lock().unwrap().push(Resource {
+            kind: "image".into(),
+            id: "img-1".into(),
+        });
+        Ok(Artifact {
+            id: "img-1".into(),
+            kind: "image-id".into(),
+        })
+    }
+
+    async fn launch(&self, _: &Artifact, _: &RunLabels) -> Result<(SandboxId, Vec<Timing>)> {
+        self.resources.lock().unwrap().push(Resource {
+            kind: "container".into(),
+            id: "box-1".into(),
+        });
+        if self.fault == Fault::HangOnLaunch {
+            std::future::pending::<()>().await;
+        }
+        Ok((SandboxId("box-1".into()), Vec::new()))
+    }
+
+    async fn run_code(&self, _: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)> {
+        // Answers `1+1`, and echoes the restart step's marker the way Python's repr would.
+        let marker = code
+            .strip_prefix("__sandbox_matrix_marker = \"")
+            .and_then(|rest| rest.split('"').next());
+        let result = match (code, marker) {
+            ("1+1", _) => Some("2".to_owned()),
+            (_, Some(marker)) => Some(format!("'{marker}'")),
+            _ => None,
+        };
+        Ok((
+            CodeOutput {
+                result,
+                ..Default::default()
+            },
+            Vec::new(),
+        ))
+    }
+
+    async fn exec(&self, _: &SandboxId, _: &[String], _: bool) -> Result<CommandOutput> {
+        Err(ProviderError::unsupported("exec"))
+    }
+
+    async fn restart(&self, _: &SandboxId) -> Result<Vec<Timing>> {
+        panic!("the scripted restart panics");
+    }
+
+    async fn shutdown(&self, _: &SandboxId, _: Duration) -> Result<ShutdownReport> {
+        Ok(ShutdownReport {
+            ending: ShutdownEnding::ExitedOnSigterm,
+            exit_code: Some(0),
+        })
+    }
+
+    async fn artifact_metadata(&self, _: &Artifact) -> Result<String> {
+        Err(ProviderError::unsupported("read artifact metadata"))
+    }
+
+    async fn floor(&self, _: &Artifact, _: &RunLabels) -> Result<Vec<Timing>> {
+        Err(ProviderError::unsupported("measure a floor"))
+    }
+
+    async fn list_resources(&self, _: &RunLabels) -> Result<Vec<Resource>> {
+        Ok(self.resources.lock().unwrap().clone())
+    }
+
+    async fn delete_resource(&self, resource: &Resource) -> Result<()> {
+        self.resources.lock().unwrap().retain(|r| r != resource);
+        Ok(())
+    }
+}
+
+struct Quiet;
+
+impl EventSink for Quiet {
+    fn emit(&self, _: &RunEvent) {}
+}
+
+async fn run(fault: Fault, scenario: &str) -> (ScenarioResult, Arc<Scripted>) {
+    let provider = Arc::new(Scripted {
+        fault,
+        resources: Mutex::new(Vec::new()),
+    });
+    let scenario = Scenario::parse(std::path::Path::new("scenarios/t.yaml"), scenario)
+        .expect("scenario parses");
+    let runner = Runner::new(
+        "run-1".into(),
+        fake_canary(),
+        Arc::new(Quiet),
+        CancellationToken::new(),
+    );
+    let result = runner.run_scenario(provider.clone(), &scenario, None).await;
+    (result, provider)
+}
+
+fn status<'a>(result: &'a ScenarioResult, step: &str) -> &'a StepStatus {
+    &result
+        .step(step)
+        .unwrap_or_else(|| panic!("no {step}"))
+        .status
+}
+
+const LIFECYCLE: &str = "name: t\nenvironment: e\nsteps:\n  - step: build\n    budget: 5s\n  - step: launch\n    budget: 1s\n  - step: first-result\n    budget: 5s\n  - step: restart\n    budget: 5s\n  - step: shutdown\n    budget: 5s\n  - step: cleanup\n    budget: 5s\n";
+
+#[tokio::test]
+async fn a_panicking_step_fails_and_cleanup_still_runs() {
+    let (result, provider) = run(Fault::PanicOnRestart, LIFECYCLE).await;
+    assert_eq!(status(&result, "first-result"), &StepStatus::Passed);
+    assert_eq!(
+        status(&result, "restart"),
+        &StepStatus::Failed {
+            reason: "panicked: the scripted restart panics".into()
+        }
+    );
+    assert_eq!(
+        status(&result, "shutdown"),
+        &StepStatus::Skipped {
+            reason: "an earlier step failed: restart".into()
+        }
+    );
+    assert_eq!(status(&result, "cleanup"), &StepStatus::Passed);
+    assert!(
+        provider.resources.lock().unwrap().is_empty(),
+        "cleanup deleted everything"
+    );
+    assert!(result.leaked_resources.is_empty());
+}
+
+#[tokio::test]
+async fn a_hung_step_fails_at_its_budget_and_cleanup_still_runs() {
+    let started = std::time::Instant::now();
+    let (result, provider) = run(Fault::HangOnLaunch, LIFECYCLE).await;
+    assert_eq!(
+        status(&result, "launch"),
+        &StepStatus::Failed {
+            reason: "exceeded its budget of 1s".into()
+        }
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the budget bounds the wait"
+    );
+    assert_eq!(status(&result, "cleanup"), &StepStatus::Passed);
+    assert!(
+        provider.resources.lock().unwrap().is_empty(),
+        "the container created before the hang is gone"
+    );
+}
+
+#[tokio::test]
+async fn a_scenario_without_cleanup_gets_one() {
+    let (result, provider) = run(
+        Fault::PanicOnRestart,
+        "name: t\nenvironment: e\nsteps:\n  - step: build\n    budget: 5s\n",
+    )
+    .await;
+    assert_eq!(
+        result
+            .steps
+            .iter()
+            .map(|s| s.step.as_str())
+            .collect::<Vec<_>>(),
+        ["build", "cleanup"]
+    );
+    assert!(provider.resources.lock().unwrap().is_empty());
+}

@@ -1,4 +1,9 @@
-//! sandbox-contract/v1 as data: the identity every sandbox must present and the limits it must keep.
+//! sandbox-contract/v1 as data: the identity every sandbox must present, the limits it must
+//! keep, the doctor's rows and report ([`doctor`]), and what a Dockerfile may not do
+//! ([`dockerfile`]). The doctor, the conformance checks and the linter all read this one source.
+
+pub mod dockerfile;
+pub mod doctor;
 
 /// The contract's version string.
 pub const CONTRACT_VERSION: &str = "sandbox-contract/v1";

@@ -4,7 +4,9 @@
 //! Data flows one way: scenario file → matrix (variant × scenario) → [`runner`] →
 //! provider trait → [`events`] → reporters ([`report`], [`terminal`], [`run_folder`]).
 
+pub mod conformance;
 pub mod events;
+pub mod lint;
 pub mod report;
 pub mod results;
 pub mod run_folder;

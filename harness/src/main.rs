@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use clap::{Args, Parser, Subcommand};
 use sandbox_matrix::events::{EventSink, Fanout, RunEvent};
 use sandbox_matrix::results::{Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult};
-use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
+use sandbox_matrix::runner::{Runner, fake_canary, new_run_id, unreachable_variant};
 use sandbox_matrix::scenario::{Scenario, StepKind};
 use sandbox_matrix::terminal::Terminal;
 use sandbox_matrix::{report, run_folder, variants};
@@ -56,6 +56,16 @@ enum Command {
     /// mmdebstrap (a few minutes), then the recipe in fixtures/images/contract-base/ is
     /// built on it. `run` does this on its own when it needs to.
     Bootstrap(RootArg),
+    /// Check Dockerfiles against what sandbox-contract/v1 refuses (VOLUME, an unapproved
+    /// base, --privileged, ...), printing `file:line: refusal: reason` for each finding.
+    ///
+    /// `run` lints every environment before building it. Exits 0 when nothing is refused,
+    /// 1 when something is, 2 when a file cannot be read.
+    Lint {
+        /// Dockerfiles to check.
+        #[arg(required = true, value_name = "DOCKERFILE")]
+        files: Vec<PathBuf>,
+    },
 }
 
 #[derive(Args)]
@@ -88,6 +98,15 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
+    // Baked into sandbox images as /opt/datalayer/bin/datalayer-sandbox, this binary is the doctor.
+    let invoked_as = std::env::args_os().next().map(PathBuf::from);
+    if invoked_as
+        .as_deref()
+        .and_then(Path::file_name)
+        .is_some_and(|n| n == sandbox_contract::doctor::DOCTOR)
+    {
+        return doctor::main_from_env();
+    }
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -101,6 +120,7 @@ fn main() -> ExitCode {
             Command::List(selection) => list(&selection),
             Command::Run(args) => run(args).await,
             Command::Bootstrap(root) => bootstrap(&root.root).await,
+            Command::Lint { files } => lint(&files),
         }
     });
     ExitCode::from(code)
@@ -174,7 +194,7 @@ fn list(selection: &Selection) -> u8 {
                         println!(
                             "{variant}::{}::{}  (budget {})",
                             scenario.name,
-                            step.kind,
+                            step.name(),
                             humantime::format_duration(step.budget)
                         );
                     }
@@ -195,8 +215,28 @@ fn list(selection: &Selection) -> u8 {
     }
 }
 
+fn lint(files: &[PathBuf]) -> u8 {
+    let mut code = EXIT_PASSED;
+    for file in files {
+        match sandbox_matrix::lint::lint_file(file) {
+            Ok(findings) if findings.is_empty() => eprintln!("{}: nothing refused", file.display()),
+            Ok(findings) => {
+                for finding in findings {
+                    println!("{finding}");
+                }
+                code = code.max(EXIT_FAILED);
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                code = EXIT_BAD_INPUT;
+            }
+        }
+    }
+    code
+}
+
 async fn bootstrap(root: &Path) -> u8 {
-    let provider = match variants::connect("docker", root).await {
+    let provider = match variants::connect("docker", root, &harness_executable()).await {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
@@ -278,7 +318,7 @@ async fn run(args: RunArgs) -> u8 {
     let mut report_error = None;
     for name in &variant_names {
         let (provider, not_ready): (Option<Arc<dyn Provider>>, Option<String>) =
-            match variants::connect(name, root).await {
+            match variants::connect(name, root, &harness_executable()).await {
                 Ok(p) => {
                     let ready = runner.prepare(&p).await.err();
                     (Some(p), ready)
@@ -293,8 +333,11 @@ async fn run(args: RunArgs) -> u8 {
                         .await;
                 }
                 None => {
-                    let result =
-                        unreachable_variant(name, scenario, not_ready.clone().unwrap_or_default());
+                    let result = unreachable_variant(
+                        name,
+                        scenario,
+                        not_ready.as_deref().unwrap_or("unreachable"),
+                    );
                     sink.emit(&RunEvent::ScenarioFinished {
                         result: Box::new(result),
                     });
@@ -345,41 +388,9 @@ fn snapshot(provenance: &Provenance, collector: &Collector) -> RunResults {
     }
 }
 
-/// The result of a scenario whose variant could not even be connected to.
-fn unreachable_variant(variant: &str, scenario: &Scenario, reason: String) -> ScenarioResult {
-    use sandbox_matrix::results::{StepResult, StepStatus};
-    ScenarioResult {
-        variant: variant.to_owned(),
-        scenario: scenario.name.clone(),
-        scenario_hash: scenario.hash.clone(),
-        artifact_id: None,
-        provider_version: None,
-        capabilities: None,
-        steps: scenario
-            .steps
-            .iter()
-            .enumerate()
-            .map(|(i, s)| StepResult {
-                step: s.kind.name().to_owned(),
-                status: if i == 0 {
-                    StepStatus::Failed {
-                        reason: reason.clone(),
-                    }
-                } else {
-                    StepStatus::Skipped {
-                        reason: "the variant is unreachable".to_owned(),
-                    }
-                },
-                duration: std::time::Duration::ZERO,
-                budget: s.budget,
-                timings: Vec::new(),
-                log: Vec::new(),
-            })
-            .collect(),
-        timings: Vec::new(),
-        leaked_resources: Vec::new(),
-        secrets_found: Vec::new(),
-    }
+/// This executable, baked into images as the doctor.
+fn harness_executable() -> PathBuf {
+    std::env::current_exe().unwrap_or_else(|_| PathBuf::from("sandbox-matrix"))
 }
 
 fn host_name() -> String {

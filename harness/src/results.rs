@@ -93,6 +93,9 @@ pub struct StepResult {
     pub timings: Vec<Timing>,
     /// Log lines (build output, answers), credentials redacted.
     pub log: Vec<String>,
+    /// What a conformance check's probe answered and measured, when the step is a check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
 }
 
 impl ScenarioResult {

@@ -11,6 +11,7 @@ use sandbox_providers::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::conformance::{self, Check, CheckParams, Verdict};
 use crate::events::{EventSink, RunEvent};
 use crate::results::{ScenarioResult, StepResult, StepStatus};
 use crate::scenario::{Expectation, Scenario, Step, StepKind};
@@ -130,7 +131,7 @@ impl Runner {
         let mut results: Vec<StepResult> = Vec::with_capacity(steps.len());
         let mut stop_reason: Option<String> = None;
         for step in steps {
-            let name = step.kind.name().to_owned();
+            let name = step.name().to_owned();
             self.sink.emit(&RunEvent::StepStarted {
                 variant: variant.clone(),
                 scenario: scenario.name.clone(),
@@ -143,13 +144,12 @@ impl Runner {
             } else if step.kind != StepKind::Cleanup
                 && let Some(reason) = &not_ready
             {
-                stop_reason = Some(format!("the variant was not ready: {reason}"));
-                failed(
+                stop_reason = Some("the variant was not ready".to_owned());
+                not_run(
                     &step,
-                    reason.clone(),
-                    Duration::ZERO,
-                    Vec::new(),
-                    Vec::new(),
+                    StepStatus::Failed {
+                        reason: reason.clone(),
+                    },
                 )
             } else if let Some(reason) = unsupported(&capabilities, step.kind) {
                 skipped(&step, reason)
@@ -169,13 +169,17 @@ impl Runner {
                         }
                     }
                 }
+                // A failed check is an observation: the next checks still run. A failed
+                // lifecycle step leaves nothing for the steps after it to work on.
+                let is_check = matches!(step.kind, StepKind::Check | StepKind::Doctor);
                 if step.kind != StepKind::Cleanup
+                    && (!is_check || self.cancel.is_cancelled())
                     && matches!(result.status, StepStatus::Failed { .. })
                 {
                     stop_reason = Some(if self.cancel.is_cancelled() {
                         "the run was interrupted".to_owned()
                     } else {
-                        format!("an earlier step failed: {}", step.kind)
+                        format!("an earlier step failed: {}", step.name())
                     });
                 }
                 result
@@ -257,17 +261,21 @@ impl Runner {
             }
         };
         let duration = started.elapsed();
-        let (timings, lines) = (log.take_timings(), log.take_lines());
-        match outcome {
-            Ok(()) => StepResult {
-                step: step.kind.name().to_owned(),
-                status: StepStatus::Passed,
-                duration,
-                budget: step.budget,
-                timings,
-                log: lines,
+        let record = log.take();
+        let status = match outcome {
+            Ok(()) => StepStatus::Passed,
+            Err(reason) => StepStatus::Failed {
+                reason: log.redact(&reason),
             },
-            Err(reason) => failed(step, log.redact(&reason), duration, timings, lines),
+        };
+        StepResult {
+            step: step.name().to_owned(),
+            status,
+            duration,
+            budget: step.budget,
+            timings: record.timings,
+            log: record.lines,
+            data: record.data,
         }
     }
 
@@ -344,10 +352,26 @@ impl StepContext {
             StepKind::SecretsScan => self.secrets_scan().await,
             StepKind::Shutdown => self.shutdown().await,
             StepKind::Cleanup => self.cleanup().await,
+            StepKind::Doctor | StepKind::Check => match &self.step.expect {
+                Expectation::Check(check, params) => self.check(*check, params).await,
+                _ => Err("a check step without its check".to_owned()),
+            },
         }
     }
 
     async fn build(&self) -> Result<(), String> {
+        let dockerfile = self.environment.join("Dockerfile");
+        let findings = crate::lint::lint_file(&dockerfile).map_err(|e| e.to_string())?;
+        if !findings.is_empty() {
+            for finding in &findings {
+                self.log.line(&finding.to_string());
+            }
+            let lines: Vec<String> = findings.iter().map(ToString::to_string).collect();
+            return Err(format!(
+                "the Dockerfile is refused before building: {}",
+                lines.join("; ")
+            ));
+        }
         let request = BuildRequest {
             environment_dir: self.environment.clone(),
             build_secrets: self.secrets.clone(),
@@ -463,24 +487,22 @@ impl StepContext {
     }
 
     async fn secrets_scan(&self) -> Result<(), String> {
+        let found = self.find_secrets().await?;
+        if found.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("build secret found: {}", found.join(", ")))
+        }
+    }
+
+    /// Looks for the run's secrets in the sandbox (as root where the variant can) and in
+    /// the artifact's metadata; returns `name at location` for each hit.
+    async fn find_secrets(&self) -> Result<Vec<String>, String> {
         let sandbox = self.sandbox()?;
         let capabilities = self.provider.capabilities();
         let code = secrets::probe_code(&self.secrets);
         let stdout = if capabilities.exec_as_root {
-            let argv = vec!["python3".to_owned(), "-c".to_owned(), code];
-            let out = self
-                .provider
-                .exec(&sandbox, &argv, true)
-                .await
-                .map_err(|e| e.to_string())?;
-            if out.exit_code != Some(0) {
-                return Err(format!(
-                    "the secrets probe exited with {:?}: {}",
-                    out.exit_code,
-                    out.stderr.trim()
-                ));
-            }
-            out.stdout
+            self.python_exec(&sandbox, &code, true).await?
         } else {
             let out = self.run_code(&sandbox, &code).await?;
             if let Some(error) = out.error {
@@ -510,11 +532,216 @@ impl StepContext {
             .map(|f| format!("{} at {}", f.name, f.location))
             .collect();
         self.state().secrets_found.clone_from(&found);
-        if found.is_empty() {
-            Ok(())
+        Ok(found)
+    }
+
+    /// Runs `code` with `python3 -c` in the sandbox (as root when asked) and returns its
+    /// stdout; a non-zero exit is an error carrying stderr.
+    async fn python_exec(
+        &self,
+        sandbox: &SandboxId,
+        code: &str,
+        as_root: bool,
+    ) -> Result<String, String> {
+        let argv = vec!["python3".to_owned(), "-c".to_owned(), code.to_owned()];
+        let out = self
+            .provider
+            .exec(sandbox, &argv, as_root)
+            .await
+            .map_err(|e| e.to_string())?;
+        if out.exit_code == Some(0) {
+            Ok(out.stdout)
         } else {
-            Err(format!("build secret found: {}", found.join(", ")))
+            Err(format!(
+                "python3 exited with {:?}: {}",
+                out.exit_code,
+                out.stderr.trim()
+            ))
         }
+    }
+
+    /// Runs a probe: through the kernel, or, where the kernel cannot run code and the
+    /// variant has a shell, through `python3 -c` as the sandbox's default user, so that a
+    /// broken kernel fails the kernel checks without hiding what the others would find.
+    async fn probe(&self, code: &str) -> Result<serde_json::Value, String> {
+        let sandbox = self.sandbox()?;
+        let stdout = match self.provider.run_code(&sandbox, code).await {
+            Ok((output, timings)) => {
+                self.log.timings(timings);
+                if let Some(error) = output.error {
+                    return Err(format!("the probe raised {error}"));
+                }
+                output.stdout
+            }
+            Err(kernel_error) if self.provider.capabilities().exec_as_root => {
+                self.log.line(&format!(
+                    "the kernel cannot run code ({kernel_error}); probing through python3 instead"
+                ));
+                self.python_exec(&sandbox, code, false).await?
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        conformance::parse_answer(&stdout)
+    }
+
+    /// Runs conformance check `check`; its verdict decides the step and its answer is kept.
+    async fn check(&self, check: Check, params: &CheckParams) -> Result<(), String> {
+        let verdict = match check {
+            Check::Doctor => {
+                conformance::judge_doctor(&self.probe(&conformance::doctor_probe()).await?)
+            }
+            Check::Identity => conformance::judge_identity(
+                &self
+                    .probe(&conformance::probe_code(conformance::IDENTITY_PROBE))
+                    .await?,
+            ),
+            Check::Python => conformance::judge_python(
+                &self
+                    .probe(&conformance::probe_code(conformance::PYTHON_PROBE))
+                    .await?,
+                params.python.as_deref(),
+            ),
+            Check::Kernel => {
+                let sandbox = self.sandbox()?;
+                let output = self.run_code(&sandbox, "1+1").await?;
+                let problems = check_answer("1+1", "2", &output)
+                    .err()
+                    .into_iter()
+                    .collect();
+                Verdict::new(problems, serde_json::json!({ "answer": output.result }))
+            }
+            Check::Imports if params.packages.is_empty() => {
+                Verdict::pass("the scenario locks no package", serde_json::json!({}))
+            }
+            Check::Imports => conformance::judge_imports(
+                &self
+                    .probe(&conformance::imports_probe(&params.packages))
+                    .await?,
+                &params.packages,
+            ),
+            Check::Filesystem => {
+                conformance::judge_filesystem(&self.probe(&conformance::filesystem_probe()).await?)
+            }
+            Check::Restart => self.restart_check().await?,
+            Check::Shutdown => {
+                conformance::judge_shutdown(&self.probe(&conformance::shutdown_probe()).await?)
+            }
+            Check::Secrets => {
+                let found = self.find_secrets().await?;
+                let problems = if found.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![format!("build secret found: {}", found.join(", "))]
+                };
+                Verdict::new(problems, serde_json::json!({ "found": found }))
+            }
+            Check::Egress if params.allowed.is_empty() && params.blocked.is_empty() => {
+                Verdict::pass("no egress policy to check", serde_json::json!({}))
+            }
+            Check::Egress => conformance::judge_egress(
+                &self
+                    .probe(&conformance::egress_probe(&params.allowed, &params.blocked))
+                    .await?,
+                &params.allowed,
+                &params.blocked,
+            ),
+            Check::Gpu if params.gpus == 0 && params.cuda.is_none() => {
+                Verdict::pass("no accelerator was asked for", serde_json::json!({}))
+            }
+            Check::Gpu => conformance::judge_gpu(
+                &self
+                    .probe(&conformance::probe_code(conformance::GPU_PROBE))
+                    .await?,
+                params.gpus.max(1),
+                params.cuda.as_deref(),
+            ),
+            Check::Throughput => conformance::judge_throughput(
+                &self.probe(&conformance::throughput_probe()).await?,
+                params
+                    .minimum_mib_per_second
+                    .unwrap_or(conformance::DEFAULT_MIN_MIB_PER_SECOND),
+            ),
+            Check::ColdStart => {
+                let measured = self
+                    .state()
+                    .timings
+                    .iter()
+                    .find(|t| t.name == "create-to-first-result")
+                    .map(|t| t.duration);
+                conformance::judge_cold_start(measured, params.within)
+            }
+            Check::ConcurrentKernels => self.concurrent_check(params.kernels.unwrap_or(4)).await?,
+        };
+        self.log.data(verdict.data);
+        match (verdict.passed, verdict.detail) {
+            (true, Some(detail)) => {
+                self.log.line(&detail);
+                Ok(())
+            }
+            (true, None) => Ok(()),
+            (false, detail) => Err(detail.unwrap_or_else(|| "failed".to_owned())),
+        }
+    }
+
+    /// Check 7: a name bound before a kernel restart is gone after it.
+    async fn restart_check(&self) -> Result<Verdict, String> {
+        let sandbox = self.sandbox()?;
+        let marker = "_sm_restart_marker";
+        self.run_code(&sandbox, &format!("{marker} = 1")).await?;
+        let timings = self
+            .provider
+            .restart(&sandbox)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.log.timings(timings);
+        let after = self
+            .run_code(&sandbox, &format!("{marker:?} in globals()"))
+            .await?;
+        let problems = match after.result.as_deref() {
+            Some("False") => Vec::new(),
+            _ => vec![format!("state survived the restart: {}", describe(&after))],
+        };
+        Ok(Verdict::new(
+            problems,
+            serde_json::json!({ "after": after.result }),
+        ))
+    }
+
+    /// Check 14: `kernels` contexts each answer `1+1` at once.
+    async fn concurrent_check(&self, kernels: u32) -> Result<Verdict, String> {
+        let sandbox = self.sandbox()?;
+        let mut set = tokio::task::JoinSet::new();
+        for index in 0..kernels {
+            let (provider, sandbox) = (self.provider.clone(), sandbox.clone());
+            set.spawn(async move {
+                provider
+                    .run_code_in(&sandbox, &format!("sm-context-{index}"), "1+1")
+                    .await
+            });
+        }
+        let (mut answered, mut errors) = (0u32, Vec::new());
+        while let Some(joined) = set.join_next().await {
+            match joined
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+            {
+                Ok(output) if output.result.as_deref() == Some("2") => answered += 1,
+                Ok(output) => errors.push(describe(&output)),
+                Err(e) => errors.push(e),
+            }
+        }
+        let problems = if answered == kernels {
+            Vec::new()
+        } else {
+            vec![format!(
+                "{answered} of {kernels} contexts answered{}",
+                errors.first().map(|e| format!(": {e}")).unwrap_or_default()
+            )]
+        };
+        Ok(Verdict::new(
+            problems,
+            serde_json::json!({ "answered": answered, "kernels": kernels }),
+        ))
     }
 
     async fn shutdown(&self) -> Result<(), String> {
@@ -638,31 +865,54 @@ fn unsupported(capabilities: &Capabilities, kind: StepKind) -> Option<String> {
     }
 }
 
+/// The result of `scenario` on a variant that could not be reached: the first step fails
+/// with `reason`, the rest are skipped, and there was nothing to clean up.
+pub fn unreachable_variant(variant: &str, scenario: &Scenario, reason: &str) -> ScenarioResult {
+    let steps = scenario
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(i, step)| {
+            let status = if i == 0 {
+                StepStatus::Failed {
+                    reason: reason.to_owned(),
+                }
+            } else {
+                StepStatus::Skipped {
+                    reason: "the variant is unreachable".to_owned(),
+                }
+            };
+            not_run(step, status)
+        })
+        .collect();
+    ScenarioResult {
+        variant: variant.to_owned(),
+        scenario: scenario.name.clone(),
+        scenario_hash: scenario.hash.clone(),
+        artifact_id: None,
+        provider_version: None,
+        capabilities: None,
+        steps,
+        timings: Vec::new(),
+        leaked_resources: Vec::new(),
+        secrets_found: Vec::new(),
+    }
+}
+
 fn skipped(step: &Step, reason: String) -> StepResult {
+    not_run(step, StepStatus::Skipped { reason })
+}
+
+/// A step that did not run: skipped, or failed before it could start.
+fn not_run(step: &Step, status: StepStatus) -> StepResult {
     StepResult {
-        step: step.kind.name().to_owned(),
-        status: StepStatus::Skipped { reason },
+        step: step.name().to_owned(),
+        status,
         duration: Duration::ZERO,
         budget: step.budget,
         timings: Vec::new(),
         log: Vec::new(),
-    }
-}
-
-fn failed(
-    step: &Step,
-    reason: String,
-    duration: Duration,
-    timings: Vec<Timing>,
-    log: Vec<String>,
-) -> StepResult {
-    StepResult {
-        step: step.kind.name().to_owned(),
-        status: StepStatus::Failed { reason },
-        duration,
-        budget: step.budget,
-        timings,
-        log,
+        data: None,
     }
 }
 
@@ -679,10 +929,19 @@ fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
 }
 
-/// A step's log: lines (credentials redacted, newest kept) and timings, also sent as events.
+/// What a step recorded while it ran.
+#[derive(Default)]
+struct StepRecord {
+    lines: Vec<String>,
+    timings: Vec<Timing>,
+    data: Option<serde_json::Value>,
+}
+
+/// A step's log: lines (credentials redacted, newest kept), timings and a check's data;
+/// lines are also sent as events.
 #[derive(Clone)]
 struct StepLog {
-    inner: Arc<Mutex<(Vec<String>, Vec<Timing>)>>,
+    inner: Arc<Mutex<StepRecord>>,
     sink: Arc<dyn EventSink>,
     variant: String,
     step: StepKind,
@@ -719,21 +978,25 @@ impl StepLog {
             line: line.clone(),
         });
         let mut inner = self.inner.lock().expect("step log lock");
-        if inner.0.len() == MAX_LOG_LINES {
-            inner.0.remove(0);
+        if inner.lines.len() == MAX_LOG_LINES {
+            inner.lines.remove(0);
         }
-        inner.0.push(line);
+        inner.lines.push(line);
     }
 
     fn timings(&self, timings: Vec<Timing>) {
-        self.inner.lock().expect("step log lock").1.extend(timings);
+        self.inner
+            .lock()
+            .expect("step log lock")
+            .timings
+            .extend(timings);
     }
 
-    fn take_lines(&self) -> Vec<String> {
-        std::mem::take(&mut self.inner.lock().expect("step log lock").0)
+    fn data(&self, data: serde_json::Value) {
+        self.inner.lock().expect("step log lock").data = Some(data);
     }
 
-    fn take_timings(&self) -> Vec<Timing> {
-        std::mem::take(&mut self.inner.lock().expect("step log lock").1)
+    fn take(&self) -> StepRecord {
+        std::mem::take(&mut *self.inner.lock().expect("step log lock"))
     }
 }

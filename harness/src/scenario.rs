@@ -1,10 +1,13 @@
 //! Scenario files: pure data naming an environment and the steps to run, each with a budget.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+
+use crate::conformance::{Check, CheckParams};
 use serde_saphyr::Spanned;
 use sha2::{Digest, Sha256};
 
@@ -26,11 +29,16 @@ pub enum StepKind {
     Shutdown,
     /// Delete everything the run created; passes when a listing by the run's label is empty.
     Cleanup,
+    /// Run the contract's doctor in the sandbox; passes when every row passes.
+    Doctor,
+    /// A conformance check, written `check: <name>` in a scenario file.
+    #[serde(skip_deserializing)]
+    Check,
 }
 
 impl StepKind {
-    /// Every step, in the order a lifecycle runs them.
-    pub const ALL: [StepKind; 7] = [
+    /// Every step a scenario names with `step:`, lifecycle order first.
+    pub const ALL: [StepKind; 8] = [
         StepKind::Build,
         StepKind::Launch,
         StepKind::FirstResult,
@@ -38,6 +46,7 @@ impl StepKind {
         StepKind::SecretsScan,
         StepKind::Shutdown,
         StepKind::Cleanup,
+        StepKind::Doctor,
     ];
 
     /// The step's name as scenario files and reports spell it.
@@ -50,6 +59,8 @@ impl StepKind {
             StepKind::SecretsScan => "secrets-scan",
             StepKind::Shutdown => "shutdown",
             StepKind::Cleanup => "cleanup",
+            StepKind::Doctor => "doctor",
+            StepKind::Check => "check",
         }
     }
 }
@@ -60,17 +71,26 @@ impl fmt::Display for StepKind {
     }
 }
 
-/// One step of a scenario as written in the file.
+/// One step of a scenario as written in the file: `step: <kind>` or `check: <name>`, and
+/// the fields that kind takes.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct StepFile {
-    step: Spanned<StepKind>,
+    step: Option<Spanned<StepKind>>,
+    check: Option<Spanned<Check>>,
     #[serde(with = "humantime_serde")]
     budget: Duration,
     code: Option<Spanned<String>>,
     expect: Option<Spanned<String>>,
     #[serde(default, with = "humantime_serde")]
     within: Option<Duration>,
+    packages: Option<BTreeMap<String, String>>,
+    allowed: Option<Vec<String>>,
+    blocked: Option<Vec<String>>,
+    gpus: Option<u32>,
+    cuda: Option<String>,
+    minimum: Option<f64>,
+    kernels: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -84,7 +104,7 @@ struct ScenarioFile {
 }
 
 /// One step with its budget and expectation.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Step {
     /// Which step.
     pub kind: StepKind,
@@ -95,7 +115,7 @@ pub struct Step {
 }
 
 /// What a step must observe to pass.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Expectation {
     /// The step's own definition of success (see [`StepKind`]).
     Default,
@@ -108,10 +128,12 @@ pub enum Expectation {
     },
     /// `shutdown`: the sandbox stopped on SIGTERM within this time.
     StoppedWithin(Duration),
+    /// `doctor` or `check: <name>`: the conformance check and what it is given.
+    Check(Check, CheckParams),
 }
 
 /// A parsed scenario file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Scenario {
     /// The scenario's name, used in reports and test names.
     pub name: String,
@@ -200,67 +222,7 @@ impl Scenario {
         }
         let mut steps = Vec::with_capacity(file.steps.len());
         for s in file.steps {
-            let kind = s.step.value;
-            let at = |spanned_line: u64, spanned_col: u64, msg: String| {
-                invalid(spanned_line, spanned_col, msg)
-            };
-            let (line, column) = (s.step.referenced.line(), s.step.referenced.column());
-            if s.budget.is_zero() {
-                return Err(at(
-                    line,
-                    column,
-                    format!("step `{kind}` has a zero budget; give it one such as `30s`"),
-                ));
-            }
-            let misplaced = [
-                (
-                    "code",
-                    s.code.as_ref().map(|c| &c.referenced),
-                    kind == StepKind::FirstResult,
-                ),
-                (
-                    "expect",
-                    s.expect.as_ref().map(|c| &c.referenced),
-                    kind == StepKind::FirstResult,
-                ),
-            ];
-            for (field, loc, allowed) in misplaced {
-                if let (Some(loc), false) = (loc, allowed) {
-                    return Err(at(
-                        loc.line(),
-                        loc.column(),
-                        format!("`{field}` applies to `first-result` only, not to `{kind}`"),
-                    ));
-                }
-            }
-            if s.within.is_some() && kind != StepKind::Shutdown {
-                return Err(at(
-                    line,
-                    column,
-                    format!("`within` applies to `shutdown` only, not to `{kind}`"),
-                ));
-            }
-            let expect = match kind {
-                StepKind::FirstResult => Expectation::Answer {
-                    code: s
-                        .code
-                        .map(|c| c.value)
-                        .unwrap_or_else(|| DEFAULT_CODE.to_owned()),
-                    answer: s
-                        .expect
-                        .map(|e| e.value)
-                        .unwrap_or_else(|| DEFAULT_ANSWER.to_owned()),
-                },
-                StepKind::Shutdown => {
-                    Expectation::StoppedWithin(s.within.unwrap_or(DEFAULT_STOP_WITHIN))
-                }
-                _ => Expectation::Default,
-            };
-            steps.push(Step {
-                kind,
-                budget: s.budget,
-                expect,
-            });
+            steps.push(step_from_file(s, &invalid)?);
         }
         let base = path.parent().unwrap_or(Path::new("."));
         Ok(Scenario {
@@ -273,9 +235,130 @@ impl Scenario {
         })
     }
 
-    /// The step of `kind`, if the scenario has it.
+    /// The first step of `kind`, if the scenario has it.
     pub fn step(&self, kind: StepKind) -> Option<&Step> {
         self.steps.iter().find(|s| s.kind == kind)
+    }
+}
+
+/// Turns one step as written into a [`Step`], refusing fields the step does not take.
+fn step_from_file(
+    s: StepFile,
+    invalid: &dyn Fn(u64, u64, String) -> ScenarioError,
+) -> Result<Step, ScenarioError> {
+    let (kind, check, loc) = match (&s.step, &s.check) {
+        (Some(step), None) => (
+            step.value,
+            (step.value == StepKind::Doctor).then_some(Check::Doctor),
+            &step.referenced,
+        ),
+        (None, Some(check)) => (StepKind::Check, Some(check.value), &check.referenced),
+        (Some(step), Some(_)) => {
+            let l = &step.referenced;
+            return Err(invalid(
+                l.line(),
+                l.column(),
+                "a step has `step:` or `check:`, not both".into(),
+            ));
+        }
+        (None, None) => {
+            return Err(invalid(
+                0,
+                0,
+                "every step needs `step: <kind>` or `check: <name>`".into(),
+            ));
+        }
+    };
+    let (line, column) = (loc.line(), loc.column());
+    let name = check.map_or(kind.name(), Check::step_name);
+    if s.budget.is_zero() {
+        return Err(invalid(
+            line,
+            column,
+            format!("step `{name}` has a zero budget; give it one such as `30s`"),
+        ));
+    }
+    let is = |c: Check| check == Some(c);
+    let fields: [(&str, bool, bool); 10] = [
+        ("code", s.code.is_some(), kind == StepKind::FirstResult),
+        (
+            "expect",
+            s.expect.is_some(),
+            kind == StepKind::FirstResult || is(Check::Python),
+        ),
+        (
+            "within",
+            s.within.is_some(),
+            kind == StepKind::Shutdown || is(Check::ColdStart),
+        ),
+        ("packages", s.packages.is_some(), is(Check::Imports)),
+        ("allowed", s.allowed.is_some(), is(Check::Egress)),
+        ("blocked", s.blocked.is_some(), is(Check::Egress)),
+        ("gpus", s.gpus.is_some(), is(Check::Gpu)),
+        ("cuda", s.cuda.is_some(), is(Check::Gpu)),
+        ("minimum", s.minimum.is_some(), is(Check::Throughput)),
+        ("kernels", s.kernels.is_some(), is(Check::ConcurrentKernels)),
+    ];
+    if let Some((field, _, _)) = fields
+        .iter()
+        .find(|(_, present, allowed)| *present && !allowed)
+    {
+        let at = match *field {
+            "code" => s.code.as_ref().map(|c| &c.referenced),
+            "expect" => s.expect.as_ref().map(|c| &c.referenced),
+            _ => None,
+        }
+        .unwrap_or(loc);
+        return Err(invalid(
+            at.line(),
+            at.column(),
+            format!("`{field}` does not apply to `{name}`"),
+        ));
+    }
+    let expect = match (kind, check) {
+        (StepKind::FirstResult, _) => Expectation::Answer {
+            code: s
+                .code
+                .map(|c| c.value)
+                .unwrap_or_else(|| DEFAULT_CODE.to_owned()),
+            answer: s
+                .expect
+                .map(|e| e.value)
+                .unwrap_or_else(|| DEFAULT_ANSWER.to_owned()),
+        },
+        (StepKind::Shutdown, _) => {
+            Expectation::StoppedWithin(s.within.unwrap_or(DEFAULT_STOP_WITHIN))
+        }
+        (_, Some(check)) => Expectation::Check(
+            check,
+            CheckParams {
+                python: s.expect.map(|e| e.value),
+                packages: s.packages.unwrap_or_default(),
+                allowed: s.allowed.unwrap_or_default(),
+                blocked: s.blocked.unwrap_or_default(),
+                gpus: s.gpus.unwrap_or(0),
+                cuda: s.cuda,
+                minimum_mib_per_second: s.minimum,
+                within: s.within,
+                kernels: s.kernels,
+            },
+        ),
+        _ => Expectation::Default,
+    };
+    Ok(Step {
+        kind,
+        budget: s.budget,
+        expect,
+    })
+}
+
+impl Step {
+    /// The step's name in reports and test names: the kind's, or the check's (`core-2-identity`).
+    pub fn name(&self) -> &'static str {
+        match &self.expect {
+            Expectation::Check(check, _) if self.kind == StepKind::Check => check.step_name(),
+            _ => self.kind.name(),
+        }
     }
 }
 
@@ -366,7 +449,7 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(
-            e.starts_with("scenarios/t.yaml:6:13: `expect` applies to `first-result` only"),
+            e.starts_with("scenarios/t.yaml:6:13: `expect` does not apply to `build`"),
             "{e}"
         );
         let e = parse("name: t\nenvironment: e\nsteps:\n  - step: build\n    budget: 0s\n")
@@ -377,6 +460,52 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("`steps` is empty"), "{e}");
+    }
+
+    #[test]
+    fn checks_take_their_own_fields_and_are_named_by_tier() {
+        let s = parse(
+            "name: t\nenvironment: e\nsteps:\n  - step: doctor\n    budget: 1m\n  - check: python\n    budget: 1m\n    expect: \"3.13\"\n  - check: imports\n    budget: 1m\n    packages:\n      ipykernel: \"6.29.5\"\n",
+        )
+        .unwrap();
+        let names: Vec<&str> = s.steps.iter().map(Step::name).collect();
+        assert_eq!(names, ["doctor", "core-3-python", "core-5-imports"]);
+        let Expectation::Check(Check::Python, params) = &s.steps[1].expect else {
+            panic!("{:?}", s.steps[1])
+        };
+        assert_eq!(params.python.as_deref(), Some("3.13"));
+        let Expectation::Check(Check::Imports, params) = &s.steps[2].expect else {
+            panic!("{:?}", s.steps[2])
+        };
+        assert_eq!(
+            params.packages.get("ipykernel").map(String::as_str),
+            Some("6.29.5")
+        );
+
+        let e = parse("name: t\nenvironment: e\nsteps:\n  - check: identity\n    budget: 1m\n    kernels: 4\n").unwrap_err().to_string();
+        assert!(
+            e.starts_with("scenarios/t.yaml:4:12: `kernels` does not apply to `core-2-identity`"),
+            "{e}"
+        );
+        let e = parse("name: t\nenvironment: e\nsteps:\n  - check: vibes\n    budget: 1m\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("scenarios/t.yaml:4:12: unknown variant `vibes`")
+                && e.contains("concurrent-kernels"),
+            "{e}"
+        );
+        let e = parse("name: t\nenvironment: e\nsteps:\n  - budget: 1m\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("needs `step: <kind>` or `check: <name>`"), "{e}");
+        let e = parse("name: t\nenvironment: e\nsteps:\n  - step: check\n    budget: 1m\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unknown variant `check`"),
+            "the check kind is written `check:`: {e}"
+        );
     }
 
     #[test]

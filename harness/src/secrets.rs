@@ -9,8 +9,6 @@ use serde::{Deserialize, Serialize};
 
 /// The probe's Python source; `probe_code` appends the call.
 const SCAN_SCRIPT: &str = include_str!("probes/secrets_scan.py");
-/// Marker before the probe's JSON line on stdout.
-pub const PROBE_MARKER: &str = "SANDBOX_MATRIX_PROBE ";
 
 const BASE: u128 = 257;
 const MODULUS: u128 = (1 << 61) - 1;
@@ -76,20 +74,11 @@ pub struct ScanReport {
     pub uid: u32,
 }
 
-/// Parses the probe's marked line out of `stdout`.
+/// Parses the probe's report out of `stdout` (the marked line every probe answers on).
 pub fn parse_report(stdout: &str) -> Result<ScanReport, String> {
-    let line = stdout
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix(PROBE_MARKER))
-        .ok_or_else(|| {
-            format!(
-                "the secrets probe printed no `{}` line; stdout ended: {:?}",
-                PROBE_MARKER.trim(),
-                tail(stdout)
-            )
-        })?;
-    serde_json::from_str(line).map_err(|e| format!("the secrets probe's report is not valid: {e}"))
+    let answer = crate::conformance::parse_answer(stdout)?;
+    serde_json::from_value(answer)
+        .map_err(|e| format!("the secrets probe's report is not valid: {e}"))
 }
 
 /// Searches the artifact's metadata (JSON from the provider) for the secrets' values,
@@ -132,14 +121,6 @@ fn walk(value: &serde_json::Value, path: &str, secrets: &[Secret], found: &mut V
         }
         _ => {}
     }
-}
-
-fn tail(text: &str) -> &str {
-    let start = text.len().saturating_sub(300);
-    let start = (start..=text.len())
-        .find(|&i| text.is_char_boundary(i))
-        .unwrap_or(text.len());
-    &text[start..]
 }
 
 #[cfg(test)]

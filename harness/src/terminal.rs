@@ -31,7 +31,7 @@ impl Terminal {
     fn start(&self, prefix: String) {
         let bar = ProgressBar::new_spinner();
         bar.set_style(
-            ProgressStyle::with_template("  {spinner} {prefix:<14} {elapsed:>4} {wide_msg}")
+            ProgressStyle::with_template("  {spinner} {prefix:<32} {elapsed:>4} {wide_msg}")
                 .expect("a valid template"),
         );
         bar.set_prefix(prefix);
@@ -93,12 +93,12 @@ impl EventSink for Terminal {
                 self.finish();
                 let secs = format!("{:>7.2} s", result.duration.as_secs_f64());
                 let line = match &result.status {
-                    StepStatus::Passed => format!("  ✓ {:<14}{secs}", result.step),
+                    StepStatus::Passed => format!("  ✓ {:<32}{secs}", result.step),
                     StepStatus::Failed { reason } => {
-                        format!("  ✗ {:<14}{secs}  {reason}", result.step)
+                        format!("  ✗ {:<32}{secs}  {reason}", result.step)
                     }
                     StepStatus::Skipped { reason } => {
-                        format!("  - {:<14}{:>9}  skipped: {reason}", result.step, "")
+                        format!("  - {:<32}{:>9}  skipped: {reason}", result.step, "")
                     }
                 };
                 eprintln!("{line}");

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sandbox_providers::Provider;
-use sandbox_providers::docker::{BaseRecipe, DockerProvider};
+use sandbox_providers::docker::{BaseRecipe, DockerProvider, DoctorBinary};
 
 /// Every variant name, in report order.
 pub const KNOWN: &[&str] = &["docker"];
@@ -13,13 +13,26 @@ pub const KNOWN: &[&str] = &["docker"];
 /// Where, under the project root, the docker variant's base image recipe lives.
 pub const BASE_RECIPE_DIR: &str = "fixtures/images/contract-base";
 
-/// Connects to variant `name`; `root` is the project checkout (fixtures live there).
-pub async fn connect(name: &str, root: &Path) -> Result<Arc<dyn Provider>, String> {
+/// The doctor baked into reference images: `executable` is a sandbox-matrix binary, which
+/// acts as the doctor when run under the name `datalayer-sandbox`.
+pub fn doctor_binary(executable: &Path) -> DoctorBinary {
+    DoctorBinary {
+        path: executable.to_path_buf(),
+        source_hash: env!("SANDBOX_MATRIX_DOCTOR_SOURCE_HASH").to_owned(),
+    }
+}
+
+/// Connects to variant `name`; `root` is the project checkout (fixtures live there) and
+/// `harness` the sandbox-matrix executable (it carries the doctor).
+pub async fn connect(name: &str, root: &Path, harness: &Path) -> Result<Arc<dyn Provider>, String> {
     match name {
-        "docker" => DockerProvider::connect(BaseRecipe::new(root.join(BASE_RECIPE_DIR)))
-            .await
-            .map(|p| Arc::new(p) as Arc<dyn Provider>)
-            .map_err(|e| format!("the docker variant needs a Docker engine: {e}")),
+        "docker" => DockerProvider::connect(BaseRecipe::new(
+            root.join(BASE_RECIPE_DIR),
+            doctor_binary(harness),
+        ))
+        .await
+        .map(|p| Arc::new(p) as Arc<dyn Provider>)
+        .map_err(|e| format!("the docker variant needs a Docker engine: {e}")),
         other => Err(format!(
             "unknown variant `{other}`; known variants: {}",
             KNOWN.join(", ")

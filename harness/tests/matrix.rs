@@ -41,7 +41,12 @@ type Outcome = Arc<OnceLock<Result<(String, ScenarioResult), String>>>;
 fn run_once(variant: &str, scenario: &Scenario) -> Result<(String, ScenarioResult), String> {
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async {
-        let provider = variants::connect(variant, &common::root()).await?;
+        let provider = variants::connect(
+            variant,
+            &common::root(),
+            std::path::Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
+        )
+        .await?;
         let run_id = new_run_id();
         let runner = Runner::new(
             run_id.clone(),
@@ -81,9 +86,9 @@ fn main() {
                 .entry(((*variant).to_owned(), scenario.name.clone()))
                 .or_default()
                 .clone();
-            let mut steps: Vec<StepKind> = scenario.steps.iter().map(|s| s.kind).collect();
-            if !steps.contains(&StepKind::Cleanup) {
-                steps.push(StepKind::Cleanup);
+            let mut steps: Vec<&'static str> = scenario.steps.iter().map(|s| s.name()).collect();
+            if scenario.step(StepKind::Cleanup).is_none() {
+                steps.push(StepKind::Cleanup.name());
             }
             for step in steps {
                 let ignore = engine_missing && *variant == "docker";
@@ -96,11 +101,13 @@ fn main() {
                         .as_ref()
                         .map_err(Failed::from)?;
                     let step_result = result
-                        .step(step.name())
+                        .step(step)
                         .ok_or_else(|| Failed::from(format!("the run has no {step} step")))?;
                     match &step_result.status {
                         // Cleanup is also checked from outside: the docker CLI lists nothing by the run's label.
-                        StepStatus::Passed if step == StepKind::Cleanup && variant == "docker" => {
+                        StepStatus::Passed
+                            if step == StepKind::Cleanup.name() && variant == "docker" =>
+                        {
                             let left = common::left_by_run(run_id);
                             if left.is_empty() {
                                 Ok(())

@@ -229,6 +229,17 @@ pub trait Provider: Send + Sync {
     /// Runs code through the variant's code channel (a kernel where there is one).
     async fn run_code(&self, sandbox: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)>;
 
+    /// Runs code in context `context`, a kernel of its own, so that several contexts can
+    /// run at once (see [`Capabilities::concurrent_contexts`]).
+    async fn run_code_in(
+        &self,
+        _sandbox: &SandboxId,
+        _context: &str,
+        _code: &str,
+    ) -> Result<CodeOutput> {
+        Err(ProviderError::unsupported("run code in separate contexts"))
+    }
+
     /// Runs a command in the sandbox, as root when `as_root` is set.
     async fn exec(
         &self,

@@ -61,6 +61,7 @@ mod fixture {
             budget: Duration::from_secs(budget_s),
             timings,
             log: log.iter().map(|line| (*line).to_owned()).collect(),
+            data: None,
         }
     }
 

@@ -35,8 +35,8 @@ const ROWS: [(&str, Fill); 13] = [
     ("Floor: kernel's first answer", |s| floor(s, "floor-kernel")),
     ("Restart", restart),
     ("Shutdown", shutdown),
-    ("Doctor and core tier", |_| NOTHING.to_owned()),
-    ("Extended tier", |_| NOTHING.to_owned()),
+    ("Doctor and core tier", core_tier),
+    ("Extended tier", extended_tier),
     ("Secrets found", secrets),
     ("Resources leaked", leaked),
     ("Scenario", outcome),
@@ -204,6 +204,108 @@ fn shutdown(scenarios: &[&ScenarioResult]) -> String {
             shorten(&format!("failed: {reason}"), SHUTDOWN_FAILURE_CHARS)
         }
         StepStatus::Skipped { .. } => "skipped".to_owned(),
+    }
+}
+
+/// The checks that ran in the first scenario with any check named `core-…` or
+/// `extended-…`; `None` when no scenario has one, and an empty list when none ran.
+fn checks<'a>(scenarios: &[&'a ScenarioResult], tier: &str) -> Option<Vec<&'a StepResult>> {
+    scenarios
+        .iter()
+        .map(|scenario| {
+            scenario
+                .steps
+                .iter()
+                .filter(|s| s.step.starts_with(tier))
+                .collect::<Vec<_>>()
+        })
+        .find(|steps| !steps.is_empty())
+        .map(|steps| {
+            steps
+                .into_iter()
+                .filter(|s| !matches!(s.status, StepStatus::Skipped { .. }))
+                .collect()
+        })
+}
+
+/// The short name of a check step: `core-2-identity` is `identity`.
+fn check_name(step: &StepResult) -> &str {
+    step.step.splitn(3, '-').nth(2).unwrap_or(&step.step)
+}
+
+/// "n/9" of the core checks that passed, the doctor's rows, and which checks failed.
+fn core_tier(scenarios: &[&ScenarioResult]) -> String {
+    let core = match checks(scenarios, "core-") {
+        None => return NOTHING.to_owned(),
+        Some(core) if core.is_empty() => return "skipped".to_owned(),
+        Some(core) => core,
+    };
+    let passed = core
+        .iter()
+        .filter(|s| s.status == StepStatus::Passed)
+        .count();
+    let mut cell = format!("{passed}/{}", core.len());
+    if let Some(rows) = core
+        .iter()
+        .find(|s| s.step == "core-1-doctor")
+        .and_then(|s| s.data.as_ref())
+        .and_then(|d| Some((d["rowsPassed"].as_u64()?, d["rows"].as_u64()?)))
+    {
+        cell.push_str(&format!(", doctor {}/{} rows", rows.0, rows.1));
+    }
+    let failed: Vec<&str> = core
+        .iter()
+        .filter(|s| matches!(s.status, StepStatus::Failed { .. }))
+        .map(|s| check_name(s))
+        .collect();
+    if !failed.is_empty() {
+        cell.push_str(&format!("; failed: {}", failed.join(", ")));
+    }
+    cell
+}
+
+/// What the extended tier recorded: throughput, concurrent kernels, cold start, and failures.
+fn extended_tier(scenarios: &[&ScenarioResult]) -> String {
+    let extended = match checks(scenarios, "extended-") {
+        None => return NOTHING.to_owned(),
+        Some(extended) if extended.is_empty() => return "skipped".to_owned(),
+        Some(extended) => extended,
+    };
+    let data = |name: &str| {
+        extended
+            .iter()
+            .find(|s| check_name(s) == name)
+            .and_then(|s| s.data.as_ref())
+    };
+    let mut parts = Vec::new();
+    if let Some(speed) = data("throughput").and_then(|d| d["mibPerSecond"].as_f64()) {
+        parts.push(format!("{speed:.0} MiB/s"));
+    }
+    if let Some(d) = data("concurrent-kernels") {
+        parts.push(format!(
+            "{}/{} kernels at once",
+            d["answered"], d["kernels"]
+        ));
+    }
+    if let Some(secs) = data("cold-start").and_then(|d| d["seconds"].as_f64()) {
+        parts.push(format!("cold start {secs:.2} s"));
+    }
+    let failed: Vec<&str> = extended
+        .iter()
+        .filter(|s| matches!(s.status, StepStatus::Failed { .. }))
+        .map(|s| check_name(s))
+        .collect();
+    if !failed.is_empty() {
+        parts.push(format!("failed: {}", failed.join(", ")));
+    }
+    if parts.is_empty() {
+        format!(
+            "{}/{} passed",
+            extended.len() - failed.len(),
+            extended.len()
+        )
+    } else {
+        parts.join("; ")
     }
 }
 

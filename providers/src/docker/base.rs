@@ -25,11 +25,26 @@ pub const BASE_IMAGE: &str = "sandbox-matrix/contract-base:v1";
 /// Label holding the sha256 of the recipe an image was made from.
 pub const RECIPE_LABEL: &str = "sandbox-matrix.recipe";
 
-/// The recipe of the reference base: a folder with `packages.txt`, `suite` and a `Dockerfile`.
+/// The recipe of the reference base: a folder with `packages.txt`, `suite` and a
+/// `Dockerfile`, and the doctor executable the Dockerfile copies in.
 #[derive(Debug, Clone)]
 pub struct BaseRecipe {
     dir: PathBuf,
+    doctor: DoctorBinary,
 }
+
+/// The doctor executable baked into the base as `/opt/datalayer/bin/datalayer-sandbox`.
+#[derive(Debug, Clone)]
+pub struct DoctorBinary {
+    /// An executable that acts as the doctor when run under the name `datalayer-sandbox`.
+    pub path: PathBuf,
+    /// A hash of the doctor's sources: the base is rebuilt when it changes, not when
+    /// unrelated code in the same executable does.
+    pub source_hash: String,
+}
+
+/// The name the doctor has in the build context and in the image.
+pub const DOCTOR_FILE: &str = "datalayer-sandbox";
 
 /// What [`BaseRecipe::ensure`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,9 +56,12 @@ pub struct BaseImage {
 }
 
 impl BaseRecipe {
-    /// The recipe in `dir` (normally `fixtures/images/contract-base`).
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into() }
+    /// The recipe in `dir` (normally `fixtures/images/contract-base`) with `doctor`.
+    pub fn new(dir: impl Into<PathBuf>, doctor: DoctorBinary) -> Self {
+        Self {
+            dir: dir.into(),
+            doctor,
+        }
     }
 
     fn read(&self, name: &str) -> Result<String> {
@@ -89,6 +107,7 @@ impl BaseRecipe {
     pub fn hash(&self) -> Result<String> {
         let mut hasher = Sha256::new();
         hasher.update(self.rootfs_hash()?.as_bytes());
+        hasher.update(self.doctor.source_hash.as_bytes());
         let mut files: Vec<PathBuf> = std::fs::read_dir(&self.dir)
             .map_err(|e| {
                 ProviderError::new(
@@ -141,17 +160,26 @@ impl BaseRecipe {
             self.dir.join("Dockerfile").display()
         ));
         let labels = HashMap::from([(RECIPE_LABEL.to_owned(), hash.clone())]);
-        let id = super::build_context(
-            docker,
-            &self.dir,
-            Some(BASE_IMAGE),
+        if !self.doctor.path.is_file() {
+            return Err(ProviderError::new(
+                ErrorKind::Config,
+                format!(
+                    "the doctor executable {} is missing",
+                    self.doctor.path.display()
+                ),
+            ));
+        }
+        let spec = super::BuildSpec {
+            dir: &self.dir,
+            extra_files: &[(DOCTOR_FILE, &self.doctor.path)],
+            tag: Some(BASE_IMAGE),
             labels,
-            HashMap::new(),
-            None,
-            progress,
-        )
-        .await
-        .map_err(|e| e.context("building the reference base image"))?;
+            build_args: HashMap::new(),
+            credentials: None,
+        };
+        let id = super::build_context(docker, spec, progress)
+            .await
+            .map_err(|e| e.context("building the reference base image"))?;
         Ok(BaseImage { id, reused: false })
     }
 
@@ -334,7 +362,11 @@ mod tests {
         )
         .unwrap();
         std::fs::write(dir.join("Dockerfile"), "FROM x\n").unwrap();
-        let recipe = BaseRecipe::new(&dir);
+        let doctor = DoctorBinary {
+            path: dir.join("Dockerfile"),
+            source_hash: "one".into(),
+        };
+        let recipe = BaseRecipe::new(&dir, doctor.clone());
         let (suite, packages) = recipe.rootfs_recipe().unwrap();
         assert_eq!(
             (suite.as_str(), packages),
@@ -344,6 +376,14 @@ mod tests {
         std::fs::write(dir.join("Dockerfile"), "FROM y\n").unwrap();
         assert_ne!(recipe.hash().unwrap(), before);
         assert_eq!(recipe.rootfs_hash().unwrap(), rootfs_before);
+        let other_doctor = BaseRecipe::new(
+            &dir,
+            DoctorBinary {
+                source_hash: "two".into(),
+                ..doctor
+            },
+        );
+        assert_ne!(other_doctor.hash().unwrap(), recipe.hash().unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

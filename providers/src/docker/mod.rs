@@ -32,7 +32,7 @@ use crate::{
     ShutdownEnding, ShutdownReport, Timing,
 };
 
-pub use base::BaseRecipe;
+pub use base::{BaseRecipe, DoctorBinary};
 
 /// Port Jupyter Server listens on inside the container.
 const JUPYTER_PORT: u16 = 8888;
@@ -71,12 +71,17 @@ pub struct DockerProvider {
     engine_version: String,
     base: BaseRecipe,
     sandboxes: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Sandbox>>>>,
+    /// Extra kernels by (sandbox, context), each with its own socket, so they run at once.
+    contexts: Mutex<HashMap<(String, String), SharedSocket>>,
 }
+
+/// A kernel socket several tasks may take turns on.
+type SharedSocket = Arc<tokio::sync::Mutex<KernelSocket>>;
 
 /// A running container with its Jupyter Server and, once code has run, its kernel.
 struct Sandbox {
     container_id: String,
-    server: JupyterServer,
+    server: Arc<JupyterServer>,
     kernel: Option<(String, KernelSocket)>,
 }
 
@@ -115,6 +120,7 @@ impl DockerProvider {
             engine_version,
             base,
             sandboxes: Mutex::new(HashMap::new()),
+            contexts: Mutex::new(HashMap::new()),
         })
     }
 
@@ -250,16 +256,15 @@ impl Provider for DockerProvider {
                 },
             )])
         });
-        let id = build_context(
-            &self.docker,
-            &request.environment_dir,
-            None,
+        let spec = BuildSpec {
+            dir: &request.environment_dir,
+            extra_files: &[],
+            tag: None,
             labels,
             build_args,
             credentials,
-            log,
-        )
-        .await?;
+        };
+        let id = build_context(&self.docker, spec, log).await?;
         Ok(Artifact {
             id,
             kind: "image-id".into(),
@@ -330,7 +335,7 @@ impl Provider for DockerProvider {
         };
         let sandbox = Sandbox {
             container_id: id.clone(),
-            server,
+            server: Arc::new(server),
             kernel: None,
         };
         self.sandboxes
@@ -360,6 +365,36 @@ impl Provider for DockerProvider {
         }
         let (_, socket) = sandbox.kernel.as_mut().expect("kernel is present");
         Ok((socket.execute(code, EXECUTE_DEADLINE).await?, timings))
+    }
+
+    async fn run_code_in(
+        &self,
+        sandbox: &SandboxId,
+        context: &str,
+        code: &str,
+    ) -> Result<CodeOutput> {
+        let key = (sandbox.0.clone(), context.to_owned());
+        let existing = self
+            .contexts
+            .lock()
+            .expect("context table lock")
+            .get(&key)
+            .cloned();
+        let socket = match existing {
+            Some(socket) => socket,
+            None => {
+                let server = self.sandbox(sandbox)?.lock().await.server.clone();
+                let kernel_id = server.start_kernel(KERNEL_NAME).await?;
+                let socket = Arc::new(tokio::sync::Mutex::new(server.connect(&kernel_id).await?));
+                self.contexts
+                    .lock()
+                    .expect("context table lock")
+                    .insert(key, socket.clone());
+                socket
+            }
+        };
+        let mut socket = socket.lock().await;
+        socket.execute(code, EXECUTE_DEADLINE).await
     }
 
     async fn exec(
@@ -462,6 +497,10 @@ impl Provider for DockerProvider {
             .lock()
             .expect("sandbox table lock")
             .remove(&sandbox.0);
+        self.contexts
+            .lock()
+            .expect("context table lock")
+            .retain(|(owner, _), _| owner != &sandbox.0);
         Ok(ShutdownReport {
             ending: if killed {
                 ShutdownEnding::Killed
@@ -655,24 +694,44 @@ async fn remove_container(docker: &Docker, id: &str) -> Result<()> {
     }
 }
 
-/// Builds the Dockerfile in `dir` with the engine, with no network inside the build,
-/// streaming log lines to `log`, and returns the image id.
+/// What to build: a folder with a Dockerfile, files added beside it, and build options.
+pub(crate) struct BuildSpec<'a> {
+    /// The build context folder; its `Dockerfile` is built.
+    pub dir: &'a Path,
+    /// Files added to the context under a name of their own.
+    pub extra_files: &'a [(&'a str, &'a Path)],
+    /// A tag for the image, if it should have one.
+    pub tag: Option<&'a str>,
+    /// Labels of the image.
+    pub labels: HashMap<String, String>,
+    /// Build arguments.
+    pub build_args: HashMap<String, String>,
+    /// Registry credentials handed to the builder.
+    pub credentials: Option<HashMap<String, DockerCredentials>>,
+}
+
+/// Builds a [`BuildSpec`] with the engine, with no network inside the build, streaming
+/// log lines to `log`, and returns the image id.
 pub(crate) async fn build_context(
     docker: &Docker,
-    dir: &Path,
-    tag: Option<&str>,
-    labels: HashMap<String, String>,
-    build_args: HashMap<String, String>,
-    credentials: Option<HashMap<String, DockerCredentials>>,
+    spec: BuildSpec<'_>,
     log: &LogFn,
 ) -> Result<String> {
+    let BuildSpec {
+        dir,
+        extra_files,
+        tag,
+        labels,
+        build_args,
+        credentials,
+    } = spec;
     if !dir.join("Dockerfile").is_file() {
         return Err(ProviderError::new(
             ErrorKind::Config,
             format!("no Dockerfile in {}", dir.display()),
         ));
     }
-    let context = tar_directory(dir)?;
+    let context = tar_context(dir, extra_files)?;
     let mut options = BuildImageOptionsBuilder::default()
         .dockerfile("Dockerfile")
         .rm(true)
@@ -732,11 +791,18 @@ pub(crate) async fn build_context(
     })
 }
 
-fn tar_directory(dir: &Path) -> Result<Vec<u8>> {
+fn tar_context(dir: &Path, extra_files: &[(&str, &Path)]) -> Result<Vec<u8>> {
     let mut builder = tar::Builder::new(Vec::new());
     builder.follow_symlinks(false);
+    // The engine's tar reader refuses GNU sparse entries, which large binaries become.
+    builder.sparse(false);
     builder
         .append_dir_all(".", dir)
+        .and_then(|()| {
+            extra_files
+                .iter()
+                .try_for_each(|(name, path)| builder.append_path_with_name(path, name))
+        })
         .and_then(|()| builder.into_inner())
         .map_err(|e| {
             ProviderError::new(

@@ -1,0 +1,867 @@
+//! The sandbox-contract/v1 conformance suite: the doctor, core tier 1–9 and extended tier
+//! 10–14, each check a probe — Python in through the variant's code channel, one JSON line
+//! out behind a marker on stdout — so the same checks run on every variant.
+//!
+//! A check that crashes is a failed check with its reason; the scenario goes on.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use sandbox_contract::{CONTRACT_VERSION, GRACEFUL_SHUTDOWN_SECS, IDENTITY};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// Marker in front of a probe's JSON answer on stdout.
+pub const ANSWER_MARKER: &str = "SANDBOX_MATRIX_PROBE ";
+
+/// Prefix of every name a probe binds; all of them are dropped after it answers.
+const PROBE_PREFIX: &str = "_sm_";
+
+/// A check of the conformance suite, numbered as the contract numbers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Check {
+    /// 1: the doctor runs and every row passes.
+    Doctor,
+    /// 2: user, uid, gid, home and working directory are the contract's.
+    Identity,
+    /// 3: python3 (of the expected version) and pip are there.
+    Python,
+    /// 4: the kernel answers `1+1` with `2`.
+    Kernel,
+    /// 5: the locked packages are installed at their versions and import.
+    Imports,
+    /// 6: the workdir is writable, the reserved path is not.
+    Filesystem,
+    /// 7: state does not survive a kernel restart.
+    Restart,
+    /// 8: a process group exits on SIGTERM; PID 1 reaps orphans.
+    Shutdown,
+    /// 9: no build secret in files, processes or the artifact's metadata.
+    Secrets,
+    /// 10: allowed hosts are reachable and blocked ones are not.
+    Egress,
+    /// 11: the GPUs asked for are visible with the CUDA asked for.
+    Gpu,
+    /// 12: writing to the workdir is fast enough (MiB/s).
+    Throughput,
+    /// 13: create to first result is within its budget.
+    ColdStart,
+    /// 14: several kernel contexts answer at once.
+    ConcurrentKernels,
+}
+
+/// Which tier a check belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    /// Gates release on every required variant.
+    Core,
+    /// Recorded; gates nothing (but the GPU check for a GPU version).
+    Extended,
+}
+
+impl Check {
+    /// Every check, in the contract's order.
+    pub const ALL: [Check; 14] = [
+        Check::Doctor,
+        Check::Identity,
+        Check::Python,
+        Check::Kernel,
+        Check::Imports,
+        Check::Filesystem,
+        Check::Restart,
+        Check::Shutdown,
+        Check::Secrets,
+        Check::Egress,
+        Check::Gpu,
+        Check::Throughput,
+        Check::ColdStart,
+        Check::ConcurrentKernels,
+    ];
+
+    /// The contract's number for the check.
+    pub fn number(self) -> u8 {
+        Check::ALL
+            .iter()
+            .position(|c| *c == self)
+            .map_or(0, |i| i as u8 + 1)
+    }
+
+    /// The tier it belongs to.
+    pub fn tier(self) -> Tier {
+        if self.number() <= 9 {
+            Tier::Core
+        } else {
+            Tier::Extended
+        }
+    }
+
+    /// The name a scenario and reports use for it as a step: `core-2-identity`.
+    pub fn step_name(self) -> &'static str {
+        match self {
+            Check::Doctor => "core-1-doctor",
+            Check::Identity => "core-2-identity",
+            Check::Python => "core-3-python",
+            Check::Kernel => "core-4-kernel",
+            Check::Imports => "core-5-imports",
+            Check::Filesystem => "core-6-filesystem",
+            Check::Restart => "core-7-restart",
+            Check::Shutdown => "core-8-shutdown",
+            Check::Secrets => "core-9-secrets",
+            Check::Egress => "extended-10-egress",
+            Check::Gpu => "extended-11-gpu",
+            Check::Throughput => "extended-12-throughput",
+            Check::ColdStart => "extended-13-cold-start",
+            Check::ConcurrentKernels => "extended-14-concurrent-kernels",
+        }
+    }
+}
+
+/// What a check is given beside the sandbox, from its scenario step.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CheckParams {
+    /// `python`: the expected `major.minor`; any version when absent.
+    pub python: Option<String>,
+    /// `imports`: distribution name → version the lock pins.
+    pub packages: BTreeMap<String, String>,
+    /// `egress`: `host:port` that must be reachable.
+    pub allowed: Vec<String>,
+    /// `egress`: `host:port` that must not be reachable.
+    pub blocked: Vec<String>,
+    /// `gpu`: how many GPUs were asked for (0: none, the check passes trivially).
+    pub gpus: u32,
+    /// `gpu`: the CUDA version asked for.
+    pub cuda: Option<String>,
+    /// `throughput`: the floor in MiB/s.
+    pub minimum_mib_per_second: Option<f64>,
+    /// `cold-start`: the budget of create to first result.
+    pub within: Option<Duration>,
+    /// `concurrent-kernels`: how many contexts (default 4).
+    pub kernels: Option<u32>,
+}
+
+/// Wraps probe `body` (which binds `_sm_out`) so that it prints `_sm_out` as JSON behind
+/// the marker and then drops every `_sm_` name it bound.
+pub fn probe_code(body: &str) -> String {
+    format!(
+        "{body}\nimport json as _sm_json, sys as _sm_sys\n\
+         _sm_sys.stdout.write({marker:?} + _sm_json.dumps(_sm_out, default=str) + '\\n')\n\
+         _sm_sys.stdout.flush()\n\
+         for _sm_name in [_sm_n for _sm_n in list(globals()) if _sm_n.startswith({prefix:?})]:\n\
+         \x20   globals().pop(_sm_name, None)\n\
+         globals().pop('_sm_name', None)\n",
+        marker = ANSWER_MARKER,
+        prefix = PROBE_PREFIX,
+    )
+}
+
+/// Reads the probe's answer: the last marked line of `stdout`.
+pub fn parse_answer(stdout: &str) -> Result<Value, String> {
+    let line = stdout
+        .lines()
+        .rev()
+        .find_map(|l| {
+            l.find(ANSWER_MARKER)
+                .map(|at| &l[at + ANSWER_MARKER.len()..])
+        })
+        .ok_or_else(|| {
+            format!(
+                "the probe answered without its report; stdout: {:?}",
+                excerpt(stdout)
+            )
+        })?;
+    serde_json::from_str(line)
+        .map_err(|e| format!("the probe's report is not JSON ({e}): {:?}", excerpt(line)))
+}
+
+/// A check's verdict: passed or not, why, and what the sandbox answered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    /// True when the sandbox meets the check.
+    pub passed: bool,
+    /// What is wrong, for a person; `None` when it passed with nothing to say.
+    pub detail: Option<String>,
+    /// The probe's answer and anything measured.
+    pub data: Value,
+}
+
+impl Verdict {
+    /// Passed when `problems` is empty; the problems joined are the detail.
+    pub fn new(problems: Vec<String>, data: Value) -> Self {
+        Self {
+            passed: problems.is_empty(),
+            detail: (!problems.is_empty()).then(|| problems.join("; ")),
+            data,
+        }
+    }
+
+    /// Passed, with something to say (such as why there was nothing to check).
+    pub fn pass(detail: &str, data: Value) -> Self {
+        Self {
+            passed: true,
+            detail: Some(detail.to_owned()),
+            data,
+        }
+    }
+}
+
+/// Check 1's probe: runs the doctor and hands back its exit code and output.
+pub fn doctor_probe() -> String {
+    probe_code(&format!(
+        "import subprocess as _sm_sp\n\
+         try:\n\
+         \x20   _sm_run = _sm_sp.run([{doctor:?}, 'doctor', '--json'], capture_output=True, text=True, timeout=120)\n\
+         \x20   _sm_out = {{'exit': _sm_run.returncode, 'stdout': _sm_run.stdout[-65536:], 'stderr': _sm_run.stderr[-4096:]}}\n\
+         except (OSError, _sm_sp.SubprocessError) as _sm_error:\n\
+         \x20   _sm_out = {{'exit': None, 'stdout': '', 'stderr': type(_sm_error).__name__ + ': ' + str(_sm_error)}}\n",
+        doctor = IDENTITY.doctor,
+    ))
+}
+
+/// Judges the doctor's answer: it must run, check this contract, exit 0, and every row pass.
+pub fn judge_doctor(answer: &Value) -> Verdict {
+    let Some(exit) = answer["exit"].as_i64() else {
+        return Verdict::new(
+            vec![format!(
+                "the doctor cannot run at {}: {}",
+                IDENTITY.doctor,
+                answer["stderr"].as_str().unwrap_or("")
+            )],
+            answer.clone(),
+        );
+    };
+    let report: Value = match serde_json::from_str(answer["stdout"].as_str().unwrap_or("")) {
+        Ok(report) => report,
+        Err(e) => {
+            return Verdict::new(
+                vec![format!(
+                    "the doctor exited {exit} without a JSON report ({e})"
+                )],
+                answer.clone(),
+            );
+        }
+    };
+    let mut problems = Vec::new();
+    if report["contract"] != CONTRACT_VERSION {
+        problems.push(format!(
+            "the doctor checks {}, not {CONTRACT_VERSION}",
+            report["contract"]
+        ));
+    }
+    let failed: Vec<String> = report["rows"]
+        .as_array()
+        .map(|rows| {
+            rows.iter()
+                .filter(|r| r["ok"] != true)
+                .map(|r| {
+                    let id = r["id"].as_str().unwrap_or("?");
+                    match r["message"].as_str() {
+                        Some(m) if !m.is_empty() => format!("{id} ({m})"),
+                        _ => format!("{id} (expected {}, got {})", r["expected"], r["actual"]),
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let rows = report["rows"].as_array().map_or(0, Vec::len);
+    let rows_passed = report["rows"]
+        .as_array()
+        .map_or(0, |r| r.iter().filter(|r| r["ok"] == true).count());
+    if !failed.is_empty() {
+        problems.push(format!("doctor rows failed: {}", failed.join(", ")));
+    } else if exit != 0 {
+        problems.push(format!("the doctor exited {exit} with every row passing"));
+    } else if rows == 0 {
+        problems.push("the doctor reported no rows".to_owned());
+    }
+    let data = json!({ "exit": exit, "rows": rows, "rowsPassed": rows_passed, "failed": report["failed"], "report": report });
+    if problems.is_empty() {
+        Verdict::pass(&format!("{rows}/{rows} doctor rows pass"), data)
+    } else {
+        Verdict::new(problems, data)
+    }
+}
+
+/// Check 2's probe.
+pub const IDENTITY_PROBE: &str = r#"import os as _sm_os
+try:
+    import pwd as _sm_pwd
+    _sm_user = _sm_pwd.getpwuid(_sm_os.getuid()).pw_name
+except (ImportError, KeyError):
+    _sm_user = None
+_sm_out = {'user': _sm_user, 'uid': _sm_os.getuid(), 'gid': _sm_os.getgid(), 'home': _sm_os.environ.get('HOME'), 'cwd': _sm_os.getcwd()}
+"#;
+
+/// Judges check 2 against the contract's identity.
+pub fn judge_identity(answer: &Value) -> Verdict {
+    let expected = [
+        ("user", json!(IDENTITY.user)),
+        ("uid", json!(IDENTITY.uid)),
+        ("gid", json!(IDENTITY.gid)),
+        ("home", json!(IDENTITY.home)),
+        ("cwd", json!(IDENTITY.workdir)),
+    ];
+    let problems = expected
+        .iter()
+        .filter(|(key, want)| &answer[key] != want)
+        .map(|(key, want)| format!("{key} is {}, not {want}", answer[key]))
+        .collect();
+    Verdict::new(problems, answer.clone())
+}
+
+/// Check 3's probe.
+pub const PYTHON_PROBE: &str = "import shutil as _sm_shutil, sys as _sm_sys\n\
+_sm_out = {'version': '%d.%d' % _sm_sys.version_info[:2], 'full': _sm_sys.version.split()[0], 'executable': _sm_sys.executable, 'pip': _sm_shutil.which('pip') or _sm_shutil.which('pip3'), 'uv': _sm_shutil.which('uv')}\n";
+
+/// Judges check 3: the expected version when one is given, and an installer on PATH.
+pub fn judge_python(answer: &Value, expected: Option<&str>) -> Verdict {
+    let mut problems = Vec::new();
+    if let Some(want) = expected
+        && answer["version"] != want
+    {
+        problems.push(format!("Python is {}, not {want}", answer["full"]));
+    }
+    if answer["pip"].is_null() && answer["uv"].is_null() {
+        problems.push("neither pip nor uv is on PATH".to_owned());
+    }
+    Verdict::new(problems, answer.clone())
+}
+
+/// Check 5's probe for `packages` (distribution → version).
+pub fn imports_probe(packages: &BTreeMap<String, String>) -> String {
+    let names: Vec<String> = packages.keys().map(|n| normalize(n)).collect();
+    probe_code(&format!(
+        "import importlib as _sm_il, importlib.metadata as _sm_md, re as _sm_re\n\
+         _sm_norm = lambda _sm_v: _sm_re.sub(r'[-_.]+', '-', _sm_v).lower()\n\
+         _sm_modules = {{}}\n\
+         for _sm_mod, _sm_dists in _sm_md.packages_distributions().items():\n\
+         \x20   for _sm_d in _sm_dists:\n\
+         \x20       if not _sm_mod.startswith('_'):\n\
+         \x20           _sm_modules.setdefault(_sm_norm(_sm_d), []).append(_sm_mod)\n\
+         _sm_out = {{}}\n\
+         for _sm_dist in {names}:\n\
+         \x20   _sm_entry = {{'version': None, 'imported': None, 'error': None}}\n\
+         \x20   try:\n\
+         \x20       _sm_entry['version'] = _sm_md.version(_sm_dist)\n\
+         \x20   except _sm_md.PackageNotFoundError:\n\
+         \x20       _sm_entry['error'] = 'not installed'\n\
+         \x20   for _sm_mod in sorted(_sm_modules.get(_sm_dist, []), key=len)[:1] or [_sm_dist.replace('-', '_')]:\n\
+         \x20       try:\n\
+         \x20           _sm_il.import_module(_sm_mod)\n\
+         \x20           _sm_entry['imported'] = _sm_mod\n\
+         \x20       except Exception as _sm_error:\n\
+         \x20           _sm_entry['error'] = type(_sm_error).__name__ + ': ' + str(_sm_error)\n\
+         \x20   _sm_out[_sm_dist] = _sm_entry\n",
+        names = serde_json::to_string(&names).expect("names serialize"),
+    ))
+}
+
+/// Judges check 5: each package at its locked version, importable.
+pub fn judge_imports(answer: &Value, packages: &BTreeMap<String, String>) -> Verdict {
+    let problems = packages
+        .iter()
+        .filter_map(|(name, version)| {
+            let name = normalize(name);
+            let found = &answer[&name];
+            if let Some(error) = found["error"].as_str() {
+                Some(format!("{name}: {error}"))
+            } else if found["version"] != version.as_str() {
+                Some(format!(
+                    "{name} is {}, the lock says {version}",
+                    found["version"]
+                ))
+            } else if found["imported"].is_null() {
+                Some(format!("{name} installs no importable module"))
+            } else {
+                None
+            }
+        })
+        .collect();
+    Verdict::new(problems, answer.clone())
+}
+
+fn normalize(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if matches!(c, '-' | '_' | '.') {
+            if !out.ends_with('-') {
+                out.push('-');
+            }
+        } else {
+            out.push(c.to_ascii_lowercase());
+        }
+    }
+    out
+}
+
+/// Check 6's probe.
+pub fn filesystem_probe() -> String {
+    probe_code(&format!(
+        "import os as _sm_os, uuid as _sm_uuid\n\
+         _sm_out = {{'write': False, 'read': False, 'delete': False, 'reservedWritable': None, 'error': None}}\n\
+         _sm_path = _sm_os.path.join({workdir:?}, '.sandbox-matrix-' + _sm_uuid.uuid4().hex)\n\
+         try:\n\
+         \x20   with open(_sm_path, 'w') as _sm_f:\n\
+         \x20       _sm_f.write('ok')\n\
+         \x20   _sm_out['write'] = True\n\
+         \x20   with open(_sm_path) as _sm_f:\n\
+         \x20       _sm_out['read'] = _sm_f.read() == 'ok'\n\
+         \x20   _sm_os.remove(_sm_path)\n\
+         \x20   _sm_out['delete'] = not _sm_os.path.exists(_sm_path)\n\
+         except OSError as _sm_error:\n\
+         \x20   _sm_out['error'] = str(_sm_error)\n\
+         _sm_reserved = _sm_os.path.join({reserved:?}, '.sandbox-matrix-' + _sm_uuid.uuid4().hex)\n\
+         try:\n\
+         \x20   with open(_sm_reserved, 'w') as _sm_f:\n\
+         \x20       _sm_f.write('no')\n\
+         \x20   _sm_os.remove(_sm_reserved)\n\
+         \x20   _sm_out['reservedWritable'] = True\n\
+         except OSError:\n\
+         \x20   _sm_out['reservedWritable'] = False\n",
+        workdir = IDENTITY.workdir,
+        reserved = IDENTITY.reserved_path,
+    ))
+}
+
+/// Judges check 6.
+pub fn judge_filesystem(answer: &Value) -> Verdict {
+    let mut problems = Vec::new();
+    if !(answer["write"] == true && answer["read"] == true && answer["delete"] == true) {
+        problems.push(format!(
+            "{} is not writable: {}",
+            IDENTITY.workdir,
+            answer["error"].as_str().unwrap_or("?")
+        ));
+    }
+    if answer["reservedWritable"] == true {
+        problems.push(format!("{} is writable", IDENTITY.reserved_path));
+    }
+    Verdict::new(problems, answer.clone())
+}
+
+/// Check 8's probe: a process group that traps SIGTERM must exit within the grace
+/// period, and an orphan must not stay a zombie under PID 1.
+pub fn shutdown_probe() -> String {
+    probe_code(&format!(
+        "import os as _sm_os, signal as _sm_signal, subprocess as _sm_sp, time as _sm_time\n\
+         _sm_out = {{'exited': None, 'seconds': None, 'pid1': None, 'orphanZombies': None}}\n\
+         _sm_proc = _sm_sp.Popen(['sh', '-c', 'trap \"exit 0\" TERM; sleep 30 & wait'], start_new_session=True)\n\
+         _sm_time.sleep(0.3)\n\
+         _sm_start = _sm_time.monotonic()\n\
+         _sm_os.killpg(_sm_proc.pid, _sm_signal.SIGTERM)\n\
+         try:\n\
+         \x20   _sm_proc.wait(timeout={grace})\n\
+         \x20   _sm_out['exited'] = True\n\
+         \x20   _sm_out['seconds'] = round(_sm_time.monotonic() - _sm_start, 3)\n\
+         except _sm_sp.TimeoutExpired:\n\
+         \x20   _sm_out['exited'] = False\n\
+         \x20   _sm_os.killpg(_sm_proc.pid, _sm_signal.SIGKILL)\n\
+         try:\n\
+         \x20   with open('/proc/1/comm') as _sm_f:\n\
+         \x20       _sm_out['pid1'] = _sm_f.read().strip()\n\
+         except OSError:\n\
+         \x20   pass\n\
+         if _sm_os.path.isdir('/proc/1'):\n\
+         \x20   _sm_sp.Popen(['sh', '-c', 'sleep 0.1 &']).wait(timeout=5)\n\
+         \x20   _sm_deadline = _sm_time.monotonic() + 2.0\n\
+         \x20   while True:\n\
+         \x20       _sm_zombies = 0\n\
+         \x20       for _sm_pid in _sm_os.listdir('/proc'):\n\
+         \x20           if not _sm_pid.isdigit():\n\
+         \x20               continue\n\
+         \x20           try:\n\
+         \x20               with open('/proc/' + _sm_pid + '/stat') as _sm_f:\n\
+         \x20                   _sm_fields = _sm_f.read().rsplit(')', 1)[-1].split()\n\
+         \x20           except OSError:\n\
+         \x20               continue\n\
+         \x20           if len(_sm_fields) >= 2 and _sm_fields[0] == 'Z' and _sm_fields[1] == '1':\n\
+         \x20               _sm_zombies += 1\n\
+         \x20       if _sm_zombies == 0 and _sm_time.monotonic() > _sm_start + 0.6 or _sm_time.monotonic() > _sm_deadline:\n\
+         \x20           break\n\
+         \x20       _sm_time.sleep(0.1)\n\
+         \x20   _sm_out['orphanZombies'] = _sm_zombies\n",
+        grace = GRACEFUL_SHUTDOWN_SECS,
+    ))
+}
+
+/// Judges check 8.
+pub fn judge_shutdown(answer: &Value) -> Verdict {
+    let mut problems = Vec::new();
+    if answer["exited"] != true {
+        problems.push(format!(
+            "a process group ignored SIGTERM for {GRACEFUL_SHUTDOWN_SECS} s"
+        ));
+    }
+    match answer["orphanZombies"].as_u64() {
+        None => problems.push("PID 1 cannot be observed".to_owned()),
+        Some(0) => {}
+        Some(n) => problems.push(format!(
+            "PID 1 ({}) leaves {n} orphan(s) unreaped",
+            answer["pid1"].as_str().unwrap_or("?")
+        )),
+    }
+    Verdict::new(problems, answer.clone())
+}
+
+/// Check 10's probe for `allowed` and `blocked` `host:port` targets.
+pub fn egress_probe(allowed: &[String], blocked: &[String]) -> String {
+    let targets: Vec<&String> = allowed.iter().chain(blocked).collect();
+    probe_code(&format!(
+        "import socket as _sm_socket\n\
+         _sm_out = {{}}\n\
+         for _sm_target in {targets}:\n\
+         \x20   _sm_host, _, _sm_port = _sm_target.rpartition(':')\n\
+         \x20   try:\n\
+         \x20       _sm_socket.create_connection((_sm_host, int(_sm_port)), timeout=3).close()\n\
+         \x20       _sm_out[_sm_target] = True\n\
+         \x20   except (OSError, ValueError):\n\
+         \x20       _sm_out[_sm_target] = False\n",
+        targets = serde_json::to_string(&targets).expect("targets serialize"),
+    ))
+}
+
+/// Judges check 10.
+pub fn judge_egress(answer: &Value, allowed: &[String], blocked: &[String]) -> Verdict {
+    let problems = allowed
+        .iter()
+        .filter(|t| answer[t.as_str()] != true)
+        .map(|t| format!("{t} is unreachable"))
+        .chain(
+            blocked
+                .iter()
+                .filter(|t| answer[t.as_str()] == true)
+                .map(|t| format!("{t} is reachable")),
+        )
+        .collect();
+    Verdict::new(problems, answer.clone())
+}
+
+/// Check 11's probe.
+pub const GPU_PROBE: &str = r#"import os as _sm_os, re as _sm_re, shutil as _sm_sh, subprocess as _sm_sp
+_sm_out = {'exit': None, 'gpus': [], 'driver': None, 'cuda': None, 'error': None}
+try:
+    _sm_run = _sm_sp.run(['nvidia-smi'], capture_output=True, text=True, timeout=30)
+    _sm_out['exit'] = _sm_run.returncode
+    _sm_m = _sm_re.search(r'CUDA Version:\s*([0-9.]+)', _sm_run.stdout)
+    _sm_out['driver'] = _sm_m.group(1) if _sm_m else None
+    _sm_names = _sm_sp.run(['nvidia-smi', '--query-gpu=name', '--format=csv,noheader'], capture_output=True, text=True, timeout=30)
+    _sm_out['gpus'] = [_sm_l.strip() for _sm_l in _sm_names.stdout.splitlines() if _sm_l.strip()]
+except (OSError, _sm_sp.SubprocessError) as _sm_error:
+    _sm_out['error'] = str(_sm_error)
+try:
+    _sm_run = _sm_sp.run([_sm_sh.which('nvcc') or '/usr/local/cuda/bin/nvcc', '--version'], capture_output=True, text=True, timeout=30)
+    _sm_m = _sm_re.search(r'release ([0-9.]+),', _sm_run.stdout)
+    _sm_out['cuda'] = _sm_m.group(1) if _sm_m else None
+except (OSError, _sm_sp.SubprocessError):
+    pass
+_sm_out['cuda'] = _sm_out['cuda'] or _sm_os.environ.get('CUDA_VERSION')
+"#;
+
+/// Judges check 11: the GPUs asked for are visible; the image's CUDA is the one asked for;
+/// the driver is new enough for it.
+pub fn judge_gpu(answer: &Value, gpus: u32, cuda: Option<&str>) -> Verdict {
+    let mut problems = Vec::new();
+    let seen = answer["gpus"].as_array().map_or(0, Vec::len);
+    if answer["exit"] != 0 || seen == 0 {
+        problems.push("no GPU is visible".to_owned());
+    } else if seen < gpus as usize {
+        problems.push(format!("{seen} GPU(s) visible, not the {gpus} asked for"));
+    }
+    let toolkit = answer["cuda"].as_str().unwrap_or("");
+    if let Some(want) = cuda {
+        let want_parts = version_parts(want);
+        if want_parts.is_empty()
+            || version_parts(toolkit).get(..want_parts.len()) != Some(&want_parts[..])
+        {
+            problems.push(format!(
+                "CUDA is {}, not {want}",
+                if toolkit.is_empty() {
+                    "absent"
+                } else {
+                    toolkit
+                }
+            ));
+        }
+    }
+    let driver = answer["driver"].as_str().unwrap_or("");
+    if !toolkit.is_empty() && !driver.is_empty() && version_parts(driver) < version_parts(toolkit) {
+        problems.push(format!(
+            "the driver runs CUDA up to {driver}, older than the image's {toolkit}"
+        ));
+    }
+    Verdict::new(problems, answer.clone())
+}
+
+fn version_parts(version: &str) -> Vec<u64> {
+    version
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|p| !p.is_empty())
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Check 12's probe: 64 MiB written and synced in the workdir.
+pub fn throughput_probe() -> String {
+    probe_code(&format!(
+        "import os as _sm_os, time as _sm_time, uuid as _sm_uuid\n\
+         _sm_path = _sm_os.path.join({workdir:?}, '.sandbox-matrix-throughput-' + _sm_uuid.uuid4().hex)\n\
+         _sm_chunk = bytes(1024 * 1024)\n\
+         _sm_start = _sm_time.monotonic()\n\
+         try:\n\
+         \x20   with open(_sm_path, 'wb') as _sm_f:\n\
+         \x20       for _sm_i in range(64):\n\
+         \x20           _sm_f.write(_sm_chunk)\n\
+         \x20       _sm_f.flush()\n\
+         \x20       _sm_os.fsync(_sm_f.fileno())\n\
+         \x20   _sm_out = {{'mibPerSecond': round(64 / max(_sm_time.monotonic() - _sm_start, 1e-6), 1), 'error': None}}\n\
+         except OSError as _sm_error:\n\
+         \x20   _sm_out = {{'mibPerSecond': 0.0, 'error': str(_sm_error)}}\n\
+         finally:\n\
+         \x20   if _sm_os.path.exists(_sm_path):\n\
+         \x20       _sm_os.remove(_sm_path)\n",
+        workdir = IDENTITY.workdir,
+    ))
+}
+
+/// The floor check 12 holds a sandbox to unless the scenario says otherwise.
+pub const DEFAULT_MIN_MIB_PER_SECOND: f64 = 20.0;
+
+/// Judges check 12.
+pub fn judge_throughput(answer: &Value, minimum: f64) -> Verdict {
+    let speed = answer["mibPerSecond"].as_f64().unwrap_or(0.0);
+    let mut problems = Vec::new();
+    if let Some(error) = answer["error"].as_str() {
+        problems.push(format!("writing failed: {error}"));
+    } else if speed < minimum {
+        problems.push(format!("{speed} MiB/s, below {minimum}"));
+    }
+    Verdict::new(problems, answer.clone())
+}
+
+/// Judges check 13 from the scenario's measured create-to-first-result.
+pub fn judge_cold_start(measured: Option<Duration>, budget: Option<Duration>) -> Verdict {
+    match (measured, budget) {
+        (None, _) => Verdict::pass(
+            "cold start was not measured: no launch and first result before this check",
+            json!({}),
+        ),
+        (Some(took), Some(budget)) if took > budget => Verdict::new(
+            vec![format!(
+                "{:.2} s, over the {:.2} s budget",
+                took.as_secs_f64(),
+                budget.as_secs_f64()
+            )],
+            json!({ "seconds": took.as_secs_f64() }),
+        ),
+        (Some(took), _) => Verdict::new(Vec::new(), json!({ "seconds": took.as_secs_f64() })),
+    }
+}
+
+fn excerpt(text: &str) -> &str {
+    let start = text.len().saturating_sub(300);
+    let start = (start..=text.len())
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(text.len());
+    &text[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs a probe with the host's python3 and returns its answer, or `None` without python3.
+    fn run_python(code: &str) -> Option<Value> {
+        let out = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(code)
+            .output()
+            .ok()?;
+        assert!(
+            out.status.success(),
+            "probe failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(parse_answer(&String::from_utf8_lossy(&out.stdout)).expect("a marked answer"))
+    }
+
+    #[test]
+    fn constant_probes_are_valid_python() {
+        for (name, probe) in [
+            ("identity", IDENTITY_PROBE),
+            ("python", PYTHON_PROBE),
+            ("gpu", GPU_PROBE),
+        ] {
+            let Some(answer) = run_python(&probe_code(probe)) else {
+                return;
+            };
+            assert!(answer.is_object(), "{name}: {answer}");
+        }
+    }
+
+    #[test]
+    fn numbers_tiers_and_names_follow_the_contract() {
+        assert_eq!(Check::Doctor.number(), 1);
+        assert_eq!(Check::Secrets.number(), 9);
+        assert_eq!(Check::ConcurrentKernels.number(), 14);
+        assert_eq!(Check::Secrets.tier(), Tier::Core);
+        assert_eq!(Check::Egress.tier(), Tier::Extended);
+        for check in Check::ALL {
+            let name = check.step_name();
+            assert!(
+                name.starts_with(if check.tier() == Tier::Core {
+                    "core-"
+                } else {
+                    "extended-"
+                }),
+                "{name}"
+            );
+            assert!(name.contains(&format!("-{}-", check.number())), "{name}");
+        }
+    }
+
+    #[test]
+    fn probes_answer_behind_the_marker_and_leave_no_names_behind() {
+        let code = format!(
+            "{}\nprint('left:', [n for n in list(globals()) if n.startswith('_sm_')])",
+            probe_code(IDENTITY_PROBE)
+        );
+        let Ok(out) = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(&code)
+            .output()
+        else {
+            eprintln!("skipped: no python3");
+            return;
+        };
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let answer = parse_answer(&stdout).unwrap();
+        assert!(answer["uid"].is_u64(), "{answer}");
+        assert!(stdout.contains("left: []"), "{stdout}");
+    }
+
+    #[test]
+    fn identity_names_every_wrong_field() {
+        let answer =
+            json!({"user": "root", "uid": 0, "gid": 0, "home": "/root", "cwd": "/home/datalayer"});
+        let v = judge_identity(&answer);
+        assert!(!v.passed);
+        assert_eq!(
+            v.detail.unwrap(),
+            "user is \"root\", not \"datalayer\"; uid is 0, not 1000; gid is 0, not 100; home is \"/root\", not \"/home/datalayer\""
+        );
+        let good = json!({"user": "datalayer", "uid": 1000, "gid": 100, "home": "/home/datalayer", "cwd": "/home/datalayer"});
+        assert!(judge_identity(&good).passed);
+    }
+
+    #[test]
+    fn doctor_verdicts_name_failed_rows_and_a_missing_doctor() {
+        let missing =
+            json!({"exit": null, "stdout": "", "stderr": "FileNotFoundError: no such file"});
+        assert!(
+            judge_doctor(&missing)
+                .detail
+                .unwrap()
+                .starts_with("the doctor cannot run at /opt/datalayer/bin/datalayer-sandbox")
+        );
+        let report = json!({"contract": CONTRACT_VERSION, "failed": "uid", "rows": [
+            {"id": "user", "ok": true, "expected": "datalayer", "actual": "datalayer", "message": null},
+            {"id": "uid", "ok": false, "expected": 1000, "actual": 0, "message": null},
+            {"id": "locale", "ok": false, "expected": "C.UTF-8", "actual": null, "message": "LANG is unset"}]});
+        let answer = json!({"exit": 1, "stdout": report.to_string(), "stderr": ""});
+        let v = judge_doctor(&answer);
+        assert_eq!(
+            v.detail.unwrap(),
+            "doctor rows failed: uid (expected 1000, got 0), locale (LANG is unset)"
+        );
+        let garbage = json!({"exit": 0, "stdout": "not json", "stderr": ""});
+        assert!(
+            judge_doctor(&garbage)
+                .detail
+                .unwrap()
+                .contains("without a JSON report")
+        );
+    }
+
+    #[test]
+    fn filesystem_and_throughput_probes_run_for_real() {
+        // The probes hard-code the contract's paths; on this host they fail honestly.
+        let Some(answer) = run_python(&filesystem_probe()) else {
+            return;
+        };
+        assert!(answer["reservedWritable"].is_boolean(), "{answer}");
+        let v = judge_filesystem(
+            &json!({"write": true, "read": true, "delete": true, "reservedWritable": true, "error": null}),
+        );
+        assert_eq!(v.detail.unwrap(), "/opt/datalayer is writable");
+        let v = judge_throughput(&json!({"mibPerSecond": 5.0, "error": null}), 20.0);
+        assert_eq!(v.detail.unwrap(), "5 MiB/s, below 20");
+    }
+
+    #[test]
+    fn shutdown_probe_sees_this_hosts_pid_1() {
+        let Some(answer) = run_python(&shutdown_probe()) else {
+            return;
+        };
+        assert_eq!(answer["exited"], true, "{answer}");
+        assert!(answer["orphanZombies"].is_u64(), "{answer}");
+        let v = judge_shutdown(&json!({"exited": false, "orphanZombies": 2, "pid1": "sh"}));
+        assert_eq!(
+            v.detail.unwrap(),
+            "a process group ignored SIGTERM for 10 s; PID 1 (sh) leaves 2 orphan(s) unreaped"
+        );
+    }
+
+    #[test]
+    fn imports_compare_versions_with_normalized_names() {
+        let Some(answer) = run_python(&imports_probe(&BTreeMap::from([(
+            "PIP".to_owned(),
+            "0".to_owned(),
+        )]))) else {
+            return;
+        };
+        assert!(answer["pip"]["version"].is_string(), "{answer}");
+        let v = judge_imports(
+            &answer,
+            &BTreeMap::from([("PIP".to_owned(), "0".to_owned())]),
+        );
+        assert!(
+            v.detail.unwrap().starts_with("pip is \""),
+            "a wrong version is named"
+        );
+        let missing =
+            json!({"no-such-dist": {"version": null, "imported": null, "error": "not installed"}});
+        let v = judge_imports(
+            &missing,
+            &BTreeMap::from([("No_Such.Dist".to_owned(), "1".to_owned())]),
+        );
+        assert_eq!(v.detail.unwrap(), "no-such-dist: not installed");
+    }
+
+    #[test]
+    fn egress_gpu_and_cold_start_judge_what_they_are_given() {
+        let v = judge_egress(
+            &json!({"127.0.0.1:1": false, "127.0.0.1:2": true}),
+            &["127.0.0.1:1".into()],
+            &["127.0.0.1:2".into()],
+        );
+        assert_eq!(
+            v.detail.unwrap(),
+            "127.0.0.1:1 is unreachable; 127.0.0.1:2 is reachable"
+        );
+        let v = judge_gpu(
+            &json!({"exit": 0, "gpus": ["A10G"], "driver": "12.2", "cuda": "12.8.1"}),
+            1,
+            Some("12.8"),
+        );
+        assert_eq!(
+            v.detail.unwrap(),
+            "the driver runs CUDA up to 12.2, older than the image's 12.8.1"
+        );
+        assert!(!judge_gpu(&json!({"exit": null, "gpus": []}), 1, None).passed);
+        let v = judge_cold_start(Some(Duration::from_secs(5)), Some(Duration::from_secs(3)));
+        assert_eq!(v.detail.unwrap(), "5.00 s, over the 3.00 s budget");
+        assert!(
+            judge_cold_start(Some(Duration::from_secs(1)), Some(Duration::from_secs(3))).passed
+        );
+    }
+}

@@ -444,7 +444,7 @@ pub fn judge_filesystem(answer: &Value) -> Verdict {
 pub fn shutdown_probe() -> String {
     probe_code(&format!(
         "import os as _sm_os, signal as _sm_signal, subprocess as _sm_sp, time as _sm_time\n\
-         _sm_out = {{'exited': None, 'seconds': None, 'pid1': None, 'orphanZombies': None}}\n\
+         _sm_out = {{'exited': None, 'seconds': None, 'pid1': None, 'pid1Sigterm': None, 'orphanZombies': None}}\n\
          _sm_proc = _sm_sp.Popen(['sh', '-c', 'trap \"exit 0\" TERM; sleep 30 & wait'], start_new_session=True)\n\
          _sm_time.sleep(0.3)\n\
          _sm_start = _sm_time.monotonic()\n\
@@ -459,7 +459,16 @@ pub fn shutdown_probe() -> String {
          try:\n\
          \x20   with open('/proc/1/comm') as _sm_f:\n\
          \x20       _sm_out['pid1'] = _sm_f.read().strip()\n\
-         except OSError:\n\
+         \x20   with open('/proc/1/status') as _sm_f:\n\
+         \x20       _sm_masks = dict(_sm_l.split(':', 1) for _sm_l in _sm_f if _sm_l.startswith(('SigIgn', 'SigCgt', 'SigBlk')))\n\
+         \x20   _sm_bit = 1 << (_sm_signal.SIGTERM - 1)\n\
+         \x20   if int(_sm_masks['SigIgn'], 16) & _sm_bit:\n\
+         \x20       _sm_out['pid1Sigterm'] = 'ignored'\n\
+         \x20   elif (int(_sm_masks['SigCgt'], 16) | int(_sm_masks['SigBlk'], 16)) & _sm_bit:\n\
+         \x20       _sm_out['pid1Sigterm'] = 'caught'\n\
+         \x20   else:\n\
+         \x20       _sm_out['pid1Sigterm'] = 'default'\n\
+         except (OSError, KeyError, ValueError):\n\
          \x20   pass\n\
          if _sm_os.path.isdir('/proc/1'):\n\
          \x20   _sm_sp.Popen(['sh', '-c', 'sleep 0.1 &']).wait(timeout=5)\n\
@@ -490,6 +499,15 @@ pub fn judge_shutdown(answer: &Value) -> Verdict {
     if answer["exited"] != true {
         problems.push(format!(
             "a process group ignored SIGTERM for {GRACEFUL_SHUTDOWN_SECS} s"
+        ));
+    }
+    // PID 1 gets no default action for SIGTERM from the kernel. Only an explicitly ignored
+    // SIGTERM is judged: tini, for one, takes signals without a handler or a mask that
+    // /proc shows, so "default" is recorded, not failed.
+    if answer["pid1Sigterm"] == "ignored" {
+        problems.push(format!(
+            "PID 1 ({}) ignores SIGTERM, so a stop waits out the grace period and kills it",
+            answer["pid1"].as_str().unwrap_or("?")
         ));
     }
     match answer["orphanZombies"].as_u64() {
@@ -804,11 +822,20 @@ mod tests {
         };
         assert_eq!(answer["exited"], true, "{answer}");
         assert!(answer["orphanZombies"].is_u64(), "{answer}");
-        let v = judge_shutdown(&json!({"exited": false, "orphanZombies": 2, "pid1": "sh"}));
+        assert!(answer["pid1Sigterm"].is_string(), "{answer}");
+        let v = judge_shutdown(
+            &json!({"exited": false, "orphanZombies": 2, "pid1": "sh", "pid1Sigterm": "ignored"}),
+        );
         assert_eq!(
             v.detail.unwrap(),
-            "a process group ignored SIGTERM for 10 s; PID 1 (sh) leaves 2 orphan(s) unreaped"
+            "a process group ignored SIGTERM for 10 s; PID 1 (sh) ignores SIGTERM, so a stop waits out the grace period and kills it; PID 1 (sh) leaves 2 orphan(s) unreaped"
         );
+        for how in ["caught", "default"] {
+            let v = judge_shutdown(
+                &json!({"exited": true, "orphanZombies": 0, "pid1": "tini", "pid1Sigterm": how}),
+            );
+            assert!(v.passed, "{how}");
+        }
     }
 
     #[test]

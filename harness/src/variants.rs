@@ -13,11 +13,17 @@ pub const KNOWN: &[&str] = &["docker"];
 /// Where, under the project root, the docker variant's base image recipe lives.
 pub const BASE_RECIPE_DIR: &str = "fixtures/images/contract-base";
 
-/// The doctor baked into reference images: `executable` is a sandbox-matrix binary, which
-/// acts as the doctor when run under the name `datalayer-sandbox`.
+/// The doctor baked into reference images: the standalone `datalayer-sandbox` built beside
+/// `executable` when there is one (it is small), else `executable` itself, a sandbox-matrix
+/// binary, which acts as the doctor when run under that name.
 pub fn doctor_binary(executable: &Path) -> DoctorBinary {
+    let sibling = executable.with_file_name(sandbox_contract::doctor::DOCTOR);
     DoctorBinary {
-        path: executable.to_path_buf(),
+        path: if sibling.is_file() {
+            sibling
+        } else {
+            executable.to_path_buf()
+        },
         source_hash: env!("SANDBOX_MATRIX_DOCTOR_SOURCE_HASH").to_owned(),
     }
 }

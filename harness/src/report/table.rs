@@ -569,6 +569,78 @@ mod tests {
     }
 
     #[test]
+    fn tier_rows_count_checks_that_ran_and_name_failures() {
+        let with_data = |name: &str, status: StepStatus, data: serde_json::Value| StepResult {
+            data: Some(data),
+            ..step(name, status, 10, 60, vec![], &[])
+        };
+        let core = ScenarioResult {
+            steps: vec![
+                with_data(
+                    "core-1-doctor",
+                    failed("doctor rows failed: uid"),
+                    serde_json::json!({"rows": 15, "rowsPassed": 14}),
+                ),
+                step("core-2-identity", failed("uid is 0"), 10, 60, vec![], &[]),
+                step("core-3-python", StepStatus::Passed, 10, 60, vec![], &[]),
+                step(
+                    "core-4-kernel",
+                    skipped("the variant was not ready"),
+                    0,
+                    60,
+                    vec![],
+                    &[],
+                ),
+            ],
+            ..scenario("docker", "core-tier")
+        };
+        let extended = ScenarioResult {
+            steps: vec![
+                with_data(
+                    "extended-12-throughput",
+                    StepStatus::Passed,
+                    serde_json::json!({"mibPerSecond": 612.34}),
+                ),
+                with_data(
+                    "extended-13-cold-start",
+                    failed("5.00 s, over"),
+                    serde_json::json!({"seconds": 5.0}),
+                ),
+                with_data(
+                    "extended-14-concurrent-kernels",
+                    StepStatus::Passed,
+                    serde_json::json!({"answered": 4, "kernels": 4}),
+                ),
+            ],
+            ..scenario("docker", "extended-tier")
+        };
+        let table = render(&run(vec![core, extended]));
+        assert_eq!(
+            row(&table, "Doctor and core tier"),
+            ["1/3, doctor 14/15 rows; failed: doctor, identity"]
+        );
+        assert_eq!(
+            row(&table, "Extended tier"),
+            ["612 MiB/s; 4/4 kernels at once; cold start 5.00 s; failed: cold-start"]
+        );
+        let skipped_only = ScenarioResult {
+            steps: vec![step(
+                "core-1-doctor",
+                skipped("the variant was not ready"),
+                0,
+                60,
+                vec![],
+                &[],
+            )],
+            ..scenario("docker", "core-tier")
+        };
+        assert_eq!(
+            row(&render(&run(vec![skipped_only])), "Doctor and core tier"),
+            ["skipped"]
+        );
+    }
+
+    #[test]
     fn summary_lists_skips_secrets_and_leaks() {
         let quiet = ScenarioResult {
             steps: vec![

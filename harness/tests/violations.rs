@@ -1,0 +1,158 @@
+//! Each violating image fails exactly the conformance checks its breach targets and no
+//! other: the core tier (scenarios/core-tier.yaml) runs against every image under
+//! fixtures/images/violations/ on the docker variant, and the failures are compared with
+//! the table below. The table as measured is printed, and cleanup must leave nothing.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use sandbox_matrix::events::{EventSink, RunEvent};
+use sandbox_matrix::results::{ScenarioResult, StepStatus};
+use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
+use sandbox_matrix::scenario::Scenario;
+use sandbox_matrix::variants;
+use tokio_util::sync::CancellationToken;
+
+/// Image → the core checks it must fail (short names), and the doctor rows among them.
+const EXPECTED: &[(&str, &[&str], &[&str])] = &[
+    (
+        "runs-as-root",
+        &["doctor", "identity", "filesystem"],
+        &["user", "uid", "gid", "reserved_path"],
+    ),
+    ("uid-1001", &["doctor", "identity"], &["user", "uid"]),
+    ("wrong-workdir", &["identity"], &[]),
+    ("no-init", &["doctor", "shutdown"], &["init"]),
+    ("ignores-sigterm", &["shutdown"], &[]),
+    (
+        "reserved-writable",
+        &["doctor", "filesystem"],
+        &["reserved_path"],
+    ),
+    ("canary-in-file", &["secrets"], &[]),
+    ("canary-in-env", &["secrets"], &[]),
+    (
+        "ipykernel-missing",
+        &["doctor", "kernel", "imports", "restart"],
+        &["kernel"],
+    ),
+    ("locale-unset", &["doctor"], &["locale"]),
+    ("timezone-not-utc", &["doctor"], &["timezone"]),
+    ("doctor-missing", &["doctor"], &[]),
+];
+
+/// How many images are built and checked at once.
+const PARALLEL: usize = 2;
+
+struct Quiet;
+
+impl EventSink for Quiet {
+    fn emit(&self, _: &RunEvent) {}
+}
+
+/// The short names of the core checks that failed, and the doctor rows that failed.
+fn failures(result: &ScenarioResult) -> (Vec<String>, Vec<String>) {
+    let checks = result
+        .steps
+        .iter()
+        .filter(|s| s.step.starts_with("core-") && matches!(s.status, StepStatus::Failed { .. }))
+        .map(|s| s.step.splitn(3, '-').nth(2).unwrap_or(&s.step).to_owned())
+        .collect();
+    let rows = result
+        .step("core-1-doctor")
+        .and_then(|s| s.data.as_ref())
+        .and_then(|d| d["report"]["rows"].as_array())
+        .map(|rows| {
+            rows.iter()
+                .filter(|r| r["ok"] != true)
+                .filter_map(|r| r["id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    (checks, rows)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_violating_image_fails_what_it_breaks_and_nothing_else() {
+    if !common::docker_or_skip("each_violating_image_fails_what_it_breaks_and_nothing_else") {
+        return;
+    }
+    let root = common::root();
+    let core =
+        Scenario::load(&root.join("scenarios/core-tier.yaml")).expect("core-tier.yaml loads");
+    let provider = variants::connect(
+        "docker",
+        &root,
+        Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
+    )
+    .await
+    .expect("the docker variant connects");
+    let run_id = new_run_id();
+    let runner = Arc::new(Runner::new(
+        run_id.clone(),
+        fake_canary(),
+        Arc::new(Quiet),
+        CancellationToken::new(),
+    ));
+    runner
+        .prepare(&provider)
+        .await
+        .expect("the base image is ready");
+
+    let permits = Arc::new(tokio::sync::Semaphore::new(PARALLEL));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (image, _, _) in EXPECTED {
+        let mut scenario = core.clone();
+        scenario.name = format!("core-tier-{image}");
+        scenario.environment = root.join("fixtures/images/violations").join(image);
+        let (runner, provider, permits) = (runner.clone(), provider.clone(), permits.clone());
+        tasks.spawn(async move {
+            let _permit = permits.acquire().await.expect("semaphore open");
+            (*image, runner.run_scenario(provider, &scenario, None).await)
+        });
+    }
+    let mut measured: BTreeMap<&str, ScenarioResult> = BTreeMap::new();
+    while let Some(joined) = tasks.join_next().await {
+        let (image, result) = joined.expect("a scenario task finishes");
+        measured.insert(image, result);
+    }
+
+    let mut table =
+        String::from("| image | failed core checks | failed doctor rows |\n|---|---|---|\n");
+    let mut wrong = Vec::new();
+    for (image, checks, rows) in EXPECTED {
+        let result = &measured[image];
+        for step in ["build", "launch", "cleanup"] {
+            if let Some(StepStatus::Failed { reason }) = result.step(step).map(|s| &s.status) {
+                wrong.push(format!("{image}: {step} failed: {reason}"));
+            }
+        }
+        let (failed_checks, failed_rows) = failures(result);
+        table.push_str(&format!(
+            "| {image} | {} | {} |\n",
+            failed_checks.join(", "),
+            failed_rows.join(", ")
+        ));
+        if failed_checks != *checks || failed_rows != *rows {
+            let reasons: Vec<String> = result
+                .steps
+                .iter()
+                .filter_map(|s| match &s.status {
+                    StepStatus::Failed { reason } => Some(format!("{}: {reason}", s.step)),
+                    _ => None,
+                })
+                .collect();
+            wrong.push(format!("{image}: expected {checks:?} / rows {rows:?}, got {failed_checks:?} / rows {failed_rows:?}\n    {}", reasons.join("\n    ")));
+        }
+    }
+    println!("{table}");
+    let left = common::left_by_run(&run_id);
+    assert!(
+        left.is_empty(),
+        "still listed under the run label: {left:?}"
+    );
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

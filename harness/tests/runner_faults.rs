@@ -134,8 +134,9 @@ async fn run(fault: Fault, scenario: &str) -> (ScenarioResult, Arc<Scripted>) {
         fault,
         resources: Mutex::new(Vec::new()),
     });
-    let scenario = Scenario::parse(std::path::Path::new("scenarios/t.yaml"), scenario)
-        .expect("scenario parses");
+    // The build step lints the environment's Dockerfile first: give it the project's own.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/t.yaml");
+    let scenario = Scenario::parse(&path, scenario).expect("scenario parses");
     let runner = Runner::new(
         "run-1".into(),
         fake_canary(),
@@ -153,11 +154,12 @@ fn status<'a>(result: &'a ScenarioResult, step: &str) -> &'a StepStatus {
         .status
 }
 
-const LIFECYCLE: &str = "name: t\nenvironment: e\nsteps:\n  - step: build\n    budget: 5s\n  - step: launch\n    budget: 1s\n  - step: first-result\n    budget: 5s\n  - step: restart\n    budget: 5s\n  - step: shutdown\n    budget: 5s\n  - step: cleanup\n    budget: 5s\n";
+const LIFECYCLE: &str = "name: t\nenvironment: ../fixtures/environments/reference\nsteps:\n  - step: build\n    budget: 5s\n  - step: launch\n    budget: 1s\n  - step: first-result\n    budget: 5s\n  - step: restart\n    budget: 5s\n  - step: shutdown\n    budget: 5s\n  - step: cleanup\n    budget: 5s\n";
 
 #[tokio::test]
 async fn a_panicking_step_fails_and_cleanup_still_runs() {
     let (result, provider) = run(Fault::PanicOnRestart, LIFECYCLE).await;
+    assert_eq!(status(&result, "build"), &StepStatus::Passed);
     assert_eq!(status(&result, "first-result"), &StepStatus::Passed);
     assert_eq!(
         status(&result, "restart"),
@@ -204,7 +206,7 @@ async fn a_hung_step_fails_at_its_budget_and_cleanup_still_runs() {
 async fn a_scenario_without_cleanup_gets_one() {
     let (result, provider) = run(
         Fault::PanicOnRestart,
-        "name: t\nenvironment: e\nsteps:\n  - step: build\n    budget: 5s\n",
+        "name: t\nenvironment: ../fixtures/environments/reference\nsteps:\n  - step: build\n    budget: 5s\n",
     )
     .await;
     assert_eq!(
@@ -216,4 +218,29 @@ async fn a_scenario_without_cleanup_gets_one() {
         ["build", "cleanup"]
     );
     assert!(provider.resources.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_refused_dockerfile_fails_build_before_the_provider_builds() {
+    let dir = std::env::temp_dir().join(format!("sm-refused-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("Dockerfile"),
+        "FROM sandbox-matrix/contract-base:v1\n\nVOLUME /data\n",
+    )
+    .unwrap();
+    let text = format!(
+        "name: t\nenvironment: {}\nsteps:\n  - step: build\n    budget: 5s\n",
+        dir.display()
+    );
+    let (result, provider) = run(Fault::PanicOnRestart, &text).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let StepStatus::Failed { reason } = status(&result, "build") else {
+        panic!("{:?}", result.steps)
+    };
+    assert!(reason.contains("Dockerfile:3: volume:"), "{reason}");
+    assert!(
+        provider.resources.lock().unwrap().is_empty(),
+        "nothing was built"
+    );
 }

@@ -167,11 +167,15 @@ pub fn parse_answer(stdout: &str) -> Result<Value, String> {
         .ok_or_else(|| {
             format!(
                 "the probe answered without its report; stdout: {:?}",
-                excerpt(stdout)
+                sandbox_providers::tail(stdout, 300)
             )
         })?;
-    serde_json::from_str(line)
-        .map_err(|e| format!("the probe's report is not JSON ({e}): {:?}", excerpt(line)))
+    serde_json::from_str(line).map_err(|e| {
+        format!(
+            "the probe's report is not JSON ({e}): {:?}",
+            sandbox_providers::tail(line, 300)
+        )
+    })
 }
 
 /// A check's verdict: passed or not, why, and what the sandbox answered.
@@ -673,14 +677,6 @@ pub fn judge_cold_start(measured: Option<Duration>, budget: Option<Duration>) ->
         ),
         (Some(took), _) => Verdict::new(Vec::new(), json!({ "seconds": took.as_secs_f64() })),
     }
-}
-
-fn excerpt(text: &str) -> &str {
-    let start = text.len().saturating_sub(300);
-    let start = (start..=text.len())
-        .find(|&i| text.is_char_boundary(i))
-        .unwrap_or(text.len());
-    &text[start..]
 }
 
 #[cfg(test)]

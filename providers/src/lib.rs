@@ -268,6 +268,28 @@ pub trait Provider: Send + Sync {
     async fn delete_resource(&self, resource: &Resource) -> Result<()>;
 }
 
+/// The last `max` bytes of `text` or fewer, starting on a character boundary: how errors
+/// quote a long output.
+pub fn tail(text: &str, max: usize) -> &str {
+    let start = text.len().saturating_sub(max);
+    let start = (start..=text.len())
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(text.len());
+    &text[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tail;
+
+    #[test]
+    fn tail_keeps_the_end_on_a_char_boundary() {
+        assert_eq!(tail("hello", 3), "llo");
+        assert_eq!(tail("héllo", 4), "llo");
+        assert_eq!(tail("hi", 10), "hi");
+    }
+}
+
 /// Serde for a `Duration` as fractional milliseconds, as results files hold them.
 pub mod duration_ms {
     use serde::{Deserialize, Deserializer, Serializer};

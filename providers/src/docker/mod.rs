@@ -26,6 +26,7 @@ use futures_util::StreamExt;
 use rand::Rng;
 
 use crate::jupyter::{JupyterServer, KernelSocket};
+use crate::tail;
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, ErrorKind,
     LogFn, Provider, ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId,
@@ -868,24 +869,9 @@ fn random_hex(bytes: usize) -> String {
         .collect()
 }
 
-fn tail(text: &str, max: usize) -> &str {
-    let start = text.len().saturating_sub(max);
-    let start = (start..=text.len())
-        .find(|&i| text.is_char_boundary(i))
-        .unwrap_or(text.len());
-    &text[start..]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tail_keeps_the_end_on_a_char_boundary() {
-        assert_eq!(tail("hello", 3), "llo");
-        assert_eq!(tail("héllo", 4), "llo");
-        assert_eq!(tail("hi", 10), "hi");
-    }
 
     #[test]
     fn engine_errors_map_to_kinds() {

@@ -70,11 +70,6 @@ impl Runner {
         }
     }
 
-    /// The run's id, also the label value on every resource it creates.
-    pub fn run_id(&self) -> &str {
-        &self.run_id
-    }
-
     /// The secrets this run hands out and must never find again.
     pub fn secrets(&self) -> Vec<Secret> {
         vec![self.canary.clone()]

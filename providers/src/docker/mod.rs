@@ -128,16 +128,6 @@ impl DockerProvider {
         })
     }
 
-    /// The engine's version, for provenance.
-    pub fn engine_version(&self) -> &str {
-        &self.engine_version
-    }
-
-    /// The engine client, for tests and tools that look at what a run left.
-    pub fn engine(&self) -> &Docker {
-        &self.docker
-    }
-
     fn sandbox(&self, id: &SandboxId) -> Result<Arc<tokio::sync::Mutex<Sandbox>>> {
         self.sandboxes
             .lock()

@@ -1,6 +1,7 @@
 //! The `Provider` trait every sandbox variant implements, its capabilities,
 //! typed errors, and one module per variant.
 
+pub mod api;
 pub mod docker;
 pub mod error;
 pub mod jupyter;

@@ -1,0 +1,84 @@
+//! Polling for providers that cannot push: short first interval, backing off, and the
+//! interval reported as the measurement's resolution.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use crate::{ErrorKind, ProviderError, Result};
+
+/// The first wait between polls.
+pub const POLL_FIRST_INTERVAL: Duration = Duration::from_millis(50);
+/// The longest wait between polls.
+pub const POLL_MAX_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Calls `probe` until it returns `Some`, waiting 50 ms after the first call and half as
+/// long again after each, up to 2 s, or fails with [`ErrorKind::Timeout`] naming `what`
+/// once `deadline` has passed. Returns the value and the resolution: the last wait, within
+/// which the change happened.
+pub async fn poll_until<T, F, Fut>(
+    what: &str,
+    deadline: Duration,
+    mut probe: F,
+) -> Result<(T, Duration)>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    let started = Instant::now();
+    let mut interval = POLL_FIRST_INTERVAL;
+    let mut last_wait = Duration::ZERO;
+    let mut polls = 0u32;
+    loop {
+        polls += 1;
+        if let Some(value) = probe().await? {
+            return Ok((value, last_wait));
+        }
+        let elapsed = started.elapsed();
+        if elapsed >= deadline {
+            return Err(ProviderError::new(
+                ErrorKind::Timeout,
+                format!(
+                    "{what}: still not done after {:.1} s ({polls} polls)",
+                    elapsed.as_secs_f64()
+                ),
+            ));
+        }
+        let wait = interval.min(deadline - elapsed);
+        tokio::time::sleep(wait).await;
+        last_wait = wait;
+        interval = (interval * 3 / 2).min(POLL_MAX_INTERVAL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[tokio::test]
+    async fn polls_back_off_and_report_the_last_wait() {
+        let calls = AtomicU32::new(0);
+        let (value, resolution) = poll_until("ready", Duration::from_secs(5), || async {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            Ok((n == 3).then_some(n))
+        })
+        .await
+        .unwrap();
+        assert_eq!(value, 3);
+        // 50 ms, 75 ms, then 112.5 ms before the fourth call.
+        assert_eq!(resolution, Duration::from_micros(112_500));
+    }
+
+    #[tokio::test]
+    async fn a_condition_never_met_times_out_by_the_deadline() {
+        let started = Instant::now();
+        let err = poll_until("sandbox ready", Duration::from_millis(300), || async {
+            Ok(None::<()>)
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Timeout);
+        assert!(err.message.contains("sandbox ready"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+}

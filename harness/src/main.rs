@@ -10,8 +10,9 @@ use sandbox_matrix::results::{Provenance, RESULTS_SCHEMA_VERSION, RunResults, Sc
 use sandbox_matrix::runner::{Runner, fake_canary, new_run_id, unreachable_variant};
 use sandbox_matrix::scenario::{Scenario, StepKind};
 use sandbox_matrix::terminal::Terminal;
+use sandbox_matrix::variants::CloudMode;
 use sandbox_matrix::{report, run_folder, variants};
-use sandbox_providers::Provider;
+use sandbox_providers::api::replay::Pace;
 use tokio_util::sync::CancellationToken;
 
 /// Exit code when every step passed.
@@ -95,6 +96,30 @@ struct RunArgs {
     /// Folder the run's reports go to (a sub-folder per run, and a `latest` link).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// Run the cloud variants against their real APIs, with credentials from the
+    /// environment (E2B_API_KEY, DAYTONA_API_KEY, ...); a missing one is an error.
+    /// Without it, cloud variants replay their cassettes on loopback.
+    #[arg(long)]
+    live: bool,
+    /// Like --live, and write every exchange to <cassettes>/<variant>/<scenario>.yaml with
+    /// each credential replaced by a placeholder.
+    #[arg(long, conflicts_with = "live")]
+    record: bool,
+    /// How fast replayed responses come back: at once, or after their recorded latency.
+    #[arg(long, value_enum, default_value_t = PaceArg::Instant)]
+    pace: PaceArg,
+    /// Folder of cassettes. Default: <root>/fixtures/cassettes.
+    #[arg(long, value_name = "DIR")]
+    cassettes: Option<PathBuf>,
+}
+
+/// Replay pacing, as the command line names it.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PaceArg {
+    /// Every response at once.
+    Instant,
+    /// Each response after its recorded latency.
+    Recorded,
 }
 
 fn main() -> ExitCode {
@@ -129,14 +154,15 @@ fn main() -> ExitCode {
 /// Resolves the selected scenarios and variant names, or says what is wrong.
 fn select(selection: &Selection) -> Result<(Vec<String>, Vec<Scenario>), String> {
     let root = &selection.root.root;
+    let known = variants::known();
     let variants = if selection.variants.is_empty() {
-        variants::KNOWN.iter().map(|v| (*v).to_owned()).collect()
+        known.iter().map(|v| (*v).to_owned()).collect()
     } else {
         for v in &selection.variants {
-            if !variants::KNOWN.contains(&v.as_str()) {
+            if !known.contains(&v.as_str()) {
                 return Err(format!(
                     "unknown variant `{v}`; known variants: {}",
-                    variants::KNOWN.join(", ")
+                    known.join(", ")
                 ));
             }
         }
@@ -236,7 +262,7 @@ fn lint(files: &[PathBuf]) -> u8 {
 }
 
 async fn bootstrap(root: &Path) -> u8 {
-    let provider = match variants::connect("docker", root, &harness_executable()).await {
+    let provider = match variants::connect_docker(root, &harness_executable()).await {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
@@ -310,26 +336,119 @@ async fn run(args: RunArgs) -> u8 {
         host: host_name(),
         started_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
     };
+    let cassettes = args
+        .cassettes
+        .clone()
+        .unwrap_or_else(|| root.join(variants::CASSETTES_DIR));
+    let cloud_mode = if args.record {
+        CloudMode::Record { dir: cassettes }
+    } else if args.live {
+        CloudMode::Live
+    } else {
+        CloudMode::Replay {
+            dir: cassettes,
+            pace: match args.pace {
+                PaceArg::Instant => Pace::Instant,
+                PaceArg::Recorded => Pace::Recorded,
+            },
+        }
+    };
+    let explicit = !args.selection.variants.is_empty();
+    let mut variant_names = variant_names;
+    // Without --variant, run every variant that can run here: docker when an engine
+    // answers, a cloud variant live when asked, else where it has cassettes.
+    let docker = if variant_names.iter().any(|v| v == "docker") {
+        variants::connect_docker(root, &harness_executable()).await
+    } else {
+        Err(String::new())
+    };
+    if !explicit && let Err(e) = &docker {
+        eprintln!("docker: not run, {e} (ask for it with --variant docker to make that a failure)");
+        variant_names.retain(|v| v != "docker");
+    }
+    let mut skip = std::collections::HashMap::new();
+    for name in &variant_names {
+        let Some(cloud) = variants::cloud(name) else {
+            continue;
+        };
+        match &cloud_mode {
+            CloudMode::Live | CloudMode::Record { .. } => {
+                // A missing credential is an error before anything runs, never a skip.
+                if let Err(e) =
+                    (cloud.connect)(sandbox_providers::api::Mode::Live, runner.volatiles())
+                {
+                    eprintln!("error: the {name} variant cannot run live: {e}");
+                    return EXIT_BAD_INPUT;
+                }
+            }
+            CloudMode::Replay { dir, .. } => {
+                for scenario in &scenarios {
+                    let path = variants::cassette_path(dir, name, &scenario.name);
+                    if path.is_file() {
+                        continue;
+                    }
+                    if explicit {
+                        eprintln!(
+                            "error: no cassette for {name} × {} at {} (record one with --record, or pass --live)",
+                            scenario.name,
+                            path.display()
+                        );
+                        return EXIT_BAD_INPUT;
+                    }
+                    skip.insert(
+                        (name.clone(), scenario.name.clone()),
+                        format!("no cassette at {}", path.display()),
+                    );
+                }
+            }
+        }
+    }
     eprintln!(
-        "run {run_id}: {} variant(s) × {} scenario(s)",
+        "run {run_id}: {} variant(s) × {} scenario(s); cloud variants {}",
         variant_names.len(),
-        scenarios.len()
+        scenarios.len(),
+        match &cloud_mode {
+            CloudMode::Live => "live".to_owned(),
+            CloudMode::Record { dir } => format!("live, recording to {}", dir.display()),
+            CloudMode::Replay { dir, .. } => format!("replayed from {}", dir.display()),
+        }
     );
     let mut report_error = None;
     for name in &variant_names {
-        let (provider, not_ready): (Option<Arc<dyn Provider>>, Option<String>) =
-            match variants::connect(name, root, &harness_executable()).await {
-                Ok(p) => {
-                    let ready = runner.prepare(&p).await.err();
-                    (Some(p), ready)
-                }
-                Err(e) => (None, Some(e)),
-            };
+        let plan = match &docker {
+            _ if name != "docker" => None,
+            Ok(p) => Some((Some(p.clone()), runner.prepare(p).await.err())),
+            Err(e) => Some((None, Some(e.clone()))),
+        };
         for scenario in &scenarios {
-            match &provider {
+            if let Some(reason) = skip.get(&(name.clone(), scenario.name.clone())) {
+                eprintln!("{name}::{}: skipped, {reason}", scenario.name);
+                continue;
+            }
+            let (provider, not_ready, check) = match (&plan, variants::cloud(name)) {
+                (Some((provider, not_ready)), _) => (provider.clone(), not_ready.clone(), None),
+                (None, Some(cloud)) => {
+                    match variants::open_cloud(
+                        cloud,
+                        &scenario.name,
+                        &cloud_mode,
+                        runner.volatiles(),
+                    )
+                    .await
+                    {
+                        Ok(session) => {
+                            let not_ready = runner.prepare(&session.provider).await.err();
+                            (Some(session.provider), not_ready, session.check)
+                        }
+                        Err(e) => (None, Some(e), None),
+                    }
+                }
+                (None, None) => (None, Some(format!("unknown variant `{name}`")), None),
+            };
+            match provider {
                 Some(p) => {
                     runner
-                        .run_scenario(p.clone(), scenario, not_ready.clone())
+                        .run_scenario_checked(p, scenario, not_ready, check)
                         .await;
                 }
                 None => {

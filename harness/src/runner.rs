@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
+use sandbox_providers::api::Volatiles;
 use sandbox_providers::{
     Artifact, BuildRequest, Capabilities, Provider, RestartKind, RunLabels, SandboxId, Secret,
     ShutdownEnding, Timing,
@@ -32,6 +33,17 @@ pub struct Runner {
     canary: Secret,
     sink: Arc<dyn EventSink>,
     cancel: CancellationToken,
+    volatiles: Arc<Volatiles>,
+}
+
+/// A check of the transport behind a scenario, run after its cleanup and reported as one
+/// more step named `name`: in replay, that the cassette went as recorded; in record mode,
+/// writing the cassette.
+pub struct SessionCheck {
+    /// The step name it is reported under, such as `replay`.
+    pub name: &'static str,
+    /// The check; `Ok` carries a line for the step's log.
+    pub check: Box<dyn FnOnce() -> Result<String, String> + Send>,
 }
 
 /// Makes a run id: UTC time to the second and six random hex digits.
@@ -62,12 +74,27 @@ impl Runner {
         sink: Arc<dyn EventSink>,
         cancel: CancellationToken,
     ) -> Self {
+        // Cassettes hold placeholders for what changes from run to run, so that a replay
+        // of another run's exchanges matches this one's requests.
+        let volatiles = Arc::new(Volatiles::default());
+        volatiles.register("run-id", &run_id);
+        volatiles.register("canary", canary.expose());
+        volatiles.register(
+            "canary-hash",
+            &secrets::SecretFingerprint::of(&canary).hash.to_string(),
+        );
         Self {
             run_id,
             canary,
             sink,
             cancel,
+            volatiles,
         }
+    }
+
+    /// The run-varying values (run id, canary, markers) cloud variants keep out of cassettes.
+    pub fn volatiles(&self) -> Arc<Volatiles> {
+        self.volatiles.clone()
     }
 
     /// The secrets this run hands out and must never find again.
@@ -102,6 +129,18 @@ impl Runner {
         provider: Arc<dyn Provider>,
         scenario: &Scenario,
         not_ready: Option<String>,
+    ) -> ScenarioResult {
+        self.run_scenario_checked(provider, scenario, not_ready, None)
+            .await
+    }
+
+    /// [`Runner::run_scenario`], then `session`, reported as one more step.
+    pub async fn run_scenario_checked(
+        &self,
+        provider: Arc<dyn Provider>,
+        scenario: &Scenario,
+        not_ready: Option<String>,
+        session: Option<SessionCheck>,
     ) -> ScenarioResult {
         let variant = provider.variant().to_owned();
         self.sink.emit(&RunEvent::ScenarioStarted {
@@ -186,6 +225,28 @@ impl Runner {
             });
             results.push(result);
         }
+        if let Some(session) = session {
+            let started = Instant::now();
+            let (status, log) = match (session.check)() {
+                Ok(line) => (StepStatus::Passed, vec![line]),
+                Err(reason) => (StepStatus::Failed { reason }, Vec::new()),
+            };
+            let result = StepResult {
+                step: session.name.to_owned(),
+                status,
+                duration: started.elapsed(),
+                budget: Duration::ZERO,
+                timings: Vec::new(),
+                log,
+                data: None,
+            };
+            self.sink.emit(&RunEvent::StepFinished {
+                variant: variant.clone(),
+                scenario: scenario.name.clone(),
+                result: result.clone(),
+            });
+            results.push(result);
+        }
         let state = std::mem::take(&mut *state.lock().expect("scenario state lock"));
         let result = ScenarioResult {
             variant,
@@ -229,6 +290,7 @@ impl Runner {
             secrets: self.secrets(),
             state: state.clone(),
             log: log.clone(),
+            volatiles: self.volatiles.clone(),
         };
         let started = Instant::now();
         let mut task = tokio::spawn(ctx.run());
@@ -313,6 +375,7 @@ struct StepContext {
     secrets: Vec<Secret>,
     state: Arc<Mutex<ScenarioState>>,
     log: StepLog,
+    volatiles: Arc<Volatiles>,
 }
 
 impl StepContext {
@@ -430,6 +493,7 @@ impl StepContext {
     async fn restart(&self) -> Result<(), String> {
         let sandbox = self.sandbox()?;
         let marker = format!("sm-marker-{:08x}", rand::rng().random::<u32>());
+        self.volatiles.register("marker", &marker);
         let set = self
             .run_code(
                 &sandbox,

@@ -1,17 +1,165 @@
 //! The variants sandbox-matrix knows, and how to connect to each. Adding a variant adds a
 //! line here and a module in `providers/`; the runner and the suite stay as they are.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use sandbox_providers::Provider;
+use sandbox_providers::api::replay::{Pace, ReplayOptions, ReplayServer};
+use sandbox_providers::api::{Cassette, Mode, Recorder, Volatiles};
 use sandbox_providers::docker::{BaseRecipe, DockerProvider, DoctorBinary};
+use sandbox_providers::{Provider, ProviderError};
 
-/// Every variant name, in report order.
-pub const KNOWN: &[&str] = &["docker"];
+use crate::runner::SessionCheck;
 
 /// Where, under the project root, the docker variant's base image recipe lives.
 pub const BASE_RECIPE_DIR: &str = "fixtures/images/contract-base";
+
+/// Where, under the project root, cassettes live: `<variant>/<scenario>.yaml`.
+pub const CASSETTES_DIR: &str = "fixtures/cassettes";
+
+/// Makes a cloud variant's provider for a mode.
+pub type CloudConnect = fn(Mode, Arc<Volatiles>) -> Result<Arc<dyn Provider>, ProviderError>;
+
+/// A variant reached over a provider's API: live, recorded or replayed.
+pub struct CloudVariant {
+    /// Its name in scenarios and reports.
+    pub name: &'static str,
+    /// Makes its provider.
+    pub connect: CloudConnect,
+}
+
+/// The cloud variants, in report order.
+pub const CLOUD: &[CloudVariant] = &[];
+
+/// Every variant name, in report order.
+pub fn known() -> Vec<&'static str> {
+    std::iter::once("docker")
+        .chain(CLOUD.iter().map(|c| c.name))
+        .collect()
+}
+
+/// The cloud variant named `name`.
+pub fn cloud(name: &str) -> Option<&'static CloudVariant> {
+    CLOUD.iter().find(|c| c.name == name)
+}
+
+/// How cloud variants are reached in a run.
+#[derive(Debug, Clone)]
+pub enum CloudMode {
+    /// The real APIs, with credentials from the environment.
+    Live,
+    /// The real APIs, every exchange written to `<dir>/<variant>/<scenario>.yaml`.
+    Record {
+        /// The cassettes folder.
+        dir: PathBuf,
+    },
+    /// Cassettes from `<dir>/<variant>/<scenario>.yaml`, served on loopback.
+    Replay {
+        /// The cassettes folder.
+        dir: PathBuf,
+        /// Response pacing.
+        pace: Pace,
+    },
+}
+
+/// The cassette of `variant` × `scenario` under `dir`.
+pub fn cassette_path(dir: &Path, variant: &str, scenario: &str) -> PathBuf {
+    dir.join(variant).join(format!("{scenario}.yaml"))
+}
+
+/// A cloud variant ready for one scenario, and the check of its transport afterwards.
+pub struct CloudSession {
+    /// The provider, pointed where the mode says.
+    pub provider: Arc<dyn Provider>,
+    /// Run after the scenario: the replay went as recorded, or the cassette was written.
+    pub check: Option<SessionCheck>,
+}
+
+/// Opens `variant` for `scenario` in `mode`. Errors say what is missing: a credential
+/// (named), a cassette (its path), a cassette that does not parse (file and line).
+pub async fn open_cloud(
+    variant: &CloudVariant,
+    scenario: &str,
+    mode: &CloudMode,
+    volatiles: Arc<Volatiles>,
+) -> Result<CloudSession, String> {
+    let name = variant.name;
+    match mode {
+        CloudMode::Live => Ok(CloudSession {
+            provider: (variant.connect)(Mode::Live, volatiles)
+                .map_err(|e| format!("the {name} variant cannot run live: {e}"))?,
+            check: None,
+        }),
+        CloudMode::Record { dir } => {
+            let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+            let recorder = Arc::new(Recorder::new(
+                cassette_path(dir, name, scenario),
+                format!("recorded live {date}"),
+                name,
+                scenario,
+            ));
+            let provider = (variant.connect)(Mode::Record(recorder.clone()), volatiles)
+                .map_err(|e| format!("the {name} variant cannot record: {e}"))?;
+            Ok(CloudSession {
+                provider,
+                check: Some(SessionCheck {
+                    name: "record",
+                    check: Box::new(move || {
+                        let exchanges = recorder.len();
+                        recorder
+                            .finish()
+                            .map(|path| {
+                                format!("{exchanges} exchanges written to {}", path.display())
+                            })
+                            .map_err(|e| e.to_string())
+                    }),
+                }),
+            })
+        }
+        CloudMode::Replay { dir, pace } => {
+            let path = cassette_path(dir, name, scenario);
+            if !path.is_file() {
+                return Err(format!(
+                    "no cassette for {name} × {scenario} at {} (record one with --record, or run it with --live)",
+                    path.display()
+                ));
+            }
+            let cassette = Cassette::load(&path).map_err(|e| e.to_string())?;
+            let server = ReplayServer::start(
+                cassette,
+                ReplayOptions {
+                    pace: *pace,
+                    credentials: Vec::new(),
+                    volatiles: volatiles.clone(),
+                    request_check: None,
+                },
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            let provider = (variant.connect)(
+                Mode::Replay {
+                    server_url: server.url(),
+                },
+                volatiles,
+            )
+            .map_err(|e| format!("the {name} variant cannot replay: {e}"))?;
+            let origin = path.display().to_string();
+            Ok(CloudSession {
+                provider,
+                check: Some(SessionCheck {
+                    name: "replay",
+                    check: Box::new(move || {
+                        let served = server.observed().len();
+                        server
+                            .finish()
+                            .map(|()| format!("{served} requests served as recorded in {origin}"))
+                            .map_err(|e| e.to_string())
+                    }),
+                }),
+            })
+        }
+    }
+}
 
 /// The doctor baked into reference images: the standalone `datalayer-sandbox` built beside
 /// `executable` when there is one (it is small), else `executable` itself, a sandbox-matrix
@@ -28,20 +176,14 @@ pub fn doctor_binary(executable: &Path) -> DoctorBinary {
     }
 }
 
-/// Connects to variant `name`; `root` is the project checkout (fixtures live there) and
+/// Connects to the docker variant; `root` is the project checkout (fixtures live there) and
 /// `harness` the sandbox-matrix executable (it carries the doctor).
-pub async fn connect(name: &str, root: &Path, harness: &Path) -> Result<Arc<dyn Provider>, String> {
-    match name {
-        "docker" => DockerProvider::connect(BaseRecipe::new(
-            root.join(BASE_RECIPE_DIR),
-            doctor_binary(harness),
-        ))
-        .await
-        .map(|p| Arc::new(p) as Arc<dyn Provider>)
-        .map_err(|e| format!("the docker variant needs a Docker engine: {e}")),
-        other => Err(format!(
-            "unknown variant `{other}`; known variants: {}",
-            KNOWN.join(", ")
-        )),
-    }
+pub async fn connect_docker(root: &Path, harness: &Path) -> Result<Arc<dyn Provider>, String> {
+    DockerProvider::connect(BaseRecipe::new(
+        root.join(BASE_RECIPE_DIR),
+        doctor_binary(harness),
+    ))
+    .await
+    .map(|p| Arc::new(p) as Arc<dyn Provider>)
+    .map_err(|e| format!("the docker variant needs a Docker engine: {e}"))
 }

@@ -1,7 +1,9 @@
 //! The behaviour suite: every scenario in `scenarios/` on every known variant, one test per
 //! step, named `variant::scenario::step`. A scenario runs once per process, the first time
-//! one of its steps is asked for; each test then reports its own step. Adding a variant
-//! adds it to `variants::KNOWN` and nothing here.
+//! one of its steps is asked for; each test then reports its own step. Cloud variants run
+//! in replay, on every scenario they have a cassette for, with one more test,
+//! `variant::scenario::replay`, passing when the cassette went as recorded. Adding a
+//! variant adds it to `variants` and nothing here.
 
 mod common;
 
@@ -41,12 +43,6 @@ type Outcome = Arc<OnceLock<Result<(String, ScenarioResult), String>>>;
 fn run_once(variant: &str, scenario: &Scenario) -> Result<(String, ScenarioResult), String> {
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async {
-        let provider = variants::connect(
-            variant,
-            &common::root(),
-            std::path::Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
-        )
-        .await?;
         let run_id = new_run_id();
         let runner = Runner::new(
             run_id.clone(),
@@ -54,12 +50,41 @@ fn run_once(variant: &str, scenario: &Scenario) -> Result<(String, ScenarioResul
             Arc::new(Print),
             CancellationToken::new(),
         );
+        let (provider, check) = match variants::cloud(variant) {
+            Some(cloud) => {
+                let session =
+                    variants::open_cloud(cloud, &scenario.name, &replay_mode(), runner.volatiles())
+                        .await?;
+                (session.provider, session.check)
+            }
+            None => (
+                variants::connect_docker(
+                    &common::root(),
+                    std::path::Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
+                )
+                .await?,
+                None,
+            ),
+        };
         let not_ready = runner.prepare(&provider).await.err();
         Ok((
             run_id,
-            runner.run_scenario(provider, scenario, not_ready).await,
+            runner
+                .run_scenario_checked(provider, scenario, not_ready, check)
+                .await,
         ))
     })
+}
+
+fn cassettes() -> std::path::PathBuf {
+    common::root().join(variants::CASSETTES_DIR)
+}
+
+fn replay_mode() -> variants::CloudMode {
+    variants::CloudMode::Replay {
+        dir: cassettes(),
+        pace: sandbox_providers::api::replay::Pace::Instant,
+    }
 }
 
 fn main() {
@@ -80,8 +105,12 @@ fn main() {
     let engine_missing = !args.list && !common::docker_or_skip("the docker variant's matrix");
     let mut outcomes: HashMap<(String, String), Outcome> = HashMap::new();
     let mut trials = Vec::new();
-    for variant in variants::KNOWN {
+    for variant in variants::known() {
         for scenario in &scenarios {
+            let cloud = variants::cloud(variant).is_some();
+            if cloud && !variants::cassette_path(&cassettes(), variant, &scenario.name).is_file() {
+                continue;
+            }
             let outcome = outcomes
                 .entry(((*variant).to_owned(), scenario.name.clone()))
                 .or_default()
@@ -90,10 +119,13 @@ fn main() {
             if scenario.step(StepKind::Cleanup).is_none() {
                 steps.push(StepKind::Cleanup.name());
             }
+            if cloud {
+                steps.push("replay");
+            }
             for step in steps {
-                let ignore = engine_missing && *variant == "docker";
+                let ignore = engine_missing && variant == "docker";
                 let (variant, scenario, outcome) =
-                    ((*variant).to_owned(), scenario.clone(), outcome.clone());
+                    (variant.to_owned(), scenario.clone(), outcome.clone());
                 let name = format!("{variant}::{}::{step}", scenario.name);
                 let trial = Trial::test(name, move || {
                     let (run_id, result) = outcome

@@ -83,13 +83,9 @@ async fn each_violating_image_fails_what_it_breaks_and_nothing_else() {
     let root = common::root();
     let core =
         Scenario::load(&root.join("scenarios/core-tier.yaml")).expect("core-tier.yaml loads");
-    let provider = variants::connect(
-        "docker",
-        &root,
-        Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
-    )
-    .await
-    .expect("the docker variant connects");
+    let provider = variants::connect_docker(&root, Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")))
+        .await
+        .expect("the docker variant connects");
     let run_id = new_run_id();
     let runner = Arc::new(Runner::new(
         run_id.clone(),

@@ -45,6 +45,9 @@ pub struct ScenarioResult {
     pub artifact_id: Option<String>,
     /// The provider's API or engine version, where known.
     pub provider_version: Option<String>,
+    /// Where the provider ran it (a region or location), where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
     /// What the variant could do, as it declared it.
     pub capabilities: Option<sandbox_providers::Capabilities>,
     /// Steps in order; steps after a failure are skipped, cleanup always runs.
@@ -55,6 +58,31 @@ pub struct ScenarioResult {
     pub leaked_resources: Vec<sandbox_providers::Resource>,
     /// Build-time secrets found in the sandbox or artifact: `name at location`.
     pub secrets_found: Vec<String>,
+    /// Which repetition of the scenario this is, from 1 (`run --repeat N`).
+    #[serde(default = "first_repetition")]
+    pub repetition: u32,
+    /// Values measured many times within the scenario (a burst's launches), each a value or
+    /// a failed attempt.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<Sample>,
+}
+
+fn first_repetition() -> u32 {
+    1
+}
+
+/// One attempt at a timing inside a scenario: its value, or why it failed. A failed
+/// attempt counts as +∞ in percentiles.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// The timing's name, such as `create-to-first-result`.
+    pub name: String,
+    /// The measured span, or `None` when the attempt failed.
+    #[serde(default, with = "sandbox_providers::opt_duration_ms")]
+    pub value: Option<Duration>,
+    /// Why the attempt failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The outcome of one step.

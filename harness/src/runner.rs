@@ -254,11 +254,14 @@ impl Runner {
             scenario_hash: scenario.hash.clone(),
             artifact_id: state.artifact.map(|a| a.id),
             provider_version: provider.provider_version(),
+            region: provider.region(),
             capabilities: Some(capabilities),
             steps: results,
             timings: state.timings,
             leaked_resources: state.leaked,
             secrets_found: state.secrets_found,
+            repetition: 1,
+            samples: Vec::new(),
         };
         self.sink.emit(&RunEvent::ScenarioFinished {
             result: Box::new(result.clone()),
@@ -950,11 +953,14 @@ pub fn unreachable_variant(variant: &str, scenario: &Scenario, reason: &str) -> 
         scenario_hash: scenario.hash.clone(),
         artifact_id: None,
         provider_version: None,
+        region: None,
         capabilities: None,
         steps,
         timings: Vec::new(),
         leaked_resources: Vec::new(),
         secrets_found: Vec::new(),
+        repetition: 1,
+        samples: Vec::new(),
     }
 }
 

@@ -210,6 +210,11 @@ pub trait Provider: Send + Sync {
         None
     }
 
+    /// The region or location the provider runs sandboxes in, where known, for provenance.
+    fn region(&self) -> Option<String> {
+        None
+    }
+
     /// Makes the variant ready to build (the docker variant bootstraps its base image).
     /// Runs once per run, before any scenario, and is not timed as a step.
     async fn prepare(&self, _progress: &LogFn) -> Result<()> {
@@ -308,10 +313,12 @@ pub mod duration_ms {
     }
 }
 
-mod opt_duration_ms {
+/// Serde for an optional `Duration` as fractional milliseconds or null.
+pub mod opt_duration_ms {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
 
+    /// Writes `d` as milliseconds, or null.
     pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match d {
             Some(d) => super::duration_ms::serialize(d, s),
@@ -319,6 +326,7 @@ mod opt_duration_ms {
         }
     }
 
+    /// Reads milliseconds or null.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
         Option::<f64>::deserialize(d)?
             .map(|ms| Duration::try_from_secs_f64(ms / 1000.0).map_err(serde::de::Error::custom))

@@ -101,11 +101,14 @@ mod fixture {
                 .to_owned(),
             artifact_id: None,
             provider_version: None,
+            region: None,
             capabilities: None,
             steps: Vec::new(),
             timings: Vec::new(),
             leaked_resources: Vec::new(),
             secrets_found: Vec::new(),
+            repetition: 1,
+            samples: Vec::new(),
         }
     }
 

@@ -539,6 +539,34 @@ mod tests {
     }
 
     #[test]
+    fn a_burst_needs_a_launch_count_in_range() {
+        let s = parse(
+            "name: t\nenvironment: e\nsteps:\n  - step: burst\n    launches: 100\n    budget: 5m\n",
+        )
+        .unwrap();
+        assert_eq!(s.steps[0].expect, Expectation::Launches(100));
+        let e = parse("name: t\nenvironment: e\nsteps:\n  - step: burst\n    budget: 5m\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(":4:") && e.contains("`burst` needs `launches: <n>`"),
+            "{e}"
+        );
+        let e = parse(
+            "name: t\nenvironment: e\nsteps:\n  - step: burst\n    launches: 0\n    budget: 5m\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("`launches: 0` is out of range"), "{e}");
+        let e = parse(
+            "name: t\nenvironment: e\nsteps:\n  - step: launch\n    launches: 3\n    budget: 5m\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("`launches` does not apply to `launch`"), "{e}");
+    }
+
+    #[test]
     fn unreadable_file_names_the_path() {
         let e = Scenario::load(Path::new("no/such/scenario.yaml"))
             .unwrap_err()

@@ -99,6 +99,28 @@ fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
+/// The bearer credential and organization from `lookup` (an environment): the API key,
+/// or a JWT with its organization id; the error names what is missing.
+fn credentials_from(lookup: impl Fn(&str) -> Option<String>) -> Result<(Secret, Option<String>)> {
+    if let Some(key) = lookup("DAYTONA_API_KEY") {
+        return Ok((Secret::new("DAYTONA_API_KEY", key), None));
+    }
+    match (
+        lookup("DAYTONA_JWT_TOKEN"),
+        lookup("DAYTONA_ORGANIZATION_ID"),
+    ) {
+        (Some(jwt), Some(org)) => Ok((Secret::new("DAYTONA_JWT_TOKEN", jwt), Some(org))),
+        (Some(_), None) => Err(ProviderError::new(
+            ErrorKind::Config,
+            "DAYTONA_JWT_TOKEN is set but DAYTONA_ORGANIZATION_ID is not; a JWT needs the organization id",
+        )),
+        _ => Err(ProviderError::new(
+            ErrorKind::Config,
+            "the daytona variant needs DAYTONA_API_KEY, or DAYTONA_JWT_TOKEN with DAYTONA_ORGANIZATION_ID",
+        )),
+    }
+}
+
 impl DaytonaProvider {
     /// Builds the provider from the environment: `DAYTONA_API_KEY`, or `DAYTONA_JWT_TOKEN`
     /// with `DAYTONA_ORGANIZATION_ID`; `DAYTONA_API_URL` overrides the base URL and
@@ -110,24 +132,8 @@ impl DaytonaProvider {
                 Secret::new("DAYTONA_API_KEY", "replay-placeholder-key"),
                 None,
             )
-        } else if let Some(key) = var("DAYTONA_API_KEY") {
-            (Secret::new("DAYTONA_API_KEY", key), None)
         } else {
-            match (var("DAYTONA_JWT_TOKEN"), var("DAYTONA_ORGANIZATION_ID")) {
-                (Some(jwt), Some(org)) => (Secret::new("DAYTONA_JWT_TOKEN", jwt), Some(org)),
-                (Some(_), None) => {
-                    return Err(ProviderError::new(
-                        ErrorKind::Config,
-                        "DAYTONA_JWT_TOKEN is set but DAYTONA_ORGANIZATION_ID is not; a JWT needs the organization id",
-                    ));
-                }
-                _ => {
-                    return Err(ProviderError::new(
-                        ErrorKind::Config,
-                        "the daytona variant needs DAYTONA_API_KEY, or DAYTONA_JWT_TOKEN with DAYTONA_ORGANIZATION_ID",
-                    ));
-                }
-            }
+            credentials_from(var)?
         };
         let api_base = var("DAYTONA_API_URL").unwrap_or_else(|| DEFAULT_API_URL.to_owned());
         Self::new(
@@ -834,5 +840,51 @@ impl Provider for DaytonaProvider {
                 format!("the daytona variant has no resource kind `{other}` (resource {id})"),
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    #[test]
+    fn credentials_come_from_the_key_or_a_jwt_with_its_organization() {
+        // Fake values, made up for this test.
+        let (key, org) = credentials_from(env(&[("DAYTONA_API_KEY", "fake-key")])).unwrap();
+        assert_eq!((key.name(), org), ("DAYTONA_API_KEY", None));
+        let (jwt, org) = credentials_from(env(&[
+            ("DAYTONA_JWT_TOKEN", "fake-jwt"),
+            ("DAYTONA_ORGANIZATION_ID", "fake-org"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (jwt.name(), org.as_deref()),
+            ("DAYTONA_JWT_TOKEN", Some("fake-org"))
+        );
+    }
+
+    #[test]
+    fn a_missing_credential_is_named() {
+        let e = credentials_from(env(&[])).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Config);
+        assert!(e.message.contains("DAYTONA_API_KEY"), "{e}");
+        let e = credentials_from(env(&[("DAYTONA_JWT_TOKEN", "fake-jwt")])).unwrap_err();
+        assert!(e.message.contains("DAYTONA_ORGANIZATION_ID"), "{e}");
+    }
+
+    #[test]
+    fn queries_are_url_encoded() {
+        assert_eq!(
+            with_query("/sandbox", &[("labels", "{\"a\":\"b c\"}")]),
+            "/sandbox?labels=%7B%22a%22%3A%22b+c%22%7D"
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! typed errors, and one module per variant.
 
 pub mod api;
+pub mod daytona;
 pub mod docker;
 pub mod error;
 pub mod jupyter;

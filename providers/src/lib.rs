@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod docker;
+pub mod e2b;
 pub mod error;
 pub mod jupyter;
 mod secret;

@@ -35,7 +35,8 @@ const KEPT_RESPONSE_HEADERS: &[&str] = &["content-type", "retry-after", "locatio
 pub struct Endpoints {
     /// Control-plane base URL, such as `https://api.example.test`.
     pub api_base: String,
-    /// Domain under which sandboxes answer as `https://{port}-{id}.{domain}`.
+    /// Domain under which sandboxes answer as `https://{port}-{id}.{domain}`; given as an
+    /// `http(s)://` URL instead, sandbox calls go to `{url}/sandbox/{port}/{id}{path}`.
     pub sandbox_domain: String,
 }
 
@@ -476,6 +477,17 @@ impl ApiClient {
                     "{}{path}",
                     self.inner.endpoints.api_base.trim_end_matches('/')
                 ),
+                // A domain given as a URL (a local emulator) routes by the canonical path.
+                Target::Sandbox { .. }
+                    if self.inner.endpoints.sandbox_domain.starts_with("http://")
+                        || self.inner.endpoints.sandbox_domain.starts_with("https://") =>
+                {
+                    format!(
+                        "{}{}",
+                        self.inner.endpoints.sandbox_domain.trim_end_matches('/'),
+                        canonical_path(target, path)
+                    )
+                }
                 Target::Sandbox { port, sandbox_id } => format!(
                     "https://{port}-{sandbox_id}.{}{path}",
                     self.inner.endpoints.sandbox_domain

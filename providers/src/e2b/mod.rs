@@ -59,6 +59,8 @@ const EXECUTE_TIMEOUT: Duration = Duration::from_secs(300);
 const BUILD_DEADLINE: Duration = Duration::from_secs(30 * 60);
 /// How long launch waits for the code interpreter to answer.
 const READY_DEADLINE: Duration = Duration::from_secs(60);
+/// How long one readiness probe may take.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Seconds a sandbox lives before E2B kills it, should cleanup never run.
 const SANDBOX_TIMEOUT_SECS: u64 = 900;
 /// Build log entries fetched per status poll (the spec's maximum).
@@ -431,8 +433,11 @@ impl E2bProvider {
     ) -> Result<String> {
         let started = Instant::now();
         let ((), resolution) = poll_until("the code interpreter", self.ready_deadline, || async {
+            // The poll is the retry: one attempt per probe, each short.
             let probe = self
                 .in_sandbox(Method::GET, INTERPRETER_PORT, sandbox, token, "/health")
+                .idempotent(false)
+                .timeout(HEALTH_TIMEOUT)
                 .what("code interpreter health");
             Ok(self.client.call(probe).await.ok().map(|_| ()))
         })

@@ -4,6 +4,7 @@
 pub mod api;
 pub mod daytona;
 pub mod docker;
+pub mod e2b;
 pub mod error;
 pub mod jupyter;
 mod secret;

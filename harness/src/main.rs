@@ -379,7 +379,7 @@ async fn run(args: RunArgs) -> u8 {
             CloudMode::Live | CloudMode::Record { .. } => {
                 // A missing credential is an error before anything runs, never a skip.
                 if let Err(e) =
-                    (cloud.connect)(sandbox_providers::api::Mode::Live, runner.volatiles())
+                    (cloud.connect)(sandbox_providers::api::Mode::Live, runner.scenario_volatiles())
                 {
                     eprintln!("error: the {name} variant cannot run live: {e}");
                     return EXIT_BAD_INPUT;
@@ -441,7 +441,7 @@ async fn run(args: RunArgs) -> u8 {
                         cloud,
                         &scenario.name,
                         &cloud_mode,
-                        runner.volatiles(),
+                        runner.scenario_volatiles(),
                     )
                     .await
                     {

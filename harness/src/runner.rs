@@ -33,7 +33,7 @@ pub struct Runner {
     canary: Secret,
     sink: Arc<dyn EventSink>,
     cancel: CancellationToken,
-    volatiles: Arc<Volatiles>,
+    volatiles: Mutex<Arc<Volatiles>>,
 }
 
 /// A check of the transport behind a scenario, run after its cleanup and reported as one
@@ -74,27 +74,32 @@ impl Runner {
         sink: Arc<dyn EventSink>,
         cancel: CancellationToken,
     ) -> Self {
-        // Cassettes hold placeholders for what changes from run to run, so that a replay
-        // of another run's exchanges matches this one's requests.
-        let volatiles = Arc::new(Volatiles::default());
-        volatiles.register("run-id", &run_id);
-        volatiles.register("canary", canary.expose());
-        volatiles.register(
-            "canary-hash",
-            &secrets::SecretFingerprint::of(&canary).hash.to_string(),
-        );
-        Self {
+        let runner = Self {
             run_id,
             canary,
             sink,
             cancel,
-            volatiles,
-        }
+            volatiles: Mutex::new(Arc::default()),
+        };
+        runner.scenario_volatiles();
+        runner
     }
 
-    /// The run-varying values (run id, canary, markers) cloud variants keep out of cassettes.
-    pub fn volatiles(&self) -> Arc<Volatiles> {
-        self.volatiles.clone()
+    /// The run-varying values for the next scenario, which cloud variants keep out of
+    /// cassettes: a fresh set holding the run id, the canary and its fingerprint, to which
+    /// the scenario adds its own (restart markers, names a provider derives). Fresh per
+    /// scenario, so that placeholders are numbered the same way in every run of it; call
+    /// it before opening the scenario's session.
+    pub fn scenario_volatiles(&self) -> Arc<Volatiles> {
+        let volatiles = Arc::new(Volatiles::default());
+        volatiles.register("run-id", &self.run_id);
+        volatiles.register_secret(&self.canary);
+        volatiles.register(
+            "canary-hash",
+            &secrets::SecretFingerprint::of(&self.canary).hash.to_string(),
+        );
+        *self.volatiles.lock().expect("volatiles lock") = volatiles.clone();
+        volatiles
     }
 
     /// The secrets this run hands out and must never find again.
@@ -295,7 +300,7 @@ impl Runner {
             secrets: self.secrets(),
             state: state.clone(),
             log: log.clone(),
-            volatiles: self.volatiles.clone(),
+            volatiles: self.volatiles.lock().expect("volatiles lock").clone(),
         };
         let started = Instant::now();
         let mut task = tokio::spawn(ctx.run());

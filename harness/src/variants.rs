@@ -29,7 +29,22 @@ pub struct CloudVariant {
 }
 
 /// The cloud variants, in report order.
-pub const CLOUD: &[CloudVariant] = &[];
+pub const CLOUD: &[CloudVariant] = &[
+    CloudVariant {
+        name: "e2b",
+        connect: |mode, volatiles| {
+            sandbox_providers::e2b::E2bProvider::from_env(mode, volatiles)
+                .map(|p| Arc::new(p) as Arc<dyn Provider>)
+        },
+    },
+    CloudVariant {
+        name: "daytona",
+        connect: |mode, volatiles| {
+            sandbox_providers::daytona::DaytonaProvider::from_env(mode, volatiles)
+                .map(|p| Arc::new(p) as Arc<dyn Provider>)
+        },
+    },
+];
 
 /// Every variant name, in report order.
 pub fn known() -> Vec<&'static str> {

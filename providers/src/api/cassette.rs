@@ -347,6 +347,18 @@ impl Volatiles {
         placeholder
     }
 
+    /// Registers a credential used in the run (such as a canary handed to a build): it
+    /// becomes `<redacted:NAME>`, as credentials do in cassettes.
+    pub fn register_secret(&self, secret: &Secret) {
+        let mut values = self.values.lock().unwrap_or_else(|p| p.into_inner());
+        if !values.iter().any(|(v, _)| v == secret.expose()) {
+            values.push((
+                secret.expose().to_owned(),
+                format!("<redacted:{}>", secret.name()),
+            ));
+        }
+    }
+
     fn snapshot(&self) -> Vec<(String, String)> {
         self.values
             .lock()
@@ -442,6 +454,21 @@ impl Normalizer {
         }
     }
 
+    /// `body` with each run-varying placeholder put back to this run's value: what a
+    /// replayed response says in place of the recording's values. Credentials stay
+    /// placeholders.
+    pub fn restore(&self, body: &Body) -> Body {
+        let back = Normalizer {
+            replacements: self
+                .replacements
+                .iter()
+                .filter(|(_, p)| !p.starts_with("<redacted:"))
+                .map(|(v, p)| (p.clone(), v.clone()))
+                .collect(),
+        };
+        back.body(body)
+    }
+
     /// True when nothing in `text` is a credential value.
     pub fn is_clean(&self, text: &str) -> bool {
         !self
@@ -519,6 +546,20 @@ mod tests {
         );
         assert!(n.is_clean(&out.to_string()));
         assert!(!n.is_clean("fake-e2b-key-123"));
+    }
+
+    #[test]
+    fn restore_puts_this_runs_values_back_but_never_a_credential() {
+        let volatiles = Volatiles::default();
+        volatiles.register("marker", "sm-marker-1234");
+        // A fake credential, made up for this test.
+        volatiles.register_secret(&Secret::new("REGISTRY_TOKEN", "fake-canary-0000"));
+        let n = Normalizer::new(&[], &volatiles);
+        let body = Body::Json(serde_json::json!({"text": "'<marker>'", "p": "<redacted:REGISTRY_TOKEN>"}));
+        assert_eq!(
+            n.restore(&body),
+            Body::Json(serde_json::json!({"text": "'sm-marker-1234'", "p": "<redacted:REGISTRY_TOKEN>"}))
+        );
     }
 
     #[test]

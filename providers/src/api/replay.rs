@@ -160,19 +160,28 @@ impl ReplayServer {
     pub fn finish(&self) -> Result<()> {
         let state = lock(&self.state);
         let mut problems = state.problems.clone();
-        for (i, (exchange, served)) in state
+        let unused: Vec<String> = state
             .cassette
             .exchanges
             .iter()
             .zip(&state.served)
             .enumerate()
-        {
-            if *served == 0 {
-                problems.push(format!(
-                    "exchange #{i} ({} {}) was never requested",
+            .filter(|(_, (_, served))| **served == 0)
+            .map(|(i, (exchange, _))| {
+                format!(
+                    "#{i} ({} {})",
                     exchange.request.method, exchange.request.path
-                ));
-            }
+                )
+            })
+            .collect();
+        match unused.len() {
+            0 => {}
+            1 => problems.push(format!("exchange {} was never requested", unused[0])),
+            n => problems.push(format!(
+                "{n} exchanges were never requested, from {}{}",
+                unused[..n.min(3)].join(", "),
+                if n > 3 { ", …" } else { "" }
+            )),
         }
         if problems.is_empty() {
             Ok(())
@@ -270,7 +279,7 @@ impl Respond for Responder {
                 .map(String::as_str)
                 .unwrap_or(body.default_content_type());
             // Cassettes are checked for valid bodies when loaded.
-            let bytes = body.to_bytes().unwrap_or_default();
+            let bytes = normalizer.restore(body).to_bytes().unwrap_or_default();
             template = template.set_body_raw(bytes, content_type);
         }
         template

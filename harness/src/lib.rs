@@ -13,5 +13,6 @@ pub mod run_folder;
 pub mod runner;
 pub mod scenario;
 pub mod secrets;
+pub mod stats;
 pub mod terminal;
 pub mod variants;

@@ -335,6 +335,7 @@ async fn run(args: RunArgs) -> u8 {
         harness_version: env!("CARGO_PKG_VERSION").to_owned(),
         host: host_name(),
         started_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        shards: Vec::new(),
     };
     let cassettes = args
         .cassettes

@@ -30,6 +30,10 @@ pub struct Provenance {
     pub host: String,
     /// RFC 3339 time the run started.
     pub started_at: String,
+    /// The provenance of each run merged into this one (`sandbox-matrix merge`), in order;
+    /// empty for a run that was not merged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<Provenance>,
 }
 
 /// One scenario run on one variant.

@@ -121,6 +121,7 @@ mod fixture {
                 harness_version: "0.1.0".to_owned(),
                 host: "ci-runner-07".to_owned(),
                 started_at: "2025-11-29T12:13:14.512+00:00".to_owned(),
+                shards: Vec::new(),
             },
             scenarios,
         }

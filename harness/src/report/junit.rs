@@ -21,7 +21,8 @@ pub const FAILURE_TYPE: &str = "step-failed";
 /// appearance; each step of each of its scenarios is a `<testcase>` named
 /// after the step with classname `<variant>.<scenario>`, in input order.
 /// Suite properties hold the provenance and, per scenario, `<scenario>.scenario_hash`,
-/// `<scenario>.artifact_id` and `<scenario>.provider_version` (when known) and the
+/// `<scenario>.artifact_id`, `<scenario>.provider_version` and `<scenario>.region` (when
+/// known) and the
 /// cross-step timings as `<scenario>.timing.<name>_ms`. Case properties hold
 /// `budget_ms`, `duration_ms` and the step's timings as `timing.<name>_ms`
 /// (and `timing.<name>.resolution_ms` when polled); the step's log is its
@@ -71,6 +72,9 @@ fn suite(results: &RunResults, variant: &str, scenarios: &[&ScenarioResult]) -> 
         }
         if let Some(version) = &scenario.provider_version {
             suite.add_property(Property::new(format!("{name}.provider_version"), version));
+        }
+        if let Some(region) = &scenario.region {
+            suite.add_property(Property::new(format!("{name}.region"), region));
         }
         suite.add_properties(timing_properties(&format!("{name}."), &scenario.timings));
         let classname = format!("{variant}.{name}");

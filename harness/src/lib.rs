@@ -4,6 +4,7 @@
 //! Data flows one way: scenario file → matrix (variant × scenario) → [`runner`] →
 //! provider trait → [`events`] → reporters ([`report`], [`terminal`], [`run_folder`]).
 
+pub mod compare;
 pub mod conformance;
 pub mod events;
 pub mod lint;

@@ -8,6 +8,7 @@ pub mod compare;
 pub mod conformance;
 pub mod events;
 pub mod lint;
+pub mod merge;
 pub mod report;
 pub mod results;
 pub mod run_folder;

@@ -7,6 +7,7 @@
 pub mod compare;
 pub mod conformance;
 pub mod events;
+pub mod gate;
 pub mod lint;
 pub mod merge;
 pub mod report;

@@ -46,7 +46,7 @@ pub struct Policy {
     pub required: Vec<Requirement>,
     /// The lowest share of successful attempts any metric may have, from 0 to 1.
     pub success_rate: Option<f64>,
-    /// p90 budgets, by scenario and metric.
+    /// p90 budgets, by scenario and metric, in the order of their keys.
     pub p90_budgets: Vec<Budget>,
     /// How much slower than the baseline's median a metric may be, as a fraction (0.25 is
     /// 25%), when the difference is beyond noise; `None` when the policy does not compare.

@@ -301,6 +301,12 @@ mod tests {
         let minimal = serde_json::to_value(crate::report::fixture::run(vec![scenario("a", "b")]))
             .expect("serializes");
         assert_eq!(violations(&minimal), None);
+        let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/gate/results.json");
+        let text = std::fs::read_to_string(example).expect("the gate example is readable");
+        assert_eq!(
+            violations(&serde_json::from_str(&text).expect("JSON")),
+            None
+        );
     }
 
     #[test]

@@ -158,58 +158,79 @@ pub fn metrics(results: &RunResults) -> Vec<Metric> {
     }
     let mut metrics = Vec::new();
     for ((variant, scenario), reps) in groups {
-        let metric = |name: String, attempts| Metric {
-            variant: variant.to_owned(),
-            scenario: scenario.to_owned(),
-            name,
-            attempts,
-        };
-        let mut steps: Vec<&str> = Vec::new();
-        let mut named: Vec<&str> = Vec::new();
+        let mut names: Vec<String> = Vec::new();
+        let mut named: Vec<String> = Vec::new();
         for rep in &reps {
             for step in &rep.steps {
-                let ran = !matches!(step.status, StepStatus::Skipped { .. });
-                if ran && !steps.contains(&step.step.as_str()) {
-                    steps.push(&step.step);
+                let name = format!("{STEP_PREFIX}{}", step.step);
+                if !names.contains(&name) {
+                    names.push(name);
                 }
             }
-            let names = rep.timings.iter().map(|t| t.name.as_str());
-            for name in names.chain(rep.samples.iter().map(|s| s.name.as_str())) {
-                if !named.contains(&name) {
-                    named.push(name);
+            let recorded = rep.timings.iter().map(|t| &t.name);
+            for name in recorded.chain(rep.samples.iter().map(|s| &s.name)) {
+                if !named.contains(name) {
+                    named.push(name.clone());
                 }
             }
         }
-        for step in steps {
-            let attempts = reps
-                .iter()
-                .map(|rep| {
-                    rep.step(step)
-                        .filter(|s| s.status == StepStatus::Passed)
-                        .map(|s| s.duration)
-                })
-                .collect();
-            metrics.push(metric(format!("{STEP_PREFIX}{step}"), attempts));
-        }
-        for name in named {
-            let mut attempts = Vec::new();
-            for rep in &reps {
-                let before = attempts.len();
-                attempts.extend(rep.timing(name).map(|t| Some(t.duration)));
-                attempts.extend(
-                    rep.samples
-                        .iter()
-                        .filter(|s| s.name == name)
-                        .map(|s| s.value),
-                );
-                if attempts.len() == before {
-                    attempts.push(None);
-                }
+        names.extend(named);
+        for name in names {
+            let attempts = attempts(&reps, &name);
+            if !attempts.is_empty() {
+                metrics.push(Metric {
+                    variant: variant.to_owned(),
+                    scenario: scenario.to_owned(),
+                    name,
+                    attempts,
+                });
             }
-            metrics.push(metric(name.to_owned(), attempts));
         }
     }
     metrics
+}
+
+/// The attempts at `metric` over `reps`, the repetitions of one variant × scenario, as
+/// [`metrics`] counts them; empty when no repetition measured it (a step that never ran).
+pub fn attempts(reps: &[&ScenarioResult], metric: &str) -> Vec<Option<Duration>> {
+    if let Some(step) = metric.strip_prefix(STEP_PREFIX) {
+        let ran = reps.iter().any(|rep| {
+            rep.step(step)
+                .is_some_and(|s| !matches!(s.status, StepStatus::Skipped { .. }))
+        });
+        if !ran {
+            return Vec::new();
+        }
+        return reps
+            .iter()
+            .map(|rep| {
+                rep.step(step)
+                    .filter(|s| s.status == StepStatus::Passed)
+                    .map(|s| s.duration)
+            })
+            .collect();
+    }
+    let recorded = |rep: &ScenarioResult| {
+        rep.timing(metric).is_some() || rep.samples.iter().any(|s| s.name == metric)
+    };
+    if !reps.iter().any(|rep| recorded(rep)) {
+        return Vec::new();
+    }
+    let mut attempts = Vec::new();
+    for rep in reps {
+        if !recorded(rep) {
+            attempts.push(None);
+            continue;
+        }
+        attempts.extend(rep.timing(metric).map(|t| Some(t.duration)));
+        attempts.extend(
+            rep.samples
+                .iter()
+                .filter(|s| s.name == metric)
+                .map(|s| s.value),
+        );
+    }
+    attempts
 }
 
 #[cfg(test)]

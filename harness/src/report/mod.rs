@@ -252,6 +252,38 @@ pub(crate) mod fixture {
         run(vec![docker, e2b])
     }
 
+    /// [`two_variants`] with docker's lifecycle repeated: a second repetition that passed a
+    /// little slower, then a third whose first result was wrong.
+    pub(crate) fn with_repetitions() -> RunResults {
+        let mut results = two_variants();
+        let mut second = results.scenarios[0].clone();
+        second.repetition = 2;
+        for step in &mut second.steps {
+            step.duration += Duration::from_millis(10);
+        }
+        second.timings = vec![timing("create-to-first-result", 2_480, None)];
+        let mut third = results.scenarios[0].clone();
+        third.repetition = 3;
+        third.timings = Vec::new();
+        third.steps[2] = step(
+            "first-result",
+            failed("expected `2`, got `3`"),
+            1_904,
+            60,
+            vec![],
+            &["1+1 -> 3"],
+        );
+        for later in &mut third.steps[3..6] {
+            later.status = skipped(SKIPPED);
+            later.duration = Duration::ZERO;
+            later.timings = Vec::new();
+            later.log = Vec::new();
+        }
+        results.scenarios.insert(1, third);
+        results.scenarios.insert(1, second);
+        results
+    }
+
     /// Snapshot settings: snapshots named without the module path, with
     /// measured durations, run ids, sha256 ids, host names and dates
     /// redacted; budgets and poll intervals stay. Durations in seconds keep

@@ -154,6 +154,10 @@ struct RunArgs {
     /// How fast replayed responses come back: at once, or after their recorded latency.
     #[arg(long, value_enum, default_value_t = PaceArg::Instant)]
     pace: PaceArg,
+    /// Run each variant × scenario this many times, one after another; reports give
+    /// percentiles and the success rate over the repetitions.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000), value_name = "N")]
+    repeat: u32,
     /// Folder of cassettes. Default: <root>/fixtures/cassettes.
     #[arg(long, value_name = "DIR")]
     cassettes: Option<PathBuf>,
@@ -550,9 +554,14 @@ async fn run(args: RunArgs) -> u8 {
             Ok(p) => Some((Some(p.clone()), runner.prepare(p).await.err())),
             Err(e) => Some((None, Some(e.clone()))),
         };
-        for scenario in &scenarios {
+        for (scenario, repetition) in scenarios
+            .iter()
+            .flat_map(|s| (1..=args.repeat).map(move |r| (s, r)))
+        {
             if let Some(reason) = skip.get(&(name.clone(), scenario.name.clone())) {
-                eprintln!("{name}::{}: skipped, {reason}", scenario.name);
+                if repetition == 1 {
+                    eprintln!("{name}::{}: skipped, {reason}", scenario.name);
+                }
                 continue;
             }
             let (provider, not_ready, check) = match (&plan, variants::cloud(name)) {
@@ -578,15 +587,16 @@ async fn run(args: RunArgs) -> u8 {
             match provider {
                 Some(p) => {
                     runner
-                        .run_scenario_checked(p, scenario, not_ready, check)
+                        .run_scenario_checked(p, scenario, not_ready, check, repetition)
                         .await;
                 }
                 None => {
-                    let result = unreachable_variant(
+                    let mut result = unreachable_variant(
                         name,
                         scenario,
                         not_ready.as_deref().unwrap_or("unreachable"),
                     );
+                    result.repetition = repetition;
                     sink.emit(&RunEvent::ScenarioFinished {
                         result: Box::new(result),
                     });

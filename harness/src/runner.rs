@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::conformance::{self, Check, CheckParams, Verdict};
 use crate::events::{EventSink, RunEvent};
-use crate::results::{ScenarioResult, StepResult, StepStatus};
+use crate::results::{Sample, ScenarioResult, StepResult, StepStatus};
 use crate::scenario::{Expectation, Scenario, Step, StepKind};
 use crate::secrets;
 
@@ -130,17 +130,19 @@ impl Runner {
         scenario: &Scenario,
         not_ready: Option<String>,
     ) -> ScenarioResult {
-        self.run_scenario_checked(provider, scenario, not_ready, None)
+        self.run_scenario_checked(provider, scenario, not_ready, None, 1)
             .await
     }
 
-    /// [`Runner::run_scenario`], then `session`, reported as one more step.
+    /// [`Runner::run_scenario`] as repetition `repetition` (from 1), then `session`,
+    /// reported as one more step.
     pub async fn run_scenario_checked(
         &self,
         provider: Arc<dyn Provider>,
         scenario: &Scenario,
         not_ready: Option<String>,
         session: Option<SessionCheck>,
+        repetition: u32,
     ) -> ScenarioResult {
         let variant = provider.variant().to_owned();
         self.sink.emit(&RunEvent::ScenarioStarted {
@@ -260,8 +262,8 @@ impl Runner {
             timings: state.timings,
             leaked_resources: state.leaked,
             secrets_found: state.secrets_found,
-            repetition: 1,
-            samples: Vec::new(),
+            repetition,
+            samples: state.samples,
         };
         self.sink.emit(&RunEvent::ScenarioFinished {
             result: Box::new(result.clone()),
@@ -367,6 +369,7 @@ struct ScenarioState {
     timings: Vec<Timing>,
     leaked: Vec<sandbox_providers::Resource>,
     secrets_found: Vec<String>,
+    samples: Vec<Sample>,
 }
 
 /// Everything a step's task owns.
@@ -413,6 +416,7 @@ impl StepContext {
             StepKind::SecretsScan => self.secrets_scan().await,
             StepKind::Shutdown => self.shutdown().await,
             StepKind::Cleanup => self.cleanup().await,
+            StepKind::Burst => self.burst().await,
             StepKind::Doctor | StepKind::Check => match &self.step.expect {
                 Expectation::Check(check, params) => self.check(*check, params).await,
                 _ => Err("a check step without its check".to_owned()),
@@ -491,6 +495,114 @@ impl StepContext {
             });
         }
         Ok(())
+    }
+
+    /// Launches `launches` sandboxes at once, times each from its create request to its
+    /// first correct `1+1`, then stops them all. A failed launch is a sample without a
+    /// value (+∞ in percentiles), never left out.
+    async fn burst(&self) -> Result<(), String> {
+        let artifact = self.artifact()?;
+        let Expectation::Launches(launches) = self.step.expect else {
+            return Err("burst has no launch count".to_owned());
+        };
+        let mut tasks = tokio::task::JoinSet::new();
+        for index in 0..launches {
+            let (provider, artifact, labels) =
+                (self.provider.clone(), artifact.clone(), self.labels.clone());
+            tasks.spawn(async move {
+                let started = Instant::now();
+                let (sandbox, _) = provider
+                    .launch(&artifact, &labels)
+                    .await
+                    .map_err(|e| (index, None, format!("launch: {e}")))?;
+                let answered = provider
+                    .run_code(&sandbox, crate::scenario::DEFAULT_CODE)
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|(output, _)| {
+                        check_answer(
+                            crate::scenario::DEFAULT_CODE,
+                            crate::scenario::DEFAULT_ANSWER,
+                            &output,
+                        )
+                    });
+                let elapsed = started.elapsed();
+                match answered {
+                    Ok(()) => Ok((index, sandbox, elapsed)),
+                    Err(e) => Err((index, Some(sandbox), format!("first result: {e}"))),
+                }
+            });
+        }
+        let mut samples = vec![None; launches as usize];
+        let mut sandboxes = Vec::new();
+        while let Some(joined) = tasks.join_next().await {
+            let (index, sample) = match joined {
+                Ok(Ok((index, sandbox, elapsed))) => {
+                    sandboxes.push(sandbox);
+                    (index, Ok(elapsed))
+                }
+                Ok(Err((index, sandbox, error))) => {
+                    sandboxes.extend(sandbox);
+                    (index, Err(error))
+                }
+                Err(e) => {
+                    self.log
+                        .line(&format!("a launch task ended abnormally: {e}"));
+                    continue;
+                }
+            };
+            samples[index as usize] = Some(sample);
+        }
+        // Stopped after every launch was timed, so stopping does not load the others.
+        let grace = Duration::from_secs(sandbox_contract::GRACEFUL_SHUTDOWN_SECS);
+        let stops = sandboxes
+            .iter()
+            .map(|sandbox| self.provider.shutdown(sandbox, grace));
+        for (sandbox, stopped) in sandboxes
+            .iter()
+            .zip(futures_util::future::join_all(stops).await)
+        {
+            if let Err(e) = stopped {
+                self.log
+                    .line(&format!("stopping {}: {e} (cleanup removes it)", sandbox.0));
+            }
+        }
+        let samples: Vec<Sample> = samples
+            .into_iter()
+            .enumerate()
+            .map(|(index, sample)| match sample {
+                Some(Ok(elapsed)) => Sample {
+                    name: "create-to-first-result".into(),
+                    value: Some(elapsed),
+                    error: None,
+                },
+                Some(Err(error)) => Sample {
+                    name: "create-to-first-result".into(),
+                    value: None,
+                    error: Some(format!("launch {}: {error}", index + 1)),
+                },
+                None => Sample {
+                    name: "create-to-first-result".into(),
+                    value: None,
+                    error: Some(format!("launch {}: its task ended abnormally", index + 1)),
+                },
+            })
+            .collect();
+        let failed: Vec<&str> = samples.iter().filter_map(|s| s.error.as_deref()).collect();
+        self.log.line(&format!(
+            "burst of {launches}: {} answered `1+1`, {} failed",
+            samples.len() - failed.len(),
+            failed.len()
+        ));
+        let first_failure = failed.first().map(|e| (*e).to_owned());
+        let failures = failed.len();
+        self.state().samples.extend(samples);
+        match first_failure {
+            None => Ok(()),
+            Some(first) => Err(format!(
+                "{failures} of {launches} launches failed; the first: {first}"
+            )),
+        }
     }
 
     async fn restart(&self) -> Result<(), String> {

@@ -31,6 +31,9 @@ pub enum StepKind {
     Cleanup,
     /// Run the contract's doctor in the sandbox; passes when every row passes.
     Doctor,
+    /// Launch many sandboxes at once from the built artifact, each timed from create to
+    /// its first correct `1+1`; passes when every launch answered.
+    Burst,
     /// A conformance check, written `check: <name>` in a scenario file.
     #[serde(skip_deserializing)]
     Check,
@@ -38,7 +41,7 @@ pub enum StepKind {
 
 impl StepKind {
     /// Every step a scenario names with `step:`, lifecycle order first.
-    pub const ALL: [StepKind; 8] = [
+    pub const ALL: [StepKind; 9] = [
         StepKind::Build,
         StepKind::Launch,
         StepKind::FirstResult,
@@ -47,6 +50,7 @@ impl StepKind {
         StepKind::Shutdown,
         StepKind::Cleanup,
         StepKind::Doctor,
+        StepKind::Burst,
     ];
 
     /// The step's name as scenario files and reports spell it.
@@ -60,6 +64,7 @@ impl StepKind {
             StepKind::Shutdown => "shutdown",
             StepKind::Cleanup => "cleanup",
             StepKind::Doctor => "doctor",
+            StepKind::Burst => "burst",
             StepKind::Check => "check",
         }
     }
@@ -91,6 +96,7 @@ struct StepFile {
     cuda: Option<String>,
     minimum: Option<f64>,
     kernels: Option<u32>,
+    launches: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -130,6 +136,8 @@ pub enum Expectation {
     StoppedWithin(Duration),
     /// `doctor` or `check: <name>`: the conformance check and what it is given.
     Check(Check, CheckParams),
+    /// `burst`: how many sandboxes to launch at once.
+    Launches(u32),
 }
 
 /// A parsed scenario file.
@@ -178,6 +186,8 @@ pub enum ScenarioError {
 pub const DEFAULT_CODE: &str = "1+1";
 /// The answer `first-result` expects by default.
 pub const DEFAULT_ANSWER: &str = "2";
+/// The most sandboxes one burst launches.
+pub const MAX_LAUNCHES: u32 = 1000;
 /// The contract's graceful shutdown.
 pub const DEFAULT_STOP_WITHIN: Duration =
     Duration::from_secs(sandbox_contract::GRACEFUL_SHUTDOWN_SECS);
@@ -279,7 +289,7 @@ fn step_from_file(
         ));
     }
     let is = |c: Check| check == Some(c);
-    let fields: [(&str, bool, bool); 10] = [
+    let fields: [(&str, bool, bool); 11] = [
         ("code", s.code.is_some(), kind == StepKind::FirstResult),
         (
             "expect",
@@ -298,6 +308,7 @@ fn step_from_file(
         ("cuda", s.cuda.is_some(), is(Check::Gpu)),
         ("minimum", s.minimum.is_some(), is(Check::Throughput)),
         ("kernels", s.kernels.is_some(), is(Check::ConcurrentKernels)),
+        ("launches", s.launches.is_some(), kind == StepKind::Burst),
     ];
     if let Some((field, _, _)) = fields
         .iter()
@@ -329,6 +340,25 @@ fn step_from_file(
         (StepKind::Shutdown, _) => {
             Expectation::StoppedWithin(s.within.unwrap_or(DEFAULT_STOP_WITHIN))
         }
+        (StepKind::Burst, _) => match s.launches {
+            Some(n) if (1..=MAX_LAUNCHES).contains(&n) => Expectation::Launches(n),
+            Some(n) => {
+                return Err(invalid(
+                    line,
+                    column,
+                    format!(
+                        "`launches: {n}` is out of range; a burst launches 1 to {MAX_LAUNCHES}"
+                    ),
+                ));
+            }
+            None => {
+                return Err(invalid(
+                    line,
+                    column,
+                    "`burst` needs `launches: <n>`, how many sandboxes to start at once".into(),
+                ));
+            }
+        },
         (_, Some(check)) => Expectation::Check(
             check,
             CheckParams {
@@ -506,6 +536,34 @@ mod tests {
             e.contains("unknown variant `check`"),
             "the check kind is written `check:`: {e}"
         );
+    }
+
+    #[test]
+    fn a_burst_needs_a_launch_count_in_range() {
+        let s = parse(
+            "name: t\nenvironment: e\nsteps:\n  - step: burst\n    launches: 100\n    budget: 5m\n",
+        )
+        .unwrap();
+        assert_eq!(s.steps[0].expect, Expectation::Launches(100));
+        let e = parse("name: t\nenvironment: e\nsteps:\n  - step: burst\n    budget: 5m\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(":4:") && e.contains("`burst` needs `launches: <n>`"),
+            "{e}"
+        );
+        let e = parse(
+            "name: t\nenvironment: e\nsteps:\n  - step: burst\n    launches: 0\n    budget: 5m\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("`launches: 0` is out of range"), "{e}");
+        let e = parse(
+            "name: t\nenvironment: e\nsteps:\n  - step: launch\n    launches: 3\n    budget: 5m\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("`launches` does not apply to `launch`"), "{e}");
     }
 
     #[test]

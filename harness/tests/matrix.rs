@@ -70,7 +70,7 @@ fn run_once(variant: &str, scenario: &Scenario) -> Result<(String, ScenarioResul
         Ok((
             run_id,
             runner
-                .run_scenario_checked(provider, scenario, not_ready, check)
+                .run_scenario_checked(provider, scenario, not_ready, check, 1)
                 .await,
         ))
     })

@@ -2,7 +2,9 @@
 //! typed errors, and one module per variant.
 
 pub mod api;
+pub mod daytona;
 pub mod docker;
+pub mod e2b;
 pub mod error;
 pub mod jupyter;
 mod secret;

@@ -35,7 +35,8 @@ const KEPT_RESPONSE_HEADERS: &[&str] = &["content-type", "retry-after", "locatio
 pub struct Endpoints {
     /// Control-plane base URL, such as `https://api.example.test`.
     pub api_base: String,
-    /// Domain under which sandboxes answer as `https://{port}-{id}.{domain}`.
+    /// Domain under which sandboxes answer as `https://{port}-{id}.{domain}`; given as an
+    /// `http(s)://` URL instead, sandbox calls go to `{url}/sandbox/{port}/{id}{path}`.
     pub sandbox_domain: String,
 }
 
@@ -346,17 +347,24 @@ impl Recorder {
 
     /// Writes the cassette; refuses if a credential value would reach the file.
     pub fn finish(&self) -> Result<PathBuf> {
+        let credentials = lock(&self.credentials).clone();
+        // A token learned from a response (registered after that response was recorded)
+        // is redacted everywhere, that response included.
+        let late = Normalizer::new(&credentials, &Volatiles::default());
+        let exchanges = lock(&self.exchanges)
+            .iter()
+            .map(|e| redact_exchange(&late, e))
+            .collect();
         let cassette = Cassette {
             origin: self.origin.clone(),
             variant: self.variant.clone(),
             scenario: self.scenario.clone(),
             note: None,
-            exchanges: lock(&self.exchanges).clone(),
+            exchanges,
         };
         let text = serde_saphyr::to_string(&cassette).map_err(|e| {
             ProviderError::new(ErrorKind::Protocol, format!("cannot write cassette: {e}"))
         })?;
-        let credentials = lock(&self.credentials).clone();
         if let Some(leak) = credentials
             .iter()
             .find(|s| !s.expose().is_empty() && text.contains(s.expose()))
@@ -476,6 +484,17 @@ impl ApiClient {
                     "{}{path}",
                     self.inner.endpoints.api_base.trim_end_matches('/')
                 ),
+                // A domain given as a URL (a local emulator) routes by the canonical path.
+                Target::Sandbox { .. }
+                    if self.inner.endpoints.sandbox_domain.starts_with("http://")
+                        || self.inner.endpoints.sandbox_domain.starts_with("https://") =>
+                {
+                    format!(
+                        "{}{}",
+                        self.inner.endpoints.sandbox_domain.trim_end_matches('/'),
+                        canonical_path(target, path)
+                    )
+                }
                 Target::Sandbox { port, sandbox_id } => format!(
                     "https://{port}-{sandbox_id}.{}{path}",
                     self.inner.endpoints.sandbox_domain
@@ -715,6 +734,30 @@ impl ApiClient {
             },
             &lock(&self.inner.credentials),
         );
+    }
+}
+
+/// `exchange` with every credential value `normalizer` knows replaced.
+fn redact_exchange(normalizer: &Normalizer, exchange: &Exchange) -> Exchange {
+    let headers = |h: &std::collections::BTreeMap<String, String>| {
+        h.iter()
+            .map(|(k, v)| (k.clone(), normalizer.text(v)))
+            .collect()
+    };
+    let (request, response) = (&exchange.request, &exchange.response);
+    Exchange {
+        request: RecordedRequest {
+            method: request.method.clone(),
+            path: normalizer.text(&request.path),
+            headers: headers(&request.headers),
+            body: request.body.as_ref().map(|b| normalizer.body(b)),
+        },
+        response: RecordedResponse {
+            headers: headers(&response.headers),
+            body: response.body.as_ref().map(|b| normalizer.body(b)),
+            ..response.clone()
+        },
+        repeat: exchange.repeat,
     }
 }
 

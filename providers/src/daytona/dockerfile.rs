@@ -1,0 +1,211 @@
+//! The Dockerfile a snapshot build is sent: the environment's own, with each `COPY` of a
+//! small text file from the build context inlined as a heredoc.
+//!
+//! Daytona takes a build context as objects uploaded to its object storage and named by
+//! hash in `buildInfo.contextHashes`; this client does not upload, so the context has to
+//! travel inside the Dockerfile. Anything it cannot inline is refused with a reason.
+
+use std::path::{Component, Path};
+
+use crate::{ErrorKind, ProviderError, Result};
+
+/// Largest context file inlined into the Dockerfile.
+const MAX_INLINE_BYTES: usize = 64 * 1024;
+
+/// Reads `dir/Dockerfile` and returns it with every context `COPY` inlined.
+pub fn inline_context(dir: &Path) -> Result<String> {
+    let path = dir.join("Dockerfile");
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        ProviderError::new(
+            ErrorKind::Config,
+            format!("cannot read {}: {e}", path.display()),
+        )
+    })?;
+    let mut out = String::with_capacity(text.len());
+    let mut inlined = 0usize;
+    for (index, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        let first = trimmed.split_whitespace().next().unwrap_or_default();
+        let is_copy = first.eq_ignore_ascii_case("COPY") || first.eq_ignore_ascii_case("ADD");
+        if !is_copy {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        }
+        let at = format!("{}:{}", path.display(), index + 1);
+        let refuse = |why: &str| {
+            ProviderError::new(ErrorKind::Config, format!("{at}: {why}"))
+                .context("inlining the build context")
+        };
+        if line.trim_end().ends_with('\\') {
+            return Err(refuse(
+                "a COPY continued over several lines cannot be inlined",
+            ));
+        }
+        let words: Vec<&str> = trimmed.split_whitespace().collect();
+        let (instruction, rest) = words.split_first().ok_or_else(|| refuse("empty COPY"))?;
+        let flags: Vec<&str> = rest
+            .iter()
+            .copied()
+            .take_while(|w| w.starts_with("--"))
+            .collect();
+        if flags.iter().any(|f| f.starts_with("--from")) || rest.iter().any(|w| w.starts_with("<<"))
+        {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        }
+        if !instruction.eq_ignore_ascii_case("COPY") {
+            return Err(refuse("ADD cannot be inlined; use COPY"));
+        }
+        let paths = &rest[flags.len()..];
+        let [source, dest] = paths else {
+            return Err(refuse("only `COPY <file> <destination>` can be inlined"));
+        };
+        let content = read_context_file(dir, source).map_err(|why| refuse(&why))?;
+        let dest = if dest.ends_with('/') {
+            let name = Path::new(source)
+                .file_name()
+                .and_then(|n| n.to_str())
+                .ok_or_else(|| refuse("the source has no file name"))?;
+            format!("{dest}{name}")
+        } else {
+            (*dest).to_owned()
+        };
+        let delimiter = format!("SANDBOX_MATRIX_CONTEXT_{inlined}");
+        if content.lines().any(|l| l == delimiter) {
+            return Err(refuse("the file contains the heredoc delimiter"));
+        }
+        inlined += 1;
+        let mut copy = vec!["COPY".to_owned()];
+        copy.extend(flags.iter().map(|f| (*f).to_owned()));
+        copy.push(format!("<<'{delimiter}'"));
+        copy.push(dest);
+        out.push_str(&copy.join(" "));
+        out.push('\n');
+        out.push_str(&content);
+        out.push_str(&delimiter);
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// The registry host the Dockerfile's first base image is pulled from, if it names one.
+pub fn base_registry(dockerfile: &str) -> Option<String> {
+    let from = dockerfile.lines().find_map(|line| {
+        let mut words = line.split_whitespace();
+        let first = words.next()?;
+        first.eq_ignore_ascii_case("FROM").then_some(words)
+    })?;
+    let image = from.into_iter().find(|w| !w.starts_with("--"))?;
+    let (host, _) = image.split_once('/')?;
+    (host.contains(['.', ':']) || host == "localhost").then(|| host.to_owned())
+}
+
+/// Reads one context file, refusing what a heredoc cannot carry unchanged.
+fn read_context_file(dir: &Path, source: &str) -> Result<String, String> {
+    if source.contains(['*', '?', '[']) {
+        return Err(format!("`{source}` is a pattern; name one file"));
+    }
+    let relative = Path::new(source);
+    if relative
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Err(format!("`{source}` leaves the build context"));
+    }
+    let path = dir.join(relative);
+    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if bytes.len() > MAX_INLINE_BYTES {
+        return Err(format!(
+            "{} is {} bytes, over the {MAX_INLINE_BYTES} bytes inlined; context upload is not implemented",
+            path.display(),
+            bytes.len()
+        ));
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| format!("{} is not UTF-8 text and cannot be inlined", path.display()))?;
+    if !text.is_empty() && !text.ends_with('\n') {
+        return Err(format!(
+            "{} does not end with a newline; a heredoc would add one",
+            path.display()
+        ));
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(dockerfile: &str, files: &[(&str, &str)]) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "sm-daytona-df-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("Dockerfile"), dockerfile).unwrap();
+        for (name, body) in files {
+            std::fs::write(dir.join(name), body).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn copies_of_context_files_become_heredocs() {
+        let dir = env(
+            "FROM base:v1\nCOPY --chmod=644 a.json /etc/a.json\nCOPY b.txt /opt/\nRUN true\n",
+            &[("a.json", "{\"x\": 1}\n"), ("b.txt", "hello\n")],
+        );
+        let out = inline_context(&dir).unwrap();
+        assert_eq!(
+            out,
+            "FROM base:v1\n\
+             COPY --chmod=644 <<'SANDBOX_MATRIX_CONTEXT_0' /etc/a.json\n{\"x\": 1}\nSANDBOX_MATRIX_CONTEXT_0\n\
+             COPY <<'SANDBOX_MATRIX_CONTEXT_1' /opt/b.txt\nhello\nSANDBOX_MATRIX_CONTEXT_1\n\
+             RUN true\n"
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_inlined_is_refused_with_the_line() {
+        let dir = env("FROM x\nCOPY . /app\n", &[]);
+        let e = inline_context(&dir).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Config);
+        assert!(e.message.contains("Dockerfile:2"), "{e}");
+        let dir = env("FROM x\nCOPY a b c/\n", &[]);
+        assert!(inline_context(&dir).is_err());
+        let dir = env("FROM x\nCOPY ../secret /x\n", &[]);
+        assert!(inline_context(&dir).unwrap_err().message.contains("leaves"));
+        let dir = env("FROM x\nCOPY n /x\n", &[("n", "no newline")]);
+        assert!(
+            inline_context(&dir)
+                .unwrap_err()
+                .message
+                .contains("newline")
+        );
+    }
+
+    #[test]
+    fn the_base_registry_is_the_first_from_host() {
+        assert_eq!(
+            base_registry("# c\nFROM --platform=linux/amd64 registry.example:5000/a/b:1 AS x\n"),
+            Some("registry.example:5000".to_owned())
+        );
+        assert_eq!(
+            base_registry("FROM sandbox-matrix/contract-base:v1\n"),
+            None
+        );
+        assert_eq!(base_registry("RUN x\n"), None);
+    }
+
+    #[test]
+    fn copies_between_stages_stay() {
+        let dir = env("FROM x AS a\nFROM y\nCOPY --from=a /o /o\n", &[]);
+        assert_eq!(
+            inline_context(&dir).unwrap(),
+            "FROM x AS a\nFROM y\nCOPY --from=a /o /o\n"
+        );
+    }
+}

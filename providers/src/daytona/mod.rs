@@ -1,0 +1,890 @@
+//! The `daytona` variant: Daytona's REST control plane and its per-sandbox toolbox.
+//!
+//! A build creates a snapshot from the environment's Dockerfile (`buildInfo`), polls it
+//! until `active` while polling its build logs, and hands back the snapshot's **id**:
+//! names are rewritten and reused, ids are not. Build secrets travel as a docker-registry
+//! entry that is deleted by id as soon as the build ends. A launch creates a sandbox from
+//! the snapshot id with the run's labels and polls until `started`. Code and commands go
+//! to the toolbox at the sandbox's `toolboxProxyUrl`: `process/code-run` and
+//! `process/execute`. There is no kernel restart: restart stops and starts the sandbox.
+
+mod code;
+mod dockerfile;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::api::{
+    ApiClient, ApiRequest, ApiSettings, Endpoints, Mode, Target, Volatiles, poll_until,
+};
+use crate::{
+    Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, ErrorKind,
+    LogFn, Provider, ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId, Secret,
+    ShutdownEnding, ShutdownReport, Timing,
+};
+
+/// The control plane's default base URL, used when `DAYTONA_API_URL` is not set.
+pub const DEFAULT_API_URL: &str = "https://app.daytona.io/api";
+/// The API version this client was written against (the OpenAPI document's `info.version`).
+pub const API_VERSION: &str = "1.0";
+
+/// Resource kind of a sandbox in [`Resource`].
+pub const KIND_SANDBOX: &str = "sandbox";
+/// Resource kind of a snapshot in [`Resource`].
+pub const KIND_SNAPSHOT: &str = "snapshot";
+/// Resource kind of a docker-registry entry in [`Resource`].
+pub const KIND_REGISTRY: &str = "docker-registry";
+
+/// Registry address under which build secrets are handed to the builder, as a registry
+/// login would be, when the Dockerfile's base names no registry; `.invalid` never resolves.
+const CANARY_REGISTRY: &str = "build-secrets.invalid";
+/// Deadline of one HTTP call unless a call says otherwise.
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest one piece of code or one command may run in the toolbox.
+const RUN_TIMEOUT_SECS: u64 = 300;
+/// Resources baked into every snapshot: 1 CPU, 1 GiB memory, 3 GiB disk.
+const SNAPSHOT_RESOURCES: (u32, u32, u32) = (1, 1, 3);
+
+/// How long each wait polls before giving up.
+#[derive(Debug, Clone, Copy)]
+pub struct Waits {
+    /// A snapshot build, to `active`.
+    pub build: Duration,
+    /// A sandbox, to `started`.
+    pub ready: Duration,
+    /// A sandbox, to `stopped`.
+    pub stop: Duration,
+}
+
+impl Default for Waits {
+    fn default() -> Self {
+        Self {
+            build: Duration::from_secs(15 * 60),
+            ready: Duration::from_secs(120),
+            stop: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The `daytona` variant over the REST API.
+pub struct DaytonaProvider {
+    client: ApiClient,
+    /// The bearer token (an API key or a JWT).
+    bearer: Secret,
+    /// Sent as `X-Daytona-Organization-ID` (with a JWT).
+    organization: Option<String>,
+    /// The region sandboxes are created in, if one is asked for.
+    target: Option<String>,
+    waits: Waits,
+    /// Toolbox base URL of each sandbox, from its record.
+    toolboxes: Mutex<HashMap<String, String>>,
+}
+
+impl std::fmt::Debug for DaytonaProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DaytonaProvider")
+            .field("organization", &self.organization)
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Reads one environment variable, treating an empty value as unset.
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// The bearer credential and organization from `lookup` (an environment): the API key,
+/// or a JWT with its organization id; the error names what is missing.
+fn credentials_from(lookup: impl Fn(&str) -> Option<String>) -> Result<(Secret, Option<String>)> {
+    if let Some(key) = lookup("DAYTONA_API_KEY") {
+        return Ok((Secret::new("DAYTONA_API_KEY", key), None));
+    }
+    match (
+        lookup("DAYTONA_JWT_TOKEN"),
+        lookup("DAYTONA_ORGANIZATION_ID"),
+    ) {
+        (Some(jwt), Some(org)) => Ok((Secret::new("DAYTONA_JWT_TOKEN", jwt), Some(org))),
+        (Some(_), None) => Err(ProviderError::new(
+            ErrorKind::Config,
+            "DAYTONA_JWT_TOKEN is set but DAYTONA_ORGANIZATION_ID is not; a JWT needs the organization id",
+        )),
+        _ => Err(ProviderError::new(
+            ErrorKind::Config,
+            "the daytona variant needs DAYTONA_API_KEY, or DAYTONA_JWT_TOKEN with DAYTONA_ORGANIZATION_ID",
+        )),
+    }
+}
+
+impl DaytonaProvider {
+    /// Builds the provider from the environment: `DAYTONA_API_KEY`, or `DAYTONA_JWT_TOKEN`
+    /// with `DAYTONA_ORGANIZATION_ID`; `DAYTONA_API_URL` overrides the base URL and
+    /// `DAYTONA_TARGET` picks a region. Replay needs no credential.
+    pub fn from_env(mode: Mode, volatiles: Arc<Volatiles>) -> Result<Self> {
+        let (credential, organization) = if matches!(mode, Mode::Replay { .. }) {
+            // A placeholder for replay, where nothing is authenticated; not a credential.
+            (
+                Secret::new("DAYTONA_API_KEY", "replay-placeholder-key"),
+                None,
+            )
+        } else {
+            credentials_from(var)?
+        };
+        let api_base = var("DAYTONA_API_URL").unwrap_or_else(|| DEFAULT_API_URL.to_owned());
+        Self::new(
+            ApiSettings {
+                endpoints: Endpoints {
+                    api_base: api_base.trim_end_matches('/').to_owned(),
+                    // Unused: the toolbox is reached at each sandbox's toolboxProxyUrl.
+                    sandbox_domain: String::new(),
+                },
+                mode,
+                credentials: vec![credential],
+                volatiles,
+                call_timeout: CALL_TIMEOUT,
+            },
+            organization,
+            var("DAYTONA_TARGET"),
+        )
+    }
+
+    /// Builds the provider from explicit settings; the first credential is the bearer
+    /// token, `organization` goes with a JWT and `target` names a region.
+    pub fn new(
+        settings: ApiSettings,
+        organization: Option<String>,
+        target: Option<String>,
+    ) -> Result<Self> {
+        let bearer = settings.credentials.first().cloned().ok_or_else(|| {
+            ProviderError::new(
+                ErrorKind::Config,
+                "the daytona variant needs a bearer credential",
+            )
+        })?;
+        Ok(Self {
+            client: ApiClient::new(settings)?,
+            bearer,
+            organization,
+            target,
+            waits: Waits::default(),
+            toolboxes: Mutex::new(HashMap::new()),
+        })
+    }
+}
+
+/// A snapshot record (`SnapshotDto`), the fields this client reads.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SnapshotRecord {
+    id: String,
+    name: String,
+    state: String,
+    #[serde(default)]
+    error_reason: Option<String>,
+}
+
+/// A page of snapshots (`PaginatedSnapshots`).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SnapshotPage {
+    items: Vec<SnapshotRecord>,
+    page: f64,
+    total_pages: f64,
+}
+
+/// A sandbox record (`Sandbox` or `SandboxListItem`), the fields this client reads.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SandboxRecord {
+    id: String,
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    error_reason: Option<String>,
+    toolbox_proxy_url: String,
+}
+
+/// A page of sandboxes (`ListSandboxesResponse`).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SandboxPage {
+    items: Vec<SandboxRecord>,
+    next_cursor: Option<String>,
+}
+
+/// A docker-registry entry (`DockerRegistry`), the fields this client reads.
+#[derive(Debug, Deserialize)]
+struct RegistryRecord {
+    id: String,
+    name: String,
+}
+
+/// A URL answer (`Url`, `ToolboxProxyUrl`).
+#[derive(Debug, Deserialize)]
+struct UrlRecord {
+    url: String,
+}
+
+/// What `process/execute` and `process/code-run` answer.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RunRecord {
+    #[serde(default)]
+    exit_code: Option<i64>,
+    #[serde(default)]
+    result: Option<String>,
+}
+
+/// The name of every resource a run's scenario creates that carries no labels.
+fn resource_name(labels: &RunLabels) -> String {
+    format!("sandbox-matrix-{}-{}", labels.run_id, labels.scenario)
+}
+
+/// `path` with `params` as its URL-encoded query.
+fn with_query(path: &str, params: &[(&str, &str)]) -> String {
+    let mut query = reqwest::Url::parse("http://query.invalid/").expect("a constant URL parses");
+    query.query_pairs_mut().extend_pairs(params);
+    format!("{path}?{}", query.query().unwrap_or_default())
+}
+
+/// Sandbox states from which `started` or `stopped` will never come.
+fn sandbox_failed(state: &str) -> bool {
+    matches!(
+        state,
+        "error" | "build_failed" | "destroyed" | "destroying" | "archived"
+    )
+}
+
+impl DaytonaProvider {
+    /// Uses `waits` instead of the default deadlines.
+    pub fn with_waits(mut self, waits: Waits) -> Self {
+        self.waits = waits;
+        self
+    }
+
+    /// Sends `req` with the bearer token (and the organization, with a JWT).
+    async fn call(&self, req: ApiRequest) -> Result<crate::api::ApiResponse> {
+        let mut req = req.header("Authorization", format!("Bearer {}", self.bearer.expose()));
+        if let Some(org) = &self.organization {
+            req = req.header("X-Daytona-Organization-ID", org.clone());
+        }
+        self.client.call(req).await
+    }
+
+    /// Creates the registry entry that hands `secret` to the builder; returns its id.
+    async fn create_registry(
+        &self,
+        name: &str,
+        dockerfile: &str,
+        secret: &Secret,
+    ) -> Result<String> {
+        let url =
+            dockerfile::base_registry(dockerfile).unwrap_or_else(|| CANARY_REGISTRY.to_owned());
+        let created: RegistryRecord = self
+            .call(
+                ApiRequest::post(Target::Api, "/docker-registry")
+                    .json(json!({
+                        "name": name,
+                        "url": url,
+                        "username": "build",
+                        "password": secret.expose(),
+                    }))
+                    .what("create docker-registry entry"),
+            )
+            .await?
+            .json()?;
+        Ok(created.id)
+    }
+
+    /// Deletes by id; a resource already gone is success.
+    async fn delete(&self, path: String, what: &str) -> Result<()> {
+        match self
+            .call(ApiRequest::delete(Target::Api, path).what(what.to_owned()))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind == ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Creates the snapshot and polls it to `active`, passing new build log lines to `log`.
+    async fn build_snapshot(&self, name: &str, dockerfile: String, log: &LogFn) -> Result<String> {
+        let (cpu, memory, disk) = SNAPSHOT_RESOURCES;
+        let created: SnapshotRecord = self
+            .call(
+                ApiRequest::post(Target::Api, "/snapshots")
+                    .json(json!({
+                        "name": name,
+                        "buildInfo": { "dockerfileContent": dockerfile, "contextHashes": [] },
+                        "cpu": cpu,
+                        "memory": memory,
+                        "disk": disk,
+                    }))
+                    .what("create snapshot"),
+            )
+            .await?
+            .json()?;
+        log(&format!(
+            "snapshot {} created as {}",
+            created.id, created.name
+        ));
+        let id = created.id;
+        match self.wait_for_snapshot(&id, log).await {
+            Ok(()) => Ok(id),
+            Err(e) => {
+                if let Err(d) = self
+                    .delete(format!("/snapshots/{id}"), "delete snapshot")
+                    .await
+                {
+                    log(&format!("could not delete the failed snapshot {id}: {d}"));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Polls snapshot `id` until `active`, fetching its build logs on every poll.
+    async fn wait_for_snapshot(&self, id: &str, log: &LogFn) -> Result<()> {
+        let logs: UrlRecord = self
+            .call(
+                ApiRequest::get(Target::Api, format!("/snapshots/{id}/build-logs-url"))
+                    .what("get snapshot build logs URL"),
+            )
+            .await?
+            .json()?;
+        let seen = Mutex::new(0usize);
+        let (this, seen, logs_url) = (self, &seen, logs.url.as_str());
+        let started = Instant::now();
+        let ((), resolution) = poll_until(
+            &format!("snapshot {id} to become active"),
+            self.waits.build,
+            move || async move {
+                let snapshot: SnapshotRecord = this
+                    .call(
+                        ApiRequest::get(Target::Api, format!("/snapshots/{id}"))
+                            .what("get snapshot"),
+                    )
+                    .await?
+                    .json()?;
+                this.emit_new_log_lines(logs_url, seen, log).await?;
+                match snapshot.state.as_str() {
+                    "active" => Ok(Some(())),
+                    "error" | "build_failed" => Err(ProviderError::new(
+                        ErrorKind::Build,
+                        format!(
+                            "snapshot {id} ended in state {}: {}",
+                            snapshot.state,
+                            snapshot
+                                .error_reason
+                                .as_deref()
+                                .unwrap_or("no reason given")
+                        ),
+                    )),
+                    _ => Ok(None),
+                }
+            },
+        )
+        .await?;
+        log(&format!(
+            "snapshot {id} active after {:.1} s (polled every {} ms at most)",
+            started.elapsed().as_secs_f64(),
+            resolution.as_millis()
+        ));
+        Ok(())
+    }
+
+    /// Fetches the build log and passes the lines not seen yet to `log`; a log not
+    /// written yet (404) has no lines.
+    async fn emit_new_log_lines(&self, url: &str, seen: &Mutex<usize>, log: &LogFn) -> Result<()> {
+        let text = match self
+            .call(
+                ApiRequest::get(Target::Absolute(url.to_owned()), "")
+                    .what("get snapshot build logs"),
+            )
+            .await
+        {
+            Ok(response) => response.text(),
+            Err(e) if e.kind == ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        let mut seen = seen.lock().expect("build log counter lock");
+        for line in lines.iter().skip(*seen) {
+            log(line);
+        }
+        *seen = (*seen).max(lines.len());
+        Ok(())
+    }
+
+    /// Polls sandbox `id` until it is in state `want`; returns the poll resolution.
+    async fn wait_for_sandbox(&self, id: &str, want: &str, deadline: Duration) -> Result<Duration> {
+        let this = self;
+        let (record, resolution) = poll_until(
+            &format!("sandbox {id} to be {want}"),
+            deadline,
+            move || async move {
+                let record: SandboxRecord = this
+                    .call(
+                        ApiRequest::get(Target::Api, format!("/sandbox/{id}")).what("get sandbox"),
+                    )
+                    .await?
+                    .json()?;
+                match record.state.as_deref().unwrap_or("unknown") {
+                    state if state == want => Ok(Some(record)),
+                    state if sandbox_failed(state) => Err(ProviderError::new(
+                        ErrorKind::Api,
+                        format!(
+                            "sandbox {id} is {state} while waiting for {want}: {}",
+                            record.error_reason.as_deref().unwrap_or("no reason given")
+                        ),
+                    )),
+                    _ => Ok(None),
+                }
+            },
+        )
+        .await?;
+        self.remember(&record);
+        Ok(resolution)
+    }
+
+    /// Keeps a sandbox's toolbox URL.
+    fn remember(&self, record: &SandboxRecord) {
+        self.toolboxes.lock().expect("toolbox table lock").insert(
+            record.id.clone(),
+            record.toolbox_proxy_url.trim_end_matches('/').to_owned(),
+        );
+    }
+
+    /// The toolbox URL of `endpoint` in sandbox `id`.
+    async fn toolbox(&self, id: &str, endpoint: &str) -> Result<Target> {
+        let known = self
+            .toolboxes
+            .lock()
+            .expect("toolbox table lock")
+            .get(id)
+            .cloned();
+        let base = match known {
+            Some(base) => base,
+            None => {
+                let answer: UrlRecord = self
+                    .call(
+                        ApiRequest::get(Target::Api, format!("/sandbox/{id}/toolbox-proxy-url"))
+                            .what("get toolbox proxy URL"),
+                    )
+                    .await?
+                    .json()?;
+                let base = answer.url.trim_end_matches('/').to_owned();
+                self.toolboxes
+                    .lock()
+                    .expect("toolbox table lock")
+                    .insert(id.to_owned(), base.clone());
+                base
+            }
+        };
+        Ok(Target::Absolute(format!("{base}/{id}/{endpoint}")))
+    }
+
+    /// Stops sandbox `id` and polls until it is stopped.
+    async fn stop(&self, id: &str) -> Result<Timing> {
+        let started = Instant::now();
+        self.call(
+            ApiRequest::post(Target::Api, format!("/sandbox/{id}/stop"))
+                .idempotent(true)
+                .what("stop sandbox"),
+        )
+        .await?;
+        let resolution = self
+            .wait_for_sandbox(id, "stopped", self.waits.stop)
+            .await?;
+        Ok(Timing {
+            name: "sandbox-stop".into(),
+            duration: started.elapsed(),
+            resolution: Some(resolution),
+        })
+    }
+
+    /// Lists the run's sandboxes by labels, following the cursor.
+    async fn list_sandboxes(&self, labels: &RunLabels) -> Result<Vec<Resource>> {
+        let selector = serde_json::to_string(&labels.to_map()).map_err(|e| {
+            ProviderError::new(
+                ErrorKind::Protocol,
+                format!("cannot encode the labels: {e}"),
+            )
+        })?;
+        let mut found = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut params = vec![("labels", selector.as_str())];
+            if let Some(c) = &cursor {
+                params.push(("cursor", c.as_str()));
+            }
+            let page: SandboxPage = self
+                .call(
+                    ApiRequest::get(Target::Api, with_query("/sandbox", &params))
+                        .what("list sandboxes"),
+                )
+                .await?
+                .json()?;
+            found.extend(
+                page.items
+                    .into_iter()
+                    .filter(|s| !matches!(s.state.as_deref(), Some("destroyed" | "destroying")))
+                    .map(|s| Resource {
+                        kind: KIND_SANDBOX.into(),
+                        id: s.id,
+                    }),
+            );
+            match page.next_cursor {
+                Some(next) if !next.is_empty() && cursor.as_deref() != Some(next.as_str()) => {
+                    cursor = Some(next);
+                }
+                _ => return Ok(found),
+            }
+        }
+    }
+
+    /// Lists the run's snapshots by name (snapshots carry no labels).
+    async fn list_snapshots(&self, name: &str) -> Result<Vec<Resource>> {
+        let mut found = Vec::new();
+        let mut page = 1u32;
+        loop {
+            let number = page.to_string();
+            let answer: SnapshotPage = self
+                .call(
+                    ApiRequest::get(
+                        Target::Api,
+                        with_query("/snapshots", &[("name", name), ("page", &number)]),
+                    )
+                    .what("list snapshots"),
+                )
+                .await?
+                .json()?;
+            found.extend(
+                answer
+                    .items
+                    .into_iter()
+                    .filter(|s| s.name == name && s.state != "removing")
+                    .map(|s| Resource {
+                        kind: KIND_SNAPSHOT.into(),
+                        id: s.id,
+                    }),
+            );
+            if answer.page >= answer.total_pages || page >= 100 {
+                return Ok(found);
+            }
+            page += 1;
+        }
+    }
+
+    /// Lists the run's docker-registry entries by name.
+    async fn list_registries(&self, name: &str) -> Result<Vec<Resource>> {
+        let entries: Vec<RegistryRecord> = self
+            .call(
+                ApiRequest::get(Target::Api, "/docker-registry")
+                    .what("list docker-registry entries"),
+            )
+            .await?
+            .json()?;
+        Ok(entries
+            .into_iter()
+            .filter(|r| r.name == name)
+            .map(|r| Resource {
+                kind: KIND_REGISTRY.into(),
+                id: r.id,
+            })
+            .collect())
+    }
+}
+
+#[async_trait]
+impl Provider for DaytonaProvider {
+    fn variant(&self) -> &str {
+        "daytona"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            build: true,
+            restart: RestartKind::Sandbox,
+            build_logs: BuildLogMode::Polled,
+            // process/execute takes no user: commands run as the sandbox's user.
+            exec_as_root: false,
+            artifact_metadata: false,
+            floor: false,
+            concurrent_contexts: 1,
+        }
+    }
+
+    fn provider_version(&self) -> Option<String> {
+        Some(format!(
+            "Daytona API {API_VERSION} (toolbox API v0.0.0-dev)"
+        ))
+    }
+
+    async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact> {
+        let dockerfile = dockerfile::inline_context(&request.environment_dir)?;
+        let name = resource_name(&request.labels);
+        for secret in &request.build_secrets {
+            self.client.add_secret(secret.clone());
+        }
+        let registry = match request.build_secrets.first() {
+            Some(secret) => Some(self.create_registry(&name, &dockerfile, secret).await?),
+            None => None,
+        };
+        let built = self.build_snapshot(&name, dockerfile, log).await;
+        if let Some(id) = registry {
+            match self
+                .delete(
+                    format!("/docker-registry/{id}"),
+                    "delete docker-registry entry",
+                )
+                .await
+            {
+                Ok(()) => log(&format!("docker-registry entry {id} deleted")),
+                Err(e) => log(&format!("could not delete docker-registry entry {id}: {e}")),
+            }
+        }
+        Ok(Artifact {
+            id: built?,
+            kind: "snapshot-id".into(),
+        })
+    }
+
+    async fn launch(
+        &self,
+        artifact: &Artifact,
+        labels: &RunLabels,
+    ) -> Result<(SandboxId, Vec<Timing>)> {
+        let mut body = json!({
+            "snapshot": artifact.id,
+            "labels": labels.to_map(),
+            "user": sandbox_contract::IDENTITY.user,
+        });
+        if let Some(target) = &self.target {
+            body["target"] = json!(target);
+        }
+        let started = Instant::now();
+        let created: SandboxRecord = self
+            .call(
+                ApiRequest::post(Target::Api, "/sandbox")
+                    .json(body)
+                    .what("create sandbox"),
+            )
+            .await?
+            .json()?;
+        self.remember(&created);
+        let id = created.id;
+        let resolution = if created.state.as_deref() == Some("started") {
+            None
+        } else {
+            match self
+                .wait_for_sandbox(&id, "started", self.waits.ready)
+                .await
+            {
+                Ok(resolution) => Some(resolution),
+                Err(e) => {
+                    if let Err(d) = self
+                        .delete(format!("/sandbox/{id}"), "delete sandbox")
+                        .await
+                    {
+                        return Err(e.context(format!(
+                            "the sandbox {id} could not be deleted either: {d}"
+                        )));
+                    }
+                    return Err(e);
+                }
+            }
+        };
+        Ok((
+            SandboxId(id),
+            vec![Timing {
+                name: "sandbox-started".into(),
+                duration: started.elapsed(),
+                resolution,
+            }],
+        ))
+    }
+
+    async fn run_code(&self, sandbox: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)> {
+        let target = self.toolbox(&sandbox.0, "process/code-run").await?;
+        let answer: RunRecord = self
+            .call(
+                ApiRequest::post(target, "")
+                    .json(json!({
+                        "code": code::wrap(code),
+                        "language": "python",
+                        "timeout": RUN_TIMEOUT_SECS,
+                    }))
+                    .timeout(Duration::from_secs(RUN_TIMEOUT_SECS + 30))
+                    .what("code-run"),
+            )
+            .await?
+            .json()?;
+        let output = code::unwrap(
+            answer.result.as_deref().unwrap_or_default(),
+            answer.exit_code,
+        )
+        .map_err(|e| e.context(format!("code-run in sandbox {}", sandbox.0)))?;
+        Ok((output, Vec::new()))
+    }
+
+    async fn exec(
+        &self,
+        sandbox: &SandboxId,
+        argv: &[String],
+        as_root: bool,
+    ) -> Result<CommandOutput> {
+        if as_root {
+            return Err(ProviderError::unsupported(
+                "run a command as root: the toolbox's process/execute takes no user",
+            ));
+        }
+        let target = self.toolbox(&sandbox.0, "process/execute").await?;
+        let answer: RunRecord = self
+            .call(
+                ApiRequest::post(target, "")
+                    .json(json!({
+                        "command": code::shell_command(argv),
+                        "timeout": RUN_TIMEOUT_SECS,
+                    }))
+                    .timeout(Duration::from_secs(RUN_TIMEOUT_SECS + 30))
+                    .what("execute"),
+            )
+            .await?
+            .json()?;
+        Ok(CommandOutput {
+            exit_code: answer.exit_code,
+            // The toolbox answers stdout and stderr as one text.
+            stdout: answer.result.unwrap_or_default(),
+            stderr: String::new(),
+        })
+    }
+
+    async fn restart(&self, sandbox: &SandboxId) -> Result<Vec<Timing>> {
+        let id = sandbox.0.as_str();
+        let stopped = self.stop(id).await?;
+        let started = Instant::now();
+        self.call(
+            ApiRequest::post(Target::Api, format!("/sandbox/{id}/start"))
+                .idempotent(true)
+                .what("start sandbox"),
+        )
+        .await?;
+        let resolution = self
+            .wait_for_sandbox(id, "started", self.waits.ready)
+            .await?;
+        Ok(vec![
+            stopped,
+            Timing {
+                name: "sandbox-start".into(),
+                duration: started.elapsed(),
+                resolution: Some(resolution),
+            },
+        ])
+    }
+
+    /// Stops the sandbox; Daytona's stop takes no grace period and does not report how
+    /// PID 1 ended.
+    async fn shutdown(&self, sandbox: &SandboxId, _grace: Duration) -> Result<ShutdownReport> {
+        self.stop(&sandbox.0).await?;
+        Ok(ShutdownReport {
+            ending: ShutdownEnding::Unknown,
+            exit_code: None,
+        })
+    }
+
+    async fn artifact_metadata(&self, _artifact: &Artifact) -> Result<String> {
+        Err(ProviderError::unsupported(
+            "read a snapshot's image metadata: the API does not expose it",
+        ))
+    }
+
+    async fn floor(&self, _artifact: &Artifact, _labels: &RunLabels) -> Result<Vec<Timing>> {
+        Err(ProviderError::unsupported("measure the floor"))
+    }
+
+    async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>> {
+        let name = resource_name(labels);
+        let mut found = self.list_sandboxes(labels).await?;
+        found.extend(self.list_snapshots(&name).await?);
+        found.extend(self.list_registries(&name).await?);
+        Ok(found)
+    }
+
+    async fn delete_resource(&self, resource: &Resource) -> Result<()> {
+        let id = &resource.id;
+        match resource.kind.as_str() {
+            KIND_SANDBOX => {
+                self.delete(format!("/sandbox/{id}"), "delete sandbox")
+                    .await
+            }
+            KIND_SNAPSHOT => {
+                self.delete(format!("/snapshots/{id}"), "delete snapshot")
+                    .await
+            }
+            KIND_REGISTRY => {
+                self.delete(
+                    format!("/docker-registry/{id}"),
+                    "delete docker-registry entry",
+                )
+                .await
+            }
+            other => Err(ProviderError::new(
+                ErrorKind::Config,
+                format!("the daytona variant has no resource kind `{other}` (resource {id})"),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    #[test]
+    fn credentials_come_from_the_key_or_a_jwt_with_its_organization() {
+        // Fake values, made up for this test.
+        let (key, org) = credentials_from(env(&[("DAYTONA_API_KEY", "fake-key")])).unwrap();
+        assert_eq!((key.name(), org), ("DAYTONA_API_KEY", None));
+        let (jwt, org) = credentials_from(env(&[
+            ("DAYTONA_JWT_TOKEN", "fake-jwt"),
+            ("DAYTONA_ORGANIZATION_ID", "fake-org"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (jwt.name(), org.as_deref()),
+            ("DAYTONA_JWT_TOKEN", Some("fake-org"))
+        );
+    }
+
+    #[test]
+    fn a_missing_credential_is_named() {
+        let e = credentials_from(env(&[])).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Config);
+        assert!(e.message.contains("DAYTONA_API_KEY"), "{e}");
+        let e = credentials_from(env(&[("DAYTONA_JWT_TOKEN", "fake-jwt")])).unwrap_err();
+        assert!(e.message.contains("DAYTONA_ORGANIZATION_ID"), "{e}");
+    }
+
+    #[test]
+    fn queries_are_url_encoded() {
+        assert_eq!(
+            with_query("/sandbox", &[("labels", "{\"a\":\"b c\"}")]),
+            "/sandbox?labels=%7B%22a%22%3A%22b+c%22%7D"
+        );
+    }
+}

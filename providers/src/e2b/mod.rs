@@ -1,0 +1,1059 @@
+//! The `e2b` variant: an E2B template build, launched by its build id.
+//!
+//! The control plane is REST with an `X-API-Key` header. A build creates a template,
+//! uploads each `COPY` step's files, starts the build and polls its status with a log
+//! offset. A sandbox is created from `templateID:buildID`, with the run's labels as
+//! metadata; code runs through the code interpreter's `POST /execute` (port 49999, JSON
+//! lines) in a context of our own, and commands through envd's Connect process API
+//! (port 49983, `Process/Start`, server-streaming). E2B ignores the image's `USER`,
+//! `WORKDIR` and `ENV`, so the template ends by setting them again and every call passes
+//! the contract's user, working directory, locale and time zone.
+
+mod template;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use reqwest::Method;
+use sandbox_contract::IDENTITY;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::api::{
+    ApiClient, ApiRequest, ApiResponse, ApiSettings, Endpoints, Mode, Normalizer, ReqBody, Target,
+    Volatiles, poll_until,
+};
+use crate::{
+    Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, ErrorKind,
+    LogFn, Provider, ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId, Secret,
+    ShutdownEnding, ShutdownReport, Timing,
+};
+
+/// The spec versions this client was written against.
+pub const API_VERSION: &str = "E2B API 0.1.0, envd 0.1.3";
+/// The control plane's public address, used when `E2B_API_URL` is not set.
+pub const DEFAULT_API_URL: &str = "https://api.e2b.app";
+/// The sandbox domain, used when `E2B_DOMAIN` is not set.
+pub const DEFAULT_DOMAIN: &str = "e2b.app";
+/// The artifact kind of a template build.
+pub const ARTIFACT_KIND: &str = "e2b-build";
+/// Port of envd, the in-sandbox daemon (Connect).
+pub const ENVD_PORT: u16 = 49983;
+/// Port of the code interpreter (`POST /execute`).
+pub const INTERPRETER_PORT: u16 = 49999;
+
+/// Resource kind of a sandbox.
+const KIND_SANDBOX: &str = "sandbox";
+/// Resource kind of a template (with its builds, names and tags).
+const KIND_TEMPLATE: &str = "template";
+/// Default deadline of one HTTP call.
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long one piece of code or one command may run.
+const EXECUTE_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a build may take before the poll gives up (E2B caps builds at an hour).
+const BUILD_DEADLINE: Duration = Duration::from_secs(30 * 60);
+/// How long launch waits for the code interpreter to answer.
+const READY_DEADLINE: Duration = Duration::from_secs(60);
+/// How long one readiness probe may take.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Seconds a sandbox lives before E2B kills it, should cleanup never run.
+const SANDBOX_TIMEOUT_SECS: u64 = 900;
+/// Build log entries fetched per status poll (the spec's maximum).
+const LOG_PAGE: usize = 100;
+/// Contexts the code interpreter runs at once, as the spike measured (four of four).
+const CONCURRENT_CONTEXTS: u32 = 4;
+/// Resources of the template's sandboxes.
+const CPU_COUNT: u32 = 2;
+/// Memory of the template's sandboxes, in MiB.
+const MEMORY_MB: u32 = 1024;
+
+/// `LANG`, `LC_ALL` and `TZ` as the contract wants them.
+pub(crate) fn locale_env() -> BTreeMap<&'static str, &'static str> {
+    BTreeMap::from([
+        ("LANG", IDENTITY.locale),
+        ("LC_ALL", IDENTITY.locale),
+        ("TZ", IDENTITY.timezone),
+    ])
+}
+
+/// Optional parts of a build that the environment directory does not say.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BuildOptions {
+    /// Replaces the Dockerfile's `FROM` image (a local name no builder can pull).
+    pub base_image: Option<String>,
+    /// The template's start command (the code interpreter server), run once at build time
+    /// and snapshotted.
+    pub start_cmd: Option<String>,
+    /// The command that says the start command is ready.
+    pub ready_cmd: Option<String>,
+}
+
+/// What launch learned about a sandbox.
+#[derive(Debug, Clone)]
+struct SandboxState {
+    /// envd's access token, sent as `X-Access-Token`.
+    access_token: Option<Secret>,
+    /// The code interpreter context run_code uses.
+    context: String,
+    /// Contexts of run_code_in, by the caller's name.
+    named: HashMap<String, String>,
+}
+
+/// The `e2b` variant.
+pub struct E2bProvider {
+    client: ApiClient,
+    api_key: Secret,
+    options: BuildOptions,
+    ready_deadline: Duration,
+    sandboxes: Mutex<HashMap<String, SandboxState>>,
+}
+
+impl E2bProvider {
+    /// Connects with `E2B_API_KEY` (not needed in replay mode), `E2B_API_URL` and
+    /// `E2B_DOMAIN` overriding the public addresses, and the optional build settings
+    /// `E2B_BASE_IMAGE`, `E2B_START_CMD` and `E2B_READY_CMD`.
+    pub fn from_env(mode: Mode, volatiles: Arc<Volatiles>) -> Result<Self> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let api_key = match (&mode, var("E2B_API_KEY")) {
+            (Mode::Replay { .. }, _) => replay_key(),
+            (_, Some(key)) => Secret::new("E2B_API_KEY", key),
+            (_, None) => {
+                return Err(ProviderError::new(
+                    ErrorKind::Config,
+                    "the e2b variant needs E2B_API_KEY in the environment",
+                ));
+            }
+        };
+        let endpoints = Endpoints {
+            api_base: var("E2B_API_URL").unwrap_or_else(|| DEFAULT_API_URL.to_owned()),
+            sandbox_domain: var("E2B_DOMAIN").unwrap_or_else(|| DEFAULT_DOMAIN.to_owned()),
+        };
+        let options = BuildOptions {
+            base_image: var("E2B_BASE_IMAGE"),
+            start_cmd: var("E2B_START_CMD"),
+            ready_cmd: var("E2B_READY_CMD"),
+        };
+        Self::new(endpoints, mode, api_key, volatiles, options)
+    }
+
+    /// A provider talking to `endpoints` with `api_key`.
+    pub fn new(
+        endpoints: Endpoints,
+        mode: Mode,
+        api_key: Secret,
+        volatiles: Arc<Volatiles>,
+        options: BuildOptions,
+    ) -> Result<Self> {
+        let client = ApiClient::new(ApiSettings {
+            endpoints,
+            mode,
+            credentials: vec![api_key.clone()],
+            volatiles,
+            call_timeout: CALL_TIMEOUT,
+        })?;
+        Ok(Self {
+            client,
+            api_key,
+            options,
+            ready_deadline: READY_DEADLINE,
+            sandboxes: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Sets how long launch waits for the code interpreter (60 s unless set).
+    pub fn with_ready_deadline(mut self, deadline: Duration) -> Self {
+        self.ready_deadline = deadline;
+        self
+    }
+
+    /// The template name of a run's scenario, registered as a volatile value so that
+    /// cassettes hold a placeholder for it.
+    fn template_name(&self, labels: &RunLabels) -> String {
+        let name = template_name(labels);
+        self.client.volatiles().register("template_name", &name);
+        name
+    }
+
+    /// Compares two values as cassettes hold them: a recorded answer carries placeholders
+    /// where a live one carries the run's values.
+    fn same(&self) -> impl Fn(&str, &str) -> bool {
+        let normalizer = Normalizer::new(&[], self.client.volatiles());
+        move |a, b| a == b || normalizer.text(a) == normalizer.text(b)
+    }
+
+    fn api(&self, method: Method, path: impl Into<String>) -> ApiRequest {
+        ApiRequest::new(method, Target::Api, path).header("X-API-Key", self.api_key.expose())
+    }
+
+    fn state(&self, sandbox: &SandboxId) -> Result<SandboxState> {
+        self.sandboxes
+            .lock()
+            .map_err(|_| poisoned())?
+            .get(&sandbox.0)
+            .cloned()
+            .ok_or_else(|| {
+                ProviderError::new(
+                    ErrorKind::NotFound,
+                    format!("sandbox {} was not launched by this provider", sandbox.0),
+                )
+            })
+    }
+
+    /// A request to a port inside the sandbox, carrying envd's access token.
+    fn in_sandbox(
+        &self,
+        method: Method,
+        port: u16,
+        sandbox: &SandboxId,
+        token: Option<&Secret>,
+        path: &str,
+    ) -> ApiRequest {
+        let request = ApiRequest::new(
+            method,
+            Target::Sandbox {
+                port,
+                sandbox_id: sandbox.0.clone(),
+            },
+            path,
+        );
+        match token {
+            Some(token) => request.header("X-Access-Token", token.expose()),
+            None => request,
+        }
+    }
+
+    /// Creates a code interpreter context in the contract's working directory.
+    async fn create_context(&self, sandbox: &SandboxId, token: Option<&Secret>) -> Result<String> {
+        let response = self
+            .client
+            .call(
+                self.in_sandbox(Method::POST, INTERPRETER_PORT, sandbox, token, "/contexts")
+                    .json(json!({ "language": "python", "cwd": IDENTITY.workdir }))
+                    .what("create a code context"),
+            )
+            .await?;
+        Ok(response.json::<Context>()?.id)
+    }
+
+    /// Runs `code` in context `context` through `POST /execute`.
+    async fn execute(&self, sandbox: &SandboxId, context: &str, code: &str) -> Result<CodeOutput> {
+        let token = self.state(sandbox)?.access_token;
+        let response = self
+            .client
+            .call(
+                self.in_sandbox(
+                    Method::POST,
+                    INTERPRETER_PORT,
+                    sandbox,
+                    token.as_ref(),
+                    "/execute",
+                )
+                .json(json!({
+                    "code": code,
+                    "context_id": context,
+                    "env_vars": locale_env(),
+                }))
+                .timeout(EXECUTE_TIMEOUT)
+                .what("execute code"),
+            )
+            .await?;
+        code_output(&response.json_lines()?)
+    }
+
+    /// Deletes a sandbox; one already gone is not an error.
+    async fn kill(&self, sandbox: &str) -> Result<()> {
+        let outcome = self
+            .client
+            .call(
+                self.api(Method::DELETE, format!("/sandboxes/{sandbox}"))
+                    .what("kill sandbox"),
+            )
+            .await;
+        self.sandboxes
+            .lock()
+            .map_err(|_| poisoned())?
+            .remove(sandbox);
+        gone_is_fine(outcome)
+    }
+
+    /// Sandboxes carrying every label, following pagination.
+    async fn list_sandboxes(&self, labels: &RunLabels) -> Result<Vec<String>> {
+        let metadata = labels
+            .to_map()
+            .iter()
+            .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
+            .collect::<Vec<_>>()
+            .join("&");
+        let mut ids = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            let mut path = format!("/v2/sandboxes?metadata={}", encode(&metadata));
+            if let Some(token) = &next {
+                path.push_str(&format!("&nextToken={}", encode(token)));
+            }
+            let response = self
+                .client
+                .call(
+                    self.api(Method::GET, path)
+                        .what("list sandboxes by metadata"),
+                )
+                .await?;
+            let page: Vec<ListedSandbox> = response.json()?;
+            let same = self.same();
+            ids.extend(
+                page.into_iter()
+                    .filter(|s| {
+                        labels
+                            .to_map()
+                            .iter()
+                            .all(|(k, v)| s.metadata.get(k).is_some_and(|found| same(found, v)))
+                    })
+                    .map(|s| s.sandbox_id),
+            );
+            next = response
+                .header("x-next-token")
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned);
+            if next.is_none() {
+                return Ok(ids);
+            }
+        }
+    }
+
+    /// Templates named for this run and scenario, following pagination.
+    async fn list_templates(&self, labels: &RunLabels) -> Result<Vec<String>> {
+        let name = self.template_name(labels);
+        let same = self.same();
+        let mut ids = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            let path = match &next {
+                Some(token) => format!("/v2/templates?nextToken={}", encode(token)),
+                None => "/v2/templates".to_owned(),
+            };
+            let response = self
+                .client
+                .call(self.api(Method::GET, path).what("list templates"))
+                .await?;
+            let page: Vec<TemplateListed> = response.json()?;
+            ids.extend(
+                page.into_iter()
+                    .filter(|t| {
+                        t.names
+                            .iter()
+                            .chain(&t.aliases)
+                            .any(|n| n.rsplit('/').next().is_some_and(|n| same(n, &name)))
+                    })
+                    .map(|t| t.template_id),
+            );
+            next = response
+                .header("x-next-token")
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned);
+            if next.is_none() {
+                return Ok(ids);
+            }
+        }
+    }
+
+    /// Polls a build's status, passing new log lines to `log`, until it is ready or failed.
+    async fn wait_for_build(
+        &self,
+        template_id: &str,
+        build_id: &str,
+        log: &LogFn,
+    ) -> Result<Duration> {
+        let offset = AtomicUsize::new(0);
+        let (outcome, resolution) = poll_until("the template build", BUILD_DEADLINE, || async {
+            let from = offset.load(Ordering::SeqCst);
+            let response = self
+                .client
+                .call(
+                    self.api(
+                        Method::GET,
+                        format!(
+                            "/templates/{template_id}/builds/{build_id}/status?logsOffset={from}&limit={LOG_PAGE}"
+                        ),
+                    )
+                    .what("poll build status"),
+                )
+                .await?;
+            let info: BuildInfo = response.json()?;
+            let lines = info.lines();
+            offset.fetch_add(lines.len(), Ordering::SeqCst);
+            for line in &lines {
+                log(line);
+            }
+            Ok(match info.status.as_str() {
+                "ready" => Some(Ok(())),
+                "error" => Some(Err(info.reason)),
+                _ => None,
+            })
+        })
+        .await?;
+        match outcome {
+            Ok(()) => Ok(resolution),
+            Err(reason) => {
+                let reason = reason.unwrap_or_default();
+                for entry in &reason.log_entries {
+                    log(&entry.message);
+                }
+                let step = reason
+                    .step
+                    .as_deref()
+                    .map(|s| format!(" at step {s}"))
+                    .unwrap_or_default();
+                Err(ProviderError::new(
+                    ErrorKind::Build,
+                    format!(
+                        "the E2B build {build_id} of template {template_id} failed{step}: {}",
+                        if reason.message.is_empty() {
+                            "no reason given"
+                        } else {
+                            &reason.message
+                        }
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// The part of launch after the sandbox exists: wait for the code interpreter, make
+    /// the context code runs in.
+    async fn ready(
+        &self,
+        sandbox: &SandboxId,
+        token: Option<&Secret>,
+        timings: &mut Vec<Timing>,
+    ) -> Result<String> {
+        let started = Instant::now();
+        let ((), resolution) = poll_until("the code interpreter", self.ready_deadline, || async {
+            // The poll is the retry: one attempt per probe, each short.
+            let probe = self
+                .in_sandbox(Method::GET, INTERPRETER_PORT, sandbox, token, "/health")
+                .idempotent(false)
+                .timeout(HEALTH_TIMEOUT)
+                .what("code interpreter health");
+            Ok(self.client.call(probe).await.ok().map(|_| ()))
+        })
+        .await?;
+        timings.push(Timing {
+            name: "interpreter-ready".into(),
+            duration: started.elapsed(),
+            resolution: Some(resolution),
+        });
+        let started = Instant::now();
+        let context = self.create_context(sandbox, token).await?;
+        timings.push(Timing {
+            name: "context-create".into(),
+            duration: started.elapsed(),
+            resolution: None,
+        });
+        Ok(context)
+    }
+}
+
+/// The credential used in replay mode, where nothing checks it.
+fn replay_key() -> Secret {
+    // Fake: replay serves recorded answers and never sees a real key.
+    Secret::new("E2B_API_KEY", "e2b_fake_replay_key_0000")
+}
+
+fn poisoned() -> ProviderError {
+    ProviderError::new(
+        ErrorKind::Protocol,
+        "the e2b sandbox table lock was poisoned",
+    )
+}
+
+/// A 404 on a delete means the thing is already gone.
+fn gone_is_fine(outcome: Result<ApiResponse>) -> Result<()> {
+    match outcome {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind == ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The template name of a run's scenario: lowercase letters, digits and dashes.
+pub fn template_name(labels: &RunLabels) -> String {
+    let raw = format!("sm-{}-{}", labels.run_id, labels.scenario);
+    let mut name: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    name.truncate(128);
+    name
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Folds the code interpreter's JSON lines into one output.
+fn code_output(lines: &[Value]) -> Result<CodeOutput> {
+    let mut out = CodeOutput::default();
+    for line in lines {
+        let text = || line.get("text").and_then(Value::as_str).unwrap_or_default();
+        match line.get("type").and_then(Value::as_str) {
+            Some("stdout") => out.stdout.push_str(text()),
+            Some("stderr") => out.stderr.push_str(text()),
+            Some("result") => {
+                if line.get("is_main_result").and_then(Value::as_bool) != Some(false) {
+                    out.result = line.get("text").and_then(Value::as_str).map(str::to_owned);
+                }
+            }
+            Some("error") => {
+                let field = |k: &str| line.get(k).and_then(Value::as_str).unwrap_or_default();
+                out.error = Some(format!("{}: {}", field("name"), field("value")));
+            }
+            Some(_) => {}
+            None => {
+                return Err(ProviderError::new(
+                    ErrorKind::Protocol,
+                    format!("an execute line without a type: {line}"),
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Folds envd's `Process/Start` frames into a command's output.
+fn command_output(frames: &[crate::api::ConnectFrame]) -> Result<CommandOutput> {
+    let mut out = CommandOutput::default();
+    let decode = |v: &Value| -> Result<String> {
+        let text = v.as_str().unwrap_or_default();
+        let bytes = BASE64.decode(text).map_err(|e| {
+            ProviderError::new(
+                ErrorKind::Protocol,
+                format!("process output is not base64: {e}"),
+            )
+        })?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    };
+    for frame in frames {
+        if frame.flags & 2 != 0 {
+            if let Some(error) = frame.message.get("error") {
+                return Err(ProviderError::new(
+                    ErrorKind::Api,
+                    format!(
+                        "envd ended the process stream with {}: {}",
+                        error
+                            .get("code")
+                            .and_then(Value::as_str)
+                            .unwrap_or("an error"),
+                        error
+                            .get("message")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                    ),
+                ));
+            }
+            continue;
+        }
+        let Some(event) = frame.message.get("event") else {
+            continue;
+        };
+        if let Some(data) = event.get("data") {
+            if let Some(stdout) = data.get("stdout") {
+                out.stdout.push_str(&decode(stdout)?);
+            }
+            if let Some(stderr) = data.get("stderr") {
+                out.stderr.push_str(&decode(stderr)?);
+            }
+        }
+        if let Some(end) = event.get("end") {
+            out.exit_code = Some(end.get("exitCode").and_then(Value::as_i64).unwrap_or(0));
+            if let Some(error) = end.get("error").and_then(Value::as_str)
+                && !error.is_empty()
+            {
+                out.stderr.push_str(error);
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TemplateCreated {
+    #[serde(rename = "templateID")]
+    template_id: String,
+    #[serde(rename = "buildID")]
+    build_id: String,
+}
+
+#[derive(Deserialize)]
+struct FileUpload {
+    present: bool,
+    url: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct BuildReason {
+    #[serde(default)]
+    message: String,
+    step: Option<String>,
+    #[serde(default)]
+    log_entries: Vec<LogEntry>,
+}
+
+#[derive(Deserialize)]
+struct LogEntry {
+    message: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BuildInfo {
+    status: String,
+    #[serde(default)]
+    logs: Vec<String>,
+    #[serde(default)]
+    log_entries: Vec<LogEntry>,
+    reason: Option<BuildReason>,
+}
+
+impl BuildInfo {
+    /// The new log lines: the structured entries, or the plain lines when there are none.
+    fn lines(&self) -> Vec<String> {
+        if self.log_entries.is_empty() {
+            self.logs.clone()
+        } else {
+            self.log_entries.iter().map(|e| e.message.clone()).collect()
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CreatedSandbox {
+    #[serde(rename = "sandboxID")]
+    sandbox_id: String,
+    envd_access_token: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ListedSandbox {
+    #[serde(rename = "sandboxID")]
+    sandbox_id: String,
+    #[serde(default)]
+    metadata: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+struct TemplateListed {
+    #[serde(rename = "templateID")]
+    template_id: String,
+    #[serde(default)]
+    names: Vec<String>,
+    #[serde(default)]
+    aliases: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct Context {
+    id: String,
+}
+
+#[async_trait]
+impl Provider for E2bProvider {
+    fn variant(&self) -> &str {
+        "e2b"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            build: true,
+            restart: RestartKind::Kernel,
+            build_logs: BuildLogMode::Polled,
+            exec_as_root: true,
+            artifact_metadata: false,
+            floor: false,
+            concurrent_contexts: CONCURRENT_CONTEXTS,
+        }
+    }
+
+    fn provider_version(&self) -> Option<String> {
+        Some(API_VERSION.to_owned())
+    }
+
+    async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact> {
+        let plan = template::plan(&request.environment_dir)?;
+        if !plan.ignored.is_empty() {
+            log(&format!(
+                "E2B templates take no {}: the start command and the contract's identity replace them",
+                plan.ignored.join(", ")
+            ));
+        }
+        let name = self.template_name(&request.labels);
+        let created: TemplateCreated = self
+            .client
+            .call(
+                self.api(Method::POST, "/v3/templates")
+                    .json(json!({ "name": name, "cpuCount": CPU_COUNT, "memoryMB": MEMORY_MB }))
+                    .what("create template"),
+            )
+            .await?
+            .json()?;
+        let (tid, bid) = (&created.template_id, &created.build_id);
+        log(&format!("template {tid}, build {bid}"));
+        for upload in &plan.uploads {
+            let link: FileUpload = self
+                .client
+                .call(
+                    self.api(
+                        Method::GET,
+                        format!("/templates/{tid}/files/{}", upload.hash),
+                    )
+                    .what("get a file upload link"),
+                )
+                .await?
+                .json()?;
+            match (link.present, link.url) {
+                (true, _) => log(&format!("files {} already uploaded", &upload.hash[..12])),
+                (false, Some(url)) => {
+                    self.client
+                        .call(
+                            ApiRequest::new(Method::PUT, Target::Absolute(url), "")
+                                .body(ReqBody::Bytes {
+                                    content_type: "application/x-tar".into(),
+                                    bytes: upload.tar.clone(),
+                                })
+                                .idempotent(true)
+                                .what("upload build files"),
+                        )
+                        .await?;
+                    log(&format!(
+                        "uploaded files {} ({} bytes)",
+                        &upload.hash[..12],
+                        upload.tar.len()
+                    ));
+                }
+                (false, None) => {
+                    return Err(ProviderError::new(
+                        ErrorKind::Protocol,
+                        format!("E2B gave no upload link for files {}", upload.hash),
+                    )
+                    .context("get a file upload link"));
+                }
+            }
+        }
+        let mut start = json!({
+            "fromImage": self.options.base_image.clone().unwrap_or(plan.from_image),
+            "steps": plan.steps,
+            "force": false,
+        });
+        if let Some(secret) = request.build_secrets.first() {
+            // Handed over the only way E2B takes a build credential: a registry login.
+            self.client.add_secret(secret.clone());
+            start["fromImageRegistry"] = json!({
+                "type": "registry",
+                "username": "sandbox-matrix",
+                "password": secret.expose(),
+            });
+        }
+        if let Some(cmd) = &self.options.start_cmd {
+            start["startCmd"] = json!(cmd);
+        }
+        if let Some(cmd) = &self.options.ready_cmd {
+            start["readyCmd"] = json!(cmd);
+        }
+        self.client
+            .call(
+                self.api(Method::POST, format!("/v2/templates/{tid}/builds/{bid}"))
+                    .json(start)
+                    .what("start template build"),
+            )
+            .await?;
+        let resolution = self.wait_for_build(tid, bid, log).await?;
+        log(&format!(
+            "build ready (status polled every {} ms at most)",
+            resolution.as_millis()
+        ));
+        Ok(Artifact {
+            id: format!("{tid}:{bid}"),
+            kind: ARTIFACT_KIND.into(),
+        })
+    }
+
+    async fn launch(
+        &self,
+        artifact: &Artifact,
+        labels: &RunLabels,
+    ) -> Result<(SandboxId, Vec<Timing>)> {
+        if artifact.kind != ARTIFACT_KIND {
+            return Err(ProviderError::new(
+                ErrorKind::Config,
+                format!(
+                    "the e2b variant launches {ARTIFACT_KIND} artifacts, not {}",
+                    artifact.kind
+                ),
+            ));
+        }
+        let started = Instant::now();
+        let created: CreatedSandbox = self
+            .client
+            .call(
+                self.api(Method::POST, "/sandboxes")
+                    .json(json!({
+                        "templateID": artifact.id,
+                        "timeout": SANDBOX_TIMEOUT_SECS,
+                        "secure": true,
+                        "metadata": labels.to_map(),
+                        "envVars": locale_env(),
+                    }))
+                    .what("create sandbox"),
+            )
+            .await?
+            .json()?;
+        let mut timings = vec![Timing {
+            name: "sandbox-create".into(),
+            duration: started.elapsed(),
+            resolution: None,
+        }];
+        let token = created.envd_access_token.map(|t| {
+            let secret = Secret::new("E2B_ENVD_ACCESS_TOKEN", t);
+            self.client.add_secret(secret.clone());
+            secret
+        });
+        let sandbox = SandboxId(created.sandbox_id);
+        match self.ready(&sandbox, token.as_ref(), &mut timings).await {
+            Ok(context) => {
+                self.sandboxes.lock().map_err(|_| poisoned())?.insert(
+                    sandbox.0.clone(),
+                    SandboxState {
+                        access_token: token,
+                        context,
+                        named: HashMap::new(),
+                    },
+                );
+                Ok((sandbox, timings))
+            }
+            Err(e) => {
+                // Never leave a sandbox behind that the caller has no id for.
+                if let Err(kill) = self.kill(&sandbox.0).await {
+                    tracing::warn!(sandbox = %sandbox.0, "could not kill a sandbox that never became ready: {kill}");
+                }
+                Err(e.context(format!("launch sandbox {}", sandbox.0)))
+            }
+        }
+    }
+
+    async fn run_code(&self, sandbox: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)> {
+        let context = self.state(sandbox)?.context;
+        Ok((self.execute(sandbox, &context, code).await?, Vec::new()))
+    }
+
+    async fn run_code_in(
+        &self,
+        sandbox: &SandboxId,
+        context: &str,
+        code: &str,
+    ) -> Result<CodeOutput> {
+        let state = self.state(sandbox)?;
+        let id = match state.named.get(context) {
+            Some(id) => id.clone(),
+            None => {
+                let id = self
+                    .create_context(sandbox, state.access_token.as_ref())
+                    .await?;
+                let mut table = self.sandboxes.lock().map_err(|_| poisoned())?;
+                if let Some(entry) = table.get_mut(&sandbox.0) {
+                    entry.named.insert(context.to_owned(), id.clone());
+                }
+                id
+            }
+        };
+        self.execute(sandbox, &id, code).await
+    }
+
+    async fn exec(
+        &self,
+        sandbox: &SandboxId,
+        argv: &[String],
+        as_root: bool,
+    ) -> Result<CommandOutput> {
+        let (cmd, args) = argv
+            .split_first()
+            .ok_or_else(|| ProviderError::new(ErrorKind::Config, "exec needs a command to run"))?;
+        let token = self.state(sandbox)?.access_token;
+        let user = if as_root { "root" } else { IDENTITY.user };
+        let response = self
+            .client
+            .call(
+                self.in_sandbox(
+                    Method::POST,
+                    ENVD_PORT,
+                    sandbox,
+                    token.as_ref(),
+                    "/process.Process/Start",
+                )
+                // envd runs the process as the user named in Basic auth (no password).
+                .header(
+                    "Authorization",
+                    format!("Basic {}", BASE64.encode(format!("{user}:"))),
+                )
+                .body(ReqBody::ConnectStream(json!({
+                    "process": {
+                        "cmd": cmd,
+                        "args": args,
+                        "envs": locale_env(),
+                        "cwd": IDENTITY.workdir,
+                    },
+                    "stdin": false,
+                })))
+                .timeout(EXECUTE_TIMEOUT)
+                .what("start process"),
+            )
+            .await?;
+        command_output(&response.connect_frames()?)
+    }
+
+    async fn restart(&self, sandbox: &SandboxId) -> Result<Vec<Timing>> {
+        let state = self.state(sandbox)?;
+        let started = Instant::now();
+        self.client
+            .call(
+                self.in_sandbox(
+                    Method::POST,
+                    INTERPRETER_PORT,
+                    sandbox,
+                    state.access_token.as_ref(),
+                    &format!("/contexts/{}/restart", state.context),
+                )
+                .timeout(EXECUTE_TIMEOUT)
+                .what("restart code context"),
+            )
+            .await?;
+        Ok(vec![Timing {
+            name: "context-restart".into(),
+            duration: started.elapsed(),
+            resolution: None,
+        }])
+    }
+
+    async fn shutdown(&self, sandbox: &SandboxId, grace: Duration) -> Result<ShutdownReport> {
+        self.kill(&sandbox.0).await?;
+        let path = format!("/sandboxes/{}", sandbox.0);
+        poll_until("the sandbox to stop", grace, || async {
+            match self
+                .client
+                .call(self.api(Method::GET, path.clone()).what("get sandbox"))
+                .await
+            {
+                Err(e) if e.kind == ErrorKind::NotFound => Ok(Some(())),
+                Err(e) => Err(e),
+                Ok(_) => Ok(None),
+            }
+        })
+        .await?;
+        Ok(ShutdownReport {
+            ending: ShutdownEnding::Unknown,
+            exit_code: None,
+        })
+    }
+
+    async fn artifact_metadata(&self, _artifact: &Artifact) -> Result<String> {
+        Err(ProviderError::unsupported(
+            "read a template build's image metadata (E2B's API exposes none)",
+        ))
+    }
+
+    async fn floor(&self, _artifact: &Artifact, _labels: &RunLabels) -> Result<Vec<Timing>> {
+        Err(ProviderError::unsupported("measure the floor"))
+    }
+
+    async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>> {
+        // Sandboxes first: E2B refuses to delete a template a sandbox still runs from.
+        let sandboxes = self.list_sandboxes(labels).await?;
+        let templates = self.list_templates(labels).await?;
+        Ok(sandboxes
+            .into_iter()
+            .map(|id| Resource {
+                kind: KIND_SANDBOX.into(),
+                id,
+            })
+            .chain(templates.into_iter().map(|id| Resource {
+                kind: KIND_TEMPLATE.into(),
+                id,
+            }))
+            .collect())
+    }
+
+    async fn delete_resource(&self, resource: &Resource) -> Result<()> {
+        match resource.kind.as_str() {
+            KIND_SANDBOX => self.kill(&resource.id).await,
+            KIND_TEMPLATE => gone_is_fine(
+                self.client
+                    .call(
+                        self.api(Method::DELETE, format!("/templates/{}", resource.id))
+                            .what("delete template"),
+                    )
+                    .await,
+            ),
+            other => Err(ProviderError::new(
+                ErrorKind::Config,
+                format!("the e2b variant has no resource kind `{other}`"),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folds_execute_lines() {
+        let lines = vec![
+            json!({"type": "stdout", "text": "a\n"}),
+            json!({"type": "result", "text": "2", "is_main_result": true}),
+            json!({"type": "end_of_execution"}),
+        ];
+        let out = code_output(&lines).unwrap();
+        assert_eq!(
+            (out.stdout.as_str(), out.result.as_deref()),
+            ("a\n", Some("2"))
+        );
+        let err =
+            code_output(&[json!({"type": "error", "name": "NameError", "value": "x"})]).unwrap();
+        assert_eq!(err.error.as_deref(), Some("NameError: x"));
+        assert!(code_output(&[json!({"text": "?"})]).is_err());
+    }
+
+    #[test]
+    fn names_and_encodes() {
+        let labels = RunLabels {
+            run_id: "20260913T120850Z-ABC123".into(),
+            variant: "e2b".into(),
+            scenario: "core-tier".into(),
+        };
+        assert_eq!(
+            template_name(&labels),
+            "sm-20260913t120850z-abc123-core-tier"
+        );
+        assert_eq!(encode("a=b&c"), "a%3Db%26c");
+    }
+}

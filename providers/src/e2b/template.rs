@@ -1,0 +1,332 @@
+//! Turns an environment directory (a Dockerfile and its context) into an E2B template
+//! build: a base image, a list of steps, and the tar archives the `COPY` steps upload.
+//!
+//! E2B ignores the image's `USER`, `WORKDIR` and `ENV` at launch, so the steps end by
+//! re-asserting the contract's identity (user, working directory, locale and time zone).
+
+use std::path::{Component, Path};
+
+use sandbox_contract::IDENTITY;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::{ErrorKind, ProviderError, Result};
+
+/// A template build worked out from a Dockerfile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TemplatePlan {
+    /// The `FROM` image.
+    pub from_image: String,
+    /// The steps, in the `TemplateStep` shape of the build start request.
+    pub steps: Vec<Value>,
+    /// Archives to upload before the build starts, one per `COPY`.
+    pub uploads: Vec<Upload>,
+    /// Instructions E2B has no step for (CMD, ENTRYPOINT, EXPOSE...), said in the build log.
+    pub ignored: Vec<String>,
+}
+
+/// The files of one `COPY` step, as a tar archive named by its SHA-256.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Upload {
+    /// Lowercase hex SHA-256 of `tar`.
+    pub hash: String,
+    /// A deterministic tar archive (sorted entries, zero times, fixed owner).
+    pub tar: Vec<u8>,
+}
+
+/// Reads `dir/Dockerfile` and plans the template build from it.
+pub fn plan(dir: &Path) -> Result<TemplatePlan> {
+    let path = dir.join("Dockerfile");
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        ProviderError::new(
+            ErrorKind::Config,
+            format!("cannot read {}: {e}", path.display()),
+        )
+    })?;
+    let mut from_image = None;
+    let mut steps = Vec::new();
+    let mut uploads = Vec::new();
+    let mut ignored = Vec::new();
+    for (line_no, instruction) in logical_lines(&text) {
+        let (keyword, rest) = instruction
+            .split_once(char::is_whitespace)
+            .map(|(k, r)| (k, r.trim()))
+            .unwrap_or((instruction.as_str(), ""));
+        let at = || format!("{}:{line_no}", path.display());
+        match keyword.to_ascii_uppercase().as_str() {
+            "FROM" => {
+                if from_image.is_some() {
+                    return Err(refused(
+                        at(),
+                        "a multi-stage Dockerfile has no single E2B base",
+                    ));
+                }
+                let image = rest.split_whitespace().next().unwrap_or_default();
+                if image.is_empty() {
+                    return Err(refused(at(), "FROM names no image"));
+                }
+                from_image = Some(image.to_owned());
+            }
+            "RUN" => steps.push(step("RUN", vec![rest.to_owned(), String::new()])),
+            "WORKDIR" => steps.push(step("WORKDIR", vec![rest.to_owned()])),
+            "USER" => steps.push(step("USER", vec![rest.to_owned()])),
+            "ENV" => steps.push(step("ENV", env_pairs(rest).map_err(|m| refused(at(), m))?)),
+            "COPY" => {
+                let args: Vec<&str> = rest.split_whitespace().collect();
+                if args.iter().any(|a| a.starts_with("--")) || args.len() != 2 {
+                    return Err(refused(
+                        at(),
+                        "COPY takes exactly `source destination` here",
+                    ));
+                }
+                let upload = archive(dir, args[0]).map_err(|m| refused(at(), &m))?;
+                let mut copy = step(
+                    "COPY",
+                    vec![
+                        args[0].to_owned(),
+                        args[1].to_owned(),
+                        String::new(),
+                        String::new(),
+                    ],
+                );
+                copy["filesHash"] = json!(upload.hash);
+                steps.push(copy);
+                uploads.push(upload);
+            }
+            "ARG" | "LABEL" | "EXPOSE" | "CMD" | "ENTRYPOINT" | "STOPSIGNAL" | "HEALTHCHECK"
+            | "SHELL" => ignored.push(keyword.to_ascii_uppercase()),
+            other => {
+                return Err(refused(
+                    at(),
+                    &format!("E2B templates have no step for `{other}`"),
+                ));
+            }
+        }
+    }
+    let from_image =
+        from_image.ok_or_else(|| refused(path.display().to_string(), "no FROM instruction"))?;
+    steps.extend(reassert_identity());
+    Ok(TemplatePlan {
+        from_image,
+        steps,
+        uploads,
+        ignored,
+    })
+}
+
+/// The steps that re-assert the contract's identity, last in every build.
+fn reassert_identity() -> Vec<Value> {
+    vec![
+        step("ENV", locale_pairs()),
+        step("WORKDIR", vec![IDENTITY.workdir.to_owned()]),
+        step("USER", vec![IDENTITY.user.to_owned()]),
+    ]
+}
+
+/// `LANG`, `LC_ALL` and `TZ` as a flat key, value list.
+fn locale_pairs() -> Vec<String> {
+    super::locale_env()
+        .into_iter()
+        .flat_map(|(k, v)| [k.to_owned(), v.to_owned()])
+        .collect()
+}
+
+fn step(kind: &str, args: Vec<String>) -> Value {
+    json!({ "type": kind, "args": args, "force": false })
+}
+
+fn refused(at: String, why: &str) -> ProviderError {
+    ProviderError::new(ErrorKind::Build, format!("{at}: {why}"))
+}
+
+/// Dockerfile lines with continuations joined and comments dropped, with the number of
+/// the line each starts on.
+fn logical_lines(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut current: Option<(usize, String)> = None;
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.starts_with('#') || (line.is_empty() && current.is_none()) {
+            continue;
+        }
+        let (body, continues) = match line.strip_suffix('\\') {
+            Some(body) => (body.trim_end(), true),
+            None => (line, false),
+        };
+        let entry = current.get_or_insert_with(|| (i + 1, String::new()));
+        if !entry.1.is_empty() && !body.is_empty() {
+            entry.1.push(' ');
+        }
+        entry.1.push_str(body);
+        if !continues && let Some(done) = current.take() {
+            out.push(done);
+        }
+    }
+    out.extend(current);
+    out
+}
+
+/// `ENV K=V K2="V 2"` or `ENV K V` as a flat key, value list.
+fn env_pairs(rest: &str) -> std::result::Result<Vec<String>, &'static str> {
+    if !rest.contains('=') {
+        let (k, v) = rest
+            .split_once(char::is_whitespace)
+            .ok_or("ENV needs a name and a value")?;
+        return Ok(vec![k.to_owned(), v.trim().to_owned()]);
+    }
+    let mut out = Vec::new();
+    for word in shell_words(rest)? {
+        let (k, v) = word
+            .split_once('=')
+            .ok_or("ENV mixes `K=V` and `K V` forms")?;
+        out.push(k.to_owned());
+        out.push(v.to_owned());
+    }
+    Ok(out)
+}
+
+/// Splits on whitespace outside double quotes, dropping the quotes.
+fn shell_words(text: &str) -> std::result::Result<Vec<String>, &'static str> {
+    let (mut words, mut word, mut quoted) = (Vec::new(), String::new(), false);
+    for c in text.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            c if c.is_whitespace() && !quoted => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            c => word.push(c),
+        }
+    }
+    if quoted {
+        return Err("an unclosed quote in ENV");
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    Ok(words)
+}
+
+/// A deterministic tar of `source` (a file or directory inside `dir`), named as it is in
+/// the context so the COPY step finds it.
+fn archive(dir: &Path, source: &str) -> std::result::Result<Upload, String> {
+    let relative = Path::new(source);
+    if relative
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Err(format!("COPY source `{source}` leaves the build context"));
+    }
+    let mut files = Vec::new();
+    collect(dir, relative, &mut files)?;
+    files.sort();
+    let mut builder = tar::Builder::new(Vec::new());
+    for file in &files {
+        let full = dir.join(file);
+        let bytes =
+            std::fs::read(&full).map_err(|e| format!("cannot read {}: {e}", full.display()))?;
+        let mode = mode_of(&full);
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(mode);
+        header.set_mtime(0);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_entry_type(tar::EntryType::Regular);
+        builder
+            .append_data(&mut header, file, bytes.as_slice())
+            .map_err(|e| format!("cannot archive {}: {e}", full.display()))?;
+    }
+    let tar = builder
+        .into_inner()
+        .map_err(|e| format!("cannot finish the archive of {source}: {e}"))?;
+    let hash = Sha256::digest(&tar)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ok(Upload { hash, tar })
+}
+
+fn collect(
+    dir: &Path,
+    relative: &Path,
+    files: &mut Vec<std::path::PathBuf>,
+) -> std::result::Result<(), String> {
+    let full = dir.join(relative);
+    let meta =
+        std::fs::metadata(&full).map_err(|e| format!("cannot read {}: {e}", full.display()))?;
+    if meta.is_dir() {
+        let entries =
+            std::fs::read_dir(&full).map_err(|e| format!("cannot list {}: {e}", full.display()))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| format!("cannot list {}: {e}", full.display()))?;
+            collect(dir, &relative.join(entry.file_name()), files)?;
+        }
+    } else {
+        files.push(relative.to_path_buf());
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::metadata(path) {
+        Ok(m) if m.permissions().mode() & 0o111 != 0 => 0o755,
+        _ => 0o644,
+    }
+}
+
+#[cfg(not(unix))]
+fn mode_of(_path: &Path) -> u32 {
+    0o644
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir_with(dockerfile: &str) -> std::path::PathBuf {
+        let digest: String = Sha256::digest(dockerfile.as_bytes())[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let dir = std::env::temp_dir().join(format!("sm-e2b-plan-{}-{digest}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("Dockerfile"), dockerfile).unwrap();
+        std::fs::write(dir.join("a.json"), "{}\n").unwrap();
+        dir
+    }
+
+    #[test]
+    fn plans_steps_and_reasserts_identity_last() {
+        let dir = dir_with(
+            "# c\nFROM base:v1\nENV A=1 \\\n    B=\"two words\"\nRUN echo hi\nCOPY a.json /etc/a.json\nCMD [\"x\"]\n",
+        );
+        let plan = plan(&dir).unwrap();
+        assert_eq!(plan.from_image, "base:v1");
+        assert_eq!(plan.steps[0]["args"], json!(["A", "1", "B", "two words"]));
+        assert_eq!(plan.steps[1]["type"], "RUN");
+        assert_eq!(plan.steps[2]["filesHash"], json!(plan.uploads[0].hash));
+        assert_eq!(plan.steps.last().unwrap()["args"], json!(["datalayer"]));
+        assert_eq!(plan.ignored, vec!["CMD"]);
+        // Deterministic: the same context gives the same archive.
+        assert_eq!(super::plan(&dir).unwrap().uploads, plan.uploads);
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_translate() {
+        let dir = dir_with("FROM a\nFROM b\n");
+        let e = plan(&dir).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Build);
+        assert!(e.message.contains(":2: a multi-stage"), "{e}");
+        let dir = dir_with("FROM a\nCOPY ../x /x\n");
+        assert!(
+            plan(&dir)
+                .unwrap_err()
+                .message
+                .contains("leaves the build context")
+        );
+    }
+}

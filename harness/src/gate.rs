@@ -122,11 +122,16 @@ impl Policy {
                 .location()
                 .map(|l| (l.line(), l.column()))
                 .unwrap_or((0, 0));
+            let message = e.without_snippet().to_string();
+            let repeated = format!(" at line {line}, column {column}");
             PolicyError::Invalid {
                 path: path.to_owned(),
                 line,
                 column,
-                message: e.without_snippet().to_string(),
+                message: message
+                    .strip_suffix(&repeated)
+                    .unwrap_or(&message)
+                    .to_owned(),
             }
         })?;
         let split = |key: &str, location: &serde_saphyr::Location, what: &str| {
@@ -506,6 +511,10 @@ mod tests {
         let unknown = policy("required: []\nsucess_rate: 0.9\n").expect_err("a typo");
         assert!(unknown.starts_with("policy.yaml:2:"), "{unknown}");
         assert!(unknown.contains("sucess_rate"), "{unknown}");
+        assert!(
+            !unknown.contains("at line"),
+            "the location is said once: {unknown}"
+        );
         let rate = policy("# floor\nsuccess_rate: 90\n").expect_err("not a fraction");
         assert!(
             rate.starts_with("policy.yaml:2:") && rate.contains("from 0 to 1"),

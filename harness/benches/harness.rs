@@ -98,6 +98,7 @@ fn nightly_results() -> RunResults {
             harness_version: env!("CARGO_PKG_VERSION").into(),
             host: "bench".into(),
             started_at: "2026-11-29T00:00:00Z".into(),
+            shards: Vec::new(),
         },
         scenarios,
     }
@@ -110,6 +111,17 @@ fn rendering(c: &mut Criterion) {
     });
     c.bench_function("render junit (90 scenario runs)", |b| {
         b.iter(|| report::junit::render(black_box(&results)))
+    });
+    c.bench_function("stats of every metric (90 scenario runs)", |b| {
+        b.iter(|| {
+            sandbox_matrix::stats::metrics(black_box(&results))
+                .iter()
+                .map(|m| m.summary())
+                .collect::<Vec<_>>()
+        })
+    });
+    c.bench_function("compare two runs (90 scenario runs each)", |b| {
+        b.iter(|| sandbox_matrix::compare::compare(black_box(&results), black_box(&results)))
     });
     c.bench_function("results.json round trip (90 scenario runs)", |b| {
         b.iter(|| {

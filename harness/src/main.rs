@@ -11,7 +11,7 @@ use sandbox_matrix::runner::{Runner, fake_canary, new_run_id, unreachable_varian
 use sandbox_matrix::scenario::{Scenario, StepKind};
 use sandbox_matrix::terminal::Terminal;
 use sandbox_matrix::variants::CloudMode;
-use sandbox_matrix::{report, run_folder, variants};
+use sandbox_matrix::{report, results, run_folder, variants};
 use sandbox_providers::api::replay::Pace;
 use tokio_util::sync::CancellationToken;
 
@@ -35,7 +35,8 @@ const EXIT_INTERRUPTED: u8 = 130;
 sandbox-contract/v1, measures every step, and writes JUnit, a markdown comparison table and results.json \
 into reports/<run-id>/ (reports/latest points at the newest run).\n\n\
 Exit codes: 0 every step passed; 1 a step failed; 2 bad input (scenario file, variant name); \
-3 reports could not be written; 130 interrupted by Ctrl-C (after cleanup)."
+3 reports could not be written; 130 interrupted by Ctrl-C (after cleanup). `gate` exits 1 when a \
+variant holds; `merge`, `compare` and `gate` exit 2 on a file they cannot use."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -66,6 +67,51 @@ enum Command {
         /// Dockerfiles to check.
         #[arg(required = true, value_name = "DOCKERFILE")]
         files: Vec<PathBuf>,
+    },
+    /// Combine sharded results (one results.json per CI job) into one run folder:
+    /// results.json, junit.xml and summary.md in --out.
+    ///
+    /// Each shard's provenance is kept; repetitions are renumbered per variant × scenario.
+    /// Files of different schema versions are refused.
+    Merge {
+        /// The shards' results.json files.
+        #[arg(required = true, value_name = "RESULTS_JSON")]
+        files: Vec<PathBuf>,
+        /// Folder to write the merged run into.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+    /// Compare a run with a baseline, metric by metric: n, p50s, ratio, and whether the
+    /// change is beyond noise. Prints a markdown table; exits 0 whatever changed.
+    ///
+    /// Beyond noise: with 4+ attempts a side, a Mann-Whitney U test at p < 0.05 and a ratio
+    /// of medians of at least 1.10 (or at most 1/1.10); with fewer, a ratio of at least 2 (or
+    /// at most 1/2) and no overlap. A failed attempt counts as +∞.
+    Compare {
+        /// The results.json to compare against.
+        #[arg(long, value_name = "RESULTS_JSON")]
+        baseline: PathBuf,
+        /// The results.json of the run to judge.
+        #[arg(value_name = "RESULTS_JSON")]
+        current: PathBuf,
+    },
+    /// Ship or hold each variant of a run against a policy file, printing a verdict line per
+    /// variant with its reasons. Exits 0 when every variant ships, 1 when any holds.
+    ///
+    /// The policy (YAML) may list `variants` that must have results, `required` steps
+    /// (`scenario/step`, or `scenario/*` for no failed step), a `success_rate` floor per
+    /// metric, `p90_budgets` per `scenario/metric`, and a `regression` `tolerance` checked
+    /// against --baseline with compare's rule. Leaked resources and secrets always hold.
+    Gate {
+        /// The policy file.
+        #[arg(long, value_name = "POLICY_YAML")]
+        policy: PathBuf,
+        /// The results.json to gate.
+        #[arg(value_name = "RESULTS_JSON")]
+        results: PathBuf,
+        /// A results.json to check regressions against.
+        #[arg(long, value_name = "RESULTS_JSON")]
+        baseline: Option<PathBuf>,
     },
 }
 
@@ -150,6 +196,13 @@ fn main() -> ExitCode {
             Command::Run(args) => run(args).await,
             Command::Bootstrap(root) => bootstrap(&root.root).await,
             Command::Lint { files } => lint(&files),
+            Command::Merge { files, out } => merge(&files, &out),
+            Command::Compare { baseline, current } => compare(&baseline, &current),
+            Command::Gate {
+                policy,
+                results,
+                baseline,
+            } => gate(&policy, &results, baseline.as_deref()),
         }
     });
     ExitCode::from(code)
@@ -265,6 +318,82 @@ fn lint(files: &[PathBuf]) -> u8 {
     code
 }
 
+fn merge(files: &[PathBuf], out: &Path) -> u8 {
+    let merged = match sandbox_matrix::merge::merge(files, new_run_id(), host_name()) {
+        Ok(merged) => merged,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    match run_folder::write_into(out, &merged, &[]) {
+        Ok(()) => {
+            eprintln!(
+                "merged {} shard(s), {} scenario result(s) into {} (junit.xml, summary.md, results.json)",
+                merged.provenance.shards.len(),
+                merged.scenarios.len(),
+                out.display()
+            );
+            EXIT_PASSED
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_REPORT
+        }
+    }
+}
+
+fn compare(baseline: &Path, current: &Path) -> u8 {
+    let loaded = results::load(baseline).and_then(|b| Ok((b, results::load(current)?)));
+    match loaded {
+        Ok((baseline, current)) => {
+            let comparison = sandbox_matrix::compare::compare(&baseline, &current);
+            print!("{}", sandbox_matrix::compare::render(&comparison));
+            EXIT_PASSED
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_BAD_INPUT
+        }
+    }
+}
+
+fn gate(policy: &Path, path: &Path, baseline: Option<&Path>) -> u8 {
+    use sandbox_matrix::gate::{Policy, gate, render};
+    let inputs = (|| -> Result<_, String> {
+        let policy = Policy::load(policy).map_err(|e| e.to_string())?;
+        let current = results::load(path).map_err(|e| e.to_string())?;
+        if current.scenarios.is_empty() && policy.variants.is_empty() {
+            return Err(format!("{}: no results to gate", path.display()));
+        }
+        let baseline = match baseline {
+            Some(b) if policy.regression_tolerance.is_none() => {
+                return Err(format!(
+                    "--baseline {} given, but the policy has no `regression` section to check it with",
+                    b.display()
+                ));
+            }
+            Some(b) => Some(results::load(b).map_err(|e| e.to_string())?),
+            None => None,
+        };
+        Ok((policy, current, baseline))
+    })();
+    let (policy, current, baseline) = match inputs {
+        Ok(inputs) => inputs,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let verdicts = gate(&policy, &current, baseline.as_ref());
+    print!("{}", render(&verdicts));
+    if verdicts.iter().all(|v| v.ships()) {
+        EXIT_PASSED
+    } else {
+        EXIT_FAILED
+    }
+}
+
 async fn bootstrap(root: &Path) -> u8 {
     let provider = match variants::connect_docker(root, &harness_executable()).await {
         Ok(p) => p,
@@ -339,6 +468,7 @@ async fn run(args: RunArgs) -> u8 {
         harness_version: env!("CARGO_PKG_VERSION").to_owned(),
         host: host_name(),
         started_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        shards: Vec::new(),
     };
     let cassettes = args
         .cassettes

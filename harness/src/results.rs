@@ -1,5 +1,6 @@
 //! The results of a run as data: what reporters render and `results.json` holds.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sandbox_providers::{Timing, duration_ms};
@@ -7,6 +8,82 @@ use serde::{Deserialize, Serialize};
 
 /// Version of the `results.json` schema; bump it on any incompatible change.
 pub const RESULTS_SCHEMA_VERSION: &str = "sandbox-matrix/results/v1";
+
+/// Why a `results.json` could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The file is not JSON, or not results of this schema; the message has line and column.
+    #[error("{}: {source}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What serde_json said.
+        source: serde_json::Error,
+    },
+    /// The file has no `schema_version` string.
+    #[error("{}: no `schema_version` string: not a sandbox-matrix results.json", path.display())]
+    NoVersion {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file is of a schema version this harness does not read.
+    #[error("{}: schema_version is `{found}`, and this sandbox-matrix reads `{RESULTS_SCHEMA_VERSION}`", path.display())]
+    Version {
+        /// The file.
+        path: PathBuf,
+        /// The version it declares.
+        found: String,
+    },
+}
+
+/// The `schema_version` a results file declares, without reading the rest of it.
+pub fn schema_version(path: &Path) -> Result<String, LoadError> {
+    let value = read_json(path)?;
+    value["schema_version"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| LoadError::NoVersion {
+            path: path.to_owned(),
+        })
+}
+
+/// Reads a `results.json`, refusing any schema version but [`RESULTS_SCHEMA_VERSION`].
+pub fn load(path: &Path) -> Result<RunResults, LoadError> {
+    let found = schema_version(path)?;
+    if found != RESULTS_SCHEMA_VERSION {
+        return Err(LoadError::Version {
+            path: path.to_owned(),
+            found,
+        });
+    }
+    let text = read(path)?;
+    serde_json::from_str(&text).map_err(|source| LoadError::Parse {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn read(path: &Path) -> Result<String, LoadError> {
+    std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn read_json(path: &Path) -> Result<serde_json::Value, LoadError> {
+    serde_json::from_str(&read(path)?).map_err(|source| LoadError::Parse {
+        path: path.to_owned(),
+        source,
+    })
+}
 
 /// Everything one run measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,6 +107,10 @@ pub struct Provenance {
     pub host: String,
     /// RFC 3339 time the run started.
     pub started_at: String,
+    /// The provenance of each run merged into this one (`sandbox-matrix merge`), in order;
+    /// empty for a run that was not merged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<Provenance>,
 }
 
 /// One scenario run on one variant.
@@ -143,5 +224,165 @@ impl ScenarioResult {
             .steps
             .iter()
             .any(|s| matches!(s.status, StepStatus::Failed { .. }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use boon::{Compiler, Schemas};
+    use serde_json::Value;
+
+    use super::*;
+    use crate::report::fixture::{scenario, two_variants};
+
+    const SCHEMA: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/schemas/results.schema.json"
+    );
+
+    /// Why `results` does not satisfy the checked-in schema, if it does not.
+    fn violations(results: &Value) -> Option<String> {
+        let text = std::fs::read_to_string(SCHEMA).expect("the schema is readable");
+        let schema: Value = serde_json::from_str(&text).expect("the schema is JSON");
+        let id = schema["$id"].as_str().expect("an $id").to_owned();
+        let mut compiler = Compiler::new();
+        compiler.enable_format_assertions();
+        compiler
+            .add_resource(&id, schema)
+            .expect("the schema loads");
+        let mut schemas = Schemas::new();
+        let index = compiler
+            .compile(&id, &mut schemas)
+            .unwrap_or_else(|e| panic!("the schema compiles: {e}"));
+        schemas
+            .validate(results, index)
+            .err()
+            .map(|e| format!("{e:#}"))
+    }
+
+    /// The fixture run, with what it lacks: a merged provenance, a region, a second
+    /// repetition with samples (one failed), and a variant the runner could not reach.
+    fn everything() -> RunResults {
+        let mut results = two_variants();
+        let shard = results.provenance.clone();
+        results.provenance.shards = vec![shard.clone(), shard];
+        results.scenarios[0].region = Some("local".to_owned());
+        let mut second = results.scenarios[0].clone();
+        second.repetition = 2;
+        second.samples = vec![
+            Sample {
+                name: "create-to-first-result".to_owned(),
+                value: Some(Duration::from_micros(2_310_500)),
+                error: None,
+            },
+            Sample {
+                name: "create-to-first-result".to_owned(),
+                value: None,
+                error: Some("no answer within 90s".to_owned()),
+            },
+        ];
+        results.scenarios.push(second);
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/t.yaml");
+        let text = "name: t\nenvironment: ../fixtures/environments/reference\nsteps:\n  - step: build\n    budget: 5s\n  - step: launch\n    budget: 5s\n";
+        let parsed = crate::scenario::Scenario::parse(&path, text).expect("scenario parses");
+        results.scenarios.push(crate::runner::unreachable_variant(
+            "modal", &parsed, "no token",
+        ));
+        results
+    }
+
+    #[test]
+    fn results_satisfy_the_schema() {
+        let results = everything();
+        let value = serde_json::to_value(&results).expect("serializes");
+        assert_eq!(violations(&value), None);
+        let minimal = serde_json::to_value(crate::report::fixture::run(vec![scenario("a", "b")]))
+            .expect("serializes");
+        assert_eq!(violations(&minimal), None);
+        let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/gate/results.json");
+        let text = std::fs::read_to_string(example).expect("the gate example is readable");
+        assert_eq!(
+            violations(&serde_json::from_str(&text).expect("JSON")),
+            None
+        );
+    }
+
+    #[test]
+    fn a_written_run_folder_satisfies_the_schema_and_loads_back() {
+        let results = everything();
+        let out = std::env::temp_dir().join(format!("sm-results-schema-{}", std::process::id()));
+        let dir = crate::run_folder::write(&out, &results, &[]).expect("writes");
+        let path = dir.join("results.json");
+        let text = std::fs::read_to_string(&path).expect("readable");
+        let loaded = load(&path);
+        let _ = std::fs::remove_dir_all(&out);
+        assert_eq!(
+            violations(&serde_json::from_str(&text).expect("JSON")),
+            None
+        );
+        assert_eq!(loaded.expect("loads"), results);
+    }
+
+    #[test]
+    fn the_schema_rejects_a_wrong_type_and_a_missing_field() {
+        let good = serde_json::to_value(everything()).expect("serializes");
+
+        let mut wrong_type = good.clone();
+        wrong_type["scenarios"][0]["repetition"] = Value::from("two");
+        let why = violations(&wrong_type).expect("a string repetition is rejected");
+        assert!(why.contains("/scenarios/0/repetition"), "{why}");
+
+        let mut missing = good.clone();
+        missing["provenance"]
+            .as_object_mut()
+            .expect("an object")
+            .remove("host");
+        let why = violations(&missing).expect("a provenance without host is rejected");
+        assert!(why.contains("host"), "{why}");
+
+        let mut no_reason = good;
+        no_reason["scenarios"][1]["steps"][2]
+            .as_object_mut()
+            .expect("an object")
+            .remove("reason");
+        assert!(
+            violations(&no_reason).is_some(),
+            "a failed step needs its reason"
+        );
+    }
+
+    #[test]
+    fn load_names_the_file_and_refuses_other_versions() {
+        let dir = std::env::temp_dir().join(format!("sm-results-load-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let write = |name: &str, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).expect("writable");
+            path
+        };
+        let v2 = write(
+            "v2.json",
+            r#"{"schema_version": "sandbox-matrix/results/v2"}"#,
+        );
+        let none = write("none.json", r#"{"scenarios": []}"#);
+        let broken = write("broken.json", "{\n  \"schema_version\": 1,\n");
+        let errors = [&v2, &none, &broken].map(|p| load(p).expect_err("refused").to_string());
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            errors[0],
+            format!(
+                "{}: schema_version is `sandbox-matrix/results/v2`, and this sandbox-matrix reads `sandbox-matrix/results/v1`",
+                v2.display()
+            )
+        );
+        assert!(errors[1].starts_with(&format!("{}: no `schema_version`", none.display())));
+        assert!(
+            errors[2].starts_with(&format!("{}: ", broken.display()))
+                && errors[2].contains("line 3"),
+            "{}",
+            errors[2]
+        );
     }
 }

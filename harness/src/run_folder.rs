@@ -15,7 +15,19 @@ pub const FILES: [&str; 3] = ["results.json", "junit.xml", "summary.md"];
 /// checks that no file it wrote holds any of `secrets`' values.
 pub fn write(out: &Path, results: &RunResults, secrets: &[Secret]) -> Result<PathBuf, String> {
     let dir = out.join(&results.provenance.run_id);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    write_into(&dir, results, secrets)?;
+    let latest = out.join("latest");
+    let _ = std::fs::remove_file(&latest);
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(&results.provenance.run_id, &latest)
+        .map_err(|e| format!("cannot link {}: {e}", latest.display()))?;
+    Ok(dir)
+}
+
+/// Writes [`FILES`] for `results` into `dir`, creating it, and checks that none holds any of
+/// `secrets`' values.
+pub fn write_into(dir: &Path, results: &RunResults, secrets: &[Secret]) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let json = serde_json::to_string_pretty(results)
         .map_err(|e| format!("cannot serialize results: {e}"))?;
     let contents = [
@@ -33,12 +45,7 @@ pub fn write(out: &Path, results: &RunResults, secrets: &[Secret]) -> Result<Pat
         let path = dir.join(name);
         std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
-    let latest = out.join("latest");
-    let _ = std::fs::remove_file(&latest);
-    #[cfg(unix)]
-    std::os::unix::fs::symlink(&results.provenance.run_id, &latest)
-        .map_err(|e| format!("cannot link {}: {e}", latest.display()))?;
-    Ok(dir)
+    Ok(())
 }
 
 /// Appends the summary to `$GITHUB_STEP_SUMMARY` when CI sets it.

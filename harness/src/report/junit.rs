@@ -20,12 +20,16 @@ pub const FAILURE_TYPE: &str = "step-failed";
 /// Each variant is a `<testsuite>` named after it, in order of first
 /// appearance; each step of each of its scenarios is a `<testcase>` named
 /// after the step with classname `<variant>.<scenario>`, in input order.
-/// Suite properties hold the provenance and, per scenario, `<scenario>.scenario_hash`,
-/// `<scenario>.artifact_id` and `<scenario>.provider_version` (when known) and the
-/// cross-step timings as `<scenario>.timing.<name>_ms`. Case properties hold
-/// `budget_ms`, `duration_ms` and the step's timings as `timing.<name>_ms`
-/// (and `timing.<name>.resolution_ms` when polled); the step's log is its
-/// `<system-out>`. Milliseconds are written as decimals, such as `1234.5`.
+/// A scenario that ran more than once has one case per step per repetition,
+/// named `<step> (repetition <k>)`: repetitions are separate measurements, not
+/// retries, so they are not written as reruns.
+/// Suite properties hold the provenance and, per scenario (`<scenario>`, or
+/// `<scenario>[<k>]` for repetition k of a repeated one), `<scenario>.scenario_hash`,
+/// `<scenario>.artifact_id`, `<scenario>.provider_version` and `<scenario>.region`
+/// (when known) and the cross-step timings as `<scenario>.timing.<name>_ms`. Case
+/// properties hold `budget_ms`, `duration_ms` and the step's timings as
+/// `timing.<name>_ms` (and `timing.<name>.resolution_ms` when polled); the step's log
+/// is its `<system-out>`. Milliseconds are written as decimals, such as `1234.5`.
 pub fn render(results: &RunResults) -> String {
     let mut report = Report::new(REPORT_NAME);
     let mut total = Duration::ZERO;
@@ -61,7 +65,16 @@ fn suite(results: &RunResults, variant: &str, scenarios: &[&ScenarioResult]) -> 
     ]);
     let mut time = Duration::ZERO;
     for scenario in scenarios {
-        let name = &scenario.scenario;
+        let repeated = scenarios
+            .iter()
+            .filter(|other| other.scenario == scenario.scenario)
+            .count()
+            > 1;
+        let name = if repeated {
+            format!("{}[{}]", scenario.scenario, scenario.repetition)
+        } else {
+            scenario.scenario.clone()
+        };
         suite.add_property(Property::new(
             format!("{name}.scenario_hash"),
             &scenario.scenario_hash,
@@ -72,11 +85,18 @@ fn suite(results: &RunResults, variant: &str, scenarios: &[&ScenarioResult]) -> 
         if let Some(version) = &scenario.provider_version {
             suite.add_property(Property::new(format!("{name}.provider_version"), version));
         }
+        if let Some(region) = &scenario.region {
+            suite.add_property(Property::new(format!("{name}.region"), region));
+        }
         suite.add_properties(timing_properties(&format!("{name}."), &scenario.timings));
-        let classname = format!("{variant}.{name}");
+        let classname = format!("{variant}.{}", scenario.scenario);
         for step in &scenario.steps {
             time += step.duration;
-            suite.add_test_case(case(&classname, step));
+            let mut case = case(&classname, step);
+            if repeated {
+                case.name = format!("{} (repetition {})", step.step, scenario.repetition).into();
+            }
+            suite.add_test_case(case);
         }
     }
     suite.set_time(time);
@@ -149,7 +169,7 @@ mod tests {
     use roxmltree::{Document, Node};
 
     use super::*;
-    use crate::report::fixture::{run, scenario, step, timing, two_variants};
+    use crate::report::fixture::{run, scenario, step, timing, two_variants, with_repetitions};
 
     /// The value of the property `name` directly under `node`.
     fn property<'a>(node: Node<'a, 'a>, name: &str) -> Option<&'a str> {
@@ -176,6 +196,61 @@ mod tests {
     fn snapshot() {
         let xml = render(&two_variants());
         crate::report::fixture::redacted().bind(|| insta::assert_snapshot!("junit", xml));
+    }
+
+    #[test]
+    fn repetitions_are_distinct_cases_with_their_own_properties() {
+        let xml = render(&with_repetitions());
+        let document = Document::parse(&xml).expect("well-formed XML");
+        let docker = document
+            .root_element()
+            .first_element_child()
+            .expect("a suite");
+        let cases = elements(docker, "testcase");
+        assert_eq!(cases.len(), 21);
+        let names: Vec<&str> = cases
+            .iter()
+            .filter(|case| case.attribute("classname") == Some("docker.lifecycle"))
+            .filter_map(|case| case.attribute("name"))
+            .filter(|name| name.starts_with("first-result"))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "first-result (repetition 1)",
+                "first-result (repetition 2)",
+                "first-result (repetition 3)"
+            ]
+        );
+        assert_eq!(
+            [
+                count(docker, "tests"),
+                count(docker, "failures"),
+                count(docker, "skipped")
+            ],
+            [21, 1, 3]
+        );
+        assert!(
+            cases
+                .iter()
+                .all(|case| elements(*case, "rerunFailure").is_empty()
+                    && elements(*case, "flakyFailure").is_empty())
+        );
+        assert_eq!(
+            property(docker, "lifecycle[2].timing.create-to-first-result_ms"),
+            Some("2480")
+        );
+        assert_eq!(
+            property(docker, "lifecycle[3].timing.create-to-first-result_ms"),
+            None
+        );
+        assert!(property(docker, "lifecycle[1].scenario_hash").is_some());
+        assert!(property(docker, "lifecycle.scenario_hash").is_none());
+        let e2b = elements(document.root_element(), "testsuite")[1];
+        assert!(
+            property(e2b, "lifecycle.scenario_hash").is_some(),
+            "e2b ran once"
+        );
     }
 
     #[test]

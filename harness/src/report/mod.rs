@@ -25,7 +25,7 @@ fn by_variant(results: &RunResults) -> Vec<(&str, Vec<&ScenarioResult>)> {
 /// A two-variant run for the reporters' tests, and the insta settings that
 /// redact its times and ids.
 #[cfg(test)]
-mod fixture {
+pub(crate) mod fixture {
     use std::time::Duration;
 
     use sandbox_providers::{BuildLogMode, Capabilities, RestartKind, Timing};
@@ -37,7 +37,7 @@ mod fixture {
     const SKIPPED: &str = "an earlier step failed: first-result";
 
     /// A timing of `ms` milliseconds, polled every `poll_ms` when given.
-    pub(super) fn timing(name: &str, ms: u64, poll_ms: Option<u64>) -> Timing {
+    pub(crate) fn timing(name: &str, ms: u64, poll_ms: Option<u64>) -> Timing {
         Timing {
             name: name.to_owned(),
             duration: Duration::from_millis(ms),
@@ -46,7 +46,7 @@ mod fixture {
     }
 
     /// A step that took `ms` milliseconds of a `budget_s` second budget.
-    pub(super) fn step(
+    pub(crate) fn step(
         name: &str,
         status: StepStatus,
         ms: u64,
@@ -66,14 +66,14 @@ mod fixture {
     }
 
     /// A failed status with `reason`.
-    pub(super) fn failed(reason: &str) -> StepStatus {
+    pub(crate) fn failed(reason: &str) -> StepStatus {
         StepStatus::Failed {
             reason: reason.to_owned(),
         }
     }
 
     /// A skipped status with `reason`.
-    pub(super) fn skipped(reason: &str) -> StepStatus {
+    pub(crate) fn skipped(reason: &str) -> StepStatus {
         StepStatus::Skipped {
             reason: reason.to_owned(),
         }
@@ -93,7 +93,7 @@ mod fixture {
     }
 
     /// A scenario result with no capabilities, steps, timings, leaks or secrets.
-    pub(super) fn scenario(variant: &str, scenario: &str) -> ScenarioResult {
+    pub(crate) fn scenario(variant: &str, scenario: &str) -> ScenarioResult {
         ScenarioResult {
             variant: variant.to_owned(),
             scenario: scenario.to_owned(),
@@ -113,7 +113,7 @@ mod fixture {
     }
 
     /// A run of `scenarios`.
-    pub(super) fn run(scenarios: Vec<ScenarioResult>) -> RunResults {
+    pub(crate) fn run(scenarios: Vec<ScenarioResult>) -> RunResults {
         RunResults {
             schema_version: RESULTS_SCHEMA_VERSION.to_owned(),
             provenance: Provenance {
@@ -121,6 +121,7 @@ mod fixture {
                 harness_version: "0.1.0".to_owned(),
                 host: "ci-runner-07".to_owned(),
                 started_at: "2025-11-29T12:13:14.512+00:00".to_owned(),
+                shards: Vec::new(),
             },
             scenarios,
         }
@@ -128,7 +129,7 @@ mod fixture {
 
     /// An all-pass docker lifecycle, then an e2b lifecycle whose first
     /// result was wrong, so that every later step but cleanup was skipped.
-    pub(super) fn two_variants() -> RunResults {
+    pub(crate) fn two_variants() -> RunResults {
         let image = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
         let docker = ScenarioResult {
             artifact_id: Some(image.to_owned()),
@@ -251,11 +252,43 @@ mod fixture {
         run(vec![docker, e2b])
     }
 
+    /// [`two_variants`] with docker's lifecycle repeated: a second repetition that passed a
+    /// little slower, then a third whose first result was wrong.
+    pub(crate) fn with_repetitions() -> RunResults {
+        let mut results = two_variants();
+        let mut second = results.scenarios[0].clone();
+        second.repetition = 2;
+        for step in &mut second.steps {
+            step.duration += Duration::from_millis(10);
+        }
+        second.timings = vec![timing("create-to-first-result", 2_480, None)];
+        let mut third = results.scenarios[0].clone();
+        third.repetition = 3;
+        third.timings = Vec::new();
+        third.steps[2] = step(
+            "first-result",
+            failed("expected `2`, got `3`"),
+            1_904,
+            60,
+            vec![],
+            &["1+1 -> 3"],
+        );
+        for later in &mut third.steps[3..6] {
+            later.status = skipped(SKIPPED);
+            later.duration = Duration::ZERO;
+            later.timings = Vec::new();
+            later.log = Vec::new();
+        }
+        results.scenarios.insert(1, third);
+        results.scenarios.insert(1, second);
+        results
+    }
+
     /// Snapshot settings: snapshots named without the module path, with
     /// measured durations, run ids, sha256 ids, host names and dates
     /// redacted; budgets and poll intervals stay. Durations in seconds keep
     /// their width so that tables stay aligned.
-    pub(super) fn redacted() -> insta::Settings {
+    pub(crate) fn redacted() -> insta::Settings {
         let mut settings = insta::Settings::clone_current();
         settings.set_prepend_module_to_snapshot(false);
         settings.add_filter(

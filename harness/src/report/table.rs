@@ -7,6 +7,7 @@ use comfy_table::presets::ASCII_MARKDOWN;
 use sandbox_providers::{BuildLogMode, Timing};
 
 use crate::results::{RunResults, ScenarioResult, StepResult, StepStatus};
+use crate::stats;
 
 /// What a cell holds when the run has nothing to put in it.
 const NOTHING: &str = "—";
@@ -49,6 +50,9 @@ const ROWS: [(&str, Fill); 13] = [
 /// them that has the step or timing the row shows; "Secrets found",
 /// "Resources leaked" and "Scenario" count every scenario. Missing values are
 /// "—", steps that did not run are "skipped", and `|` in cells is escaped.
+/// Where that scenario ran more than once, the build, create-to-first-1+1, restart and
+/// shutdown cells show p50, p90 and the success count over its repetitions, a failed
+/// attempt counting as +∞ (see [`crate::stats`]).
 pub fn render(results: &RunResults) -> String {
     let variants = super::by_variant(results);
     let mut table = Table::new();
@@ -66,7 +70,8 @@ pub fn render(results: &RunResults) -> String {
 }
 
 /// Renders a markdown document: a title naming the run, its provenance, the
-/// [`render`] table, then for each variant × scenario its failed and skipped
+/// [`render`] table, then for each variant × scenario (× repetition, when it ran more than
+/// once) its failed and skipped
 /// steps with their reasons (or "all steps passed"), secrets found and
 /// resources leaked.
 pub fn render_summary(results: &RunResults) -> String {
@@ -82,8 +87,23 @@ pub fn render_summary(results: &RunResults) -> String {
         render(results),
     ];
     for scenario in &results.scenarios {
+        let repeated = results
+            .scenarios
+            .iter()
+            .filter(|other| {
+                other.variant == scenario.variant && other.scenario == scenario.scenario
+            })
+            .count()
+            > 1;
         lines.push(String::new());
-        lines.push(format!("## {} / {}", scenario.variant, scenario.scenario));
+        lines.push(if repeated {
+            format!(
+                "## {} / {} (repetition {})",
+                scenario.variant, scenario.scenario, scenario.repetition
+            )
+        } else {
+            format!("## {} / {}", scenario.variant, scenario.scenario)
+        });
         lines.push(String::new());
         lines.extend(scenario_bullets(scenario));
     }
@@ -136,7 +156,41 @@ fn artifact(scenarios: &[&ScenarioResult]) -> String {
 
 /// The build step's duration, to a tenth of a second.
 fn build(scenarios: &[&ScenarioResult]) -> String {
-    step_cell(scenarios, "build", |step| seconds(step.duration, 1))
+    repeated_step(scenarios, "build")
+        .unwrap_or_else(|| step_cell(scenarios, "build", |step| seconds(step.duration, 1)))
+}
+
+/// Where the first scenario with `has` ran more than once and measured `metric` more than
+/// once: `p50 6.30 s · p90 failed · 7/10 ok` over all its repetitions.
+fn repeated(
+    scenarios: &[&ScenarioResult],
+    has: impl Fn(&ScenarioResult) -> bool,
+    metric: &str,
+) -> Option<String> {
+    let first = scenarios.iter().find(|scenario| has(scenario))?;
+    let reps: Vec<&ScenarioResult> = scenarios
+        .iter()
+        .filter(|scenario| scenario.scenario == first.scenario)
+        .copied()
+        .collect();
+    let attempts = stats::attempts(&reps, metric);
+    if attempts.len() < 2 {
+        return None;
+    }
+    let summary = stats::Summary::of(&attempts)?;
+    Some(format!(
+        "p50 {} · p90 {} · {}/{} ok",
+        summary.p50, summary.p90, summary.successes, summary.n
+    ))
+}
+
+/// [`repeated`] for the duration of the step `name`.
+fn repeated_step(scenarios: &[&ScenarioResult], name: &str) -> Option<String> {
+    repeated(
+        scenarios,
+        |scenario| scenario.step(name).is_some(),
+        &format!("{}{name}", stats::STEP_PREFIX),
+    )
 }
 
 /// How build logs arrive, as the variant's capabilities declare.
@@ -154,6 +208,12 @@ fn build_logs(scenarios: &[&ScenarioResult]) -> String {
 
 /// The create-to-first-result timing, or "failed" when the first result was wrong.
 fn create_to_first_result(scenarios: &[&ScenarioResult]) -> String {
+    let has = |scenario: &ScenarioResult| {
+        scenario.step("first-result").is_some() || scenario.timing(CREATE_TO_FIRST_RESULT).is_some()
+    };
+    if let Some(cell) = repeated(scenarios, has, CREATE_TO_FIRST_RESULT) {
+        return cell;
+    }
     let cell = scenarios.iter().find_map(|scenario| {
         let status = scenario.step("first-result").map(|step| &step.status);
         match (status, scenario.timing(CREATE_TO_FIRST_RESULT)) {
@@ -177,11 +237,15 @@ fn floor(scenarios: &[&ScenarioResult], name: &str) -> String {
 
 /// The restart step's duration.
 fn restart(scenarios: &[&ScenarioResult]) -> String {
-    step_cell(scenarios, "restart", |step| seconds(step.duration, 2))
+    repeated_step(scenarios, "restart")
+        .unwrap_or_else(|| step_cell(scenarios, "restart", |step| seconds(step.duration, 2)))
 }
 
 /// The shutdown step's duration and, from its log, how the sandbox ended.
 fn shutdown(scenarios: &[&ScenarioResult]) -> String {
+    if let Some(cell) = repeated_step(scenarios, "shutdown") {
+        return cell;
+    }
     let Some(step) = scenarios
         .iter()
         .find_map(|scenario| scenario.step("shutdown"))
@@ -342,7 +406,17 @@ fn outcome(scenarios: &[&ScenarioResult]) -> String {
                 .steps
                 .iter()
                 .find(|step| matches!(step.status, StepStatus::Failed { .. }))?;
-            Some(if scenarios.len() > 1 {
+            let repeated = scenarios
+                .iter()
+                .filter(|other| other.scenario == scenario.scenario)
+                .count()
+                > 1;
+            Some(if repeated {
+                format!(
+                    "{} #{}: {}",
+                    scenario.scenario, scenario.repetition, step.step
+                )
+            } else if scenarios.len() > 1 {
                 format!("{}: {}", scenario.scenario, step.step)
             } else {
                 step.step.clone()
@@ -410,7 +484,9 @@ mod tests {
     use sandbox_providers::Resource;
 
     use super::*;
-    use crate::report::fixture::{failed, run, scenario, skipped, step, timing, two_variants};
+    use crate::report::fixture::{
+        failed, run, scenario, skipped, step, timing, two_variants, with_repetitions,
+    };
 
     /// The cells of a markdown table row, split on unescaped `|`, trimmed.
     fn cells(line: &str) -> Vec<String> {
@@ -445,6 +521,34 @@ mod tests {
     fn summary_snapshot() {
         let summary = render_summary(&two_variants());
         crate::report::fixture::redacted().bind(|| insta::assert_snapshot!("summary", summary));
+    }
+
+    #[test]
+    fn summary_with_repetitions_snapshot() {
+        let summary = render_summary(&with_repetitions());
+        crate::report::fixture::redacted()
+            .bind(|| insta::assert_snapshot!("summary_with_repetitions", summary));
+    }
+
+    #[test]
+    fn repeated_cells_show_percentiles_and_success() {
+        let table = render(&with_repetitions());
+        assert_eq!(
+            row(&table, "Create to first 1+1"),
+            ["p50 2.48 s · p90 failed · 2/3 ok", "failed"]
+        );
+        assert_eq!(
+            row(&table, "Build"),
+            ["p50 12.35 s · p90 12.36 s · 3/3 ok", "48.7 s"]
+        );
+        assert_eq!(
+            row(&table, "Restart"),
+            ["p50 1.24 s · p90 failed · 2/3 ok", "skipped"]
+        );
+        assert_eq!(
+            row(&table, "Scenario"),
+            ["fail (lifecycle #3: first-result)", "fail (first-result)"]
+        );
     }
 
     #[test]

@@ -1,0 +1,583 @@
+//! Compares two runs metric by metric and tells a change from noise.
+//!
+//! The rule, for each variant × scenario × metric in both runs, with every failed attempt
+//! counted as +∞ and the ratio taken between the medians (current / baseline):
+//!
+//! - With at least [`MIN_N_FOR_TEST`] attempts on each side, a two-sided Mann–Whitney U test
+//!   (mid-ranks for ties; the exact permutation distribution up to [`EXACT_LIMIT`] attempts in
+//!   all, the normal approximation with tie correction beyond) must give p < [`ALPHA`], and
+//!   the ratio must be at least [`MIN_EFFECT`] (or at most its inverse). The test makes no
+//!   assumption about the distribution's shape, which latencies with long tails and failures
+//!   do not have; the minimum effect keeps a real but small shift (3%) from being flagged.
+//!   With three attempts a side the smallest exact p is 0.1, so the test needs four.
+//! - With fewer attempts, only a wide fixed band: the ratio must be at least
+//!   [`SMALL_N_BAND`] (or at most its inverse) and the two ranges must not overlap.
+//!
+//! When both medians are failures the ratio is undefined and nothing is flagged: the success
+//! rates beside the medians say what happened.
+
+use std::fmt;
+
+use crate::results::RunResults;
+use crate::stats::{Metric, Summary, Value, metrics};
+
+/// Significance level of the U test.
+pub const ALPHA: f64 = 0.05;
+/// Attempts each side needs before the U test is used.
+pub const MIN_N_FOR_TEST: usize = 4;
+/// Smallest ratio of medians flagged when the U test is used.
+pub const MIN_EFFECT: f64 = 1.10;
+/// Smallest ratio of medians flagged with fewer attempts.
+pub const SMALL_N_BAND: f64 = 2.0;
+/// Most attempts in all for which the U test's exact distribution is enumerated.
+pub const EXACT_LIMIT: usize = 60;
+
+/// Whether a metric changed beyond noise, and which way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Slower (or failing more) beyond noise.
+    Slower,
+    /// Faster (or failing less) beyond noise.
+    Faster,
+    /// Within noise.
+    None,
+}
+
+/// How a metric was judged.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Basis {
+    /// The U test, with its two-sided p-value.
+    UTest {
+        /// The p-value.
+        p: f64,
+    },
+    /// Too few attempts for the test: the fixed band.
+    Band,
+}
+
+/// One metric in both runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// Variant name.
+    pub variant: String,
+    /// Scenario name.
+    pub scenario: String,
+    /// Metric name, as [`crate::stats::metrics`] names it.
+    pub metric: String,
+    /// The baseline's summary.
+    pub baseline: Summary,
+    /// The current run's summary.
+    pub current: Summary,
+    /// Current median / baseline median: +∞ when only the current median failed, 0 when
+    /// only the baseline's did, `None` when both did.
+    pub ratio: Option<f64>,
+    /// How it was judged.
+    pub basis: Basis,
+    /// The verdict.
+    pub change: Change,
+}
+
+/// Two runs compared.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Comparison {
+    /// Metrics in both runs, in the current run's order.
+    pub rows: Vec<Row>,
+    /// `variant / scenario / metric` only the baseline has.
+    pub only_baseline: Vec<String>,
+    /// `variant / scenario / metric` only the current run has.
+    pub only_current: Vec<String>,
+}
+
+/// Compares every metric `baseline` and `current` share.
+pub fn compare(baseline: &RunResults, current: &RunResults) -> Comparison {
+    let before = metrics(baseline);
+    let now = metrics(current);
+    let key = |m: &Metric| format!("{} / {} / {}", m.variant, m.scenario, m.name);
+    let same = |a: &Metric, b: &Metric| {
+        a.variant == b.variant && a.scenario == b.scenario && a.name == b.name
+    };
+    let rows = now
+        .iter()
+        .filter_map(|current| {
+            let baseline = before.iter().find(|b| same(b, current))?;
+            Some(judge(baseline, current))
+        })
+        .collect();
+    Comparison {
+        rows,
+        only_baseline: before
+            .iter()
+            .filter(|b| !now.iter().any(|c| same(b, c)))
+            .map(key)
+            .collect(),
+        only_current: now
+            .iter()
+            .filter(|c| !before.iter().any(|b| same(b, c)))
+            .map(key)
+            .collect(),
+    }
+}
+
+/// Judges one metric by the module's rule.
+pub fn judge(baseline: &Metric, current: &Metric) -> Row {
+    let (b, c) = (baseline.summary(), current.summary());
+    let ratio = match (b.p50, c.p50) {
+        (Value::Measured(b), Value::Measured(c)) if b.is_zero() && c.is_zero() => Some(1.0),
+        (Value::Measured(b), Value::Measured(c)) => Some(c.as_secs_f64() / b.as_secs_f64()),
+        (Value::Measured(_), Value::Failed) => Some(f64::INFINITY),
+        (Value::Failed, Value::Measured(_)) => Some(0.0),
+        (Value::Failed, Value::Failed) => None,
+    };
+    let direction = |threshold: f64| match ratio {
+        Some(r) if r >= threshold => Change::Slower,
+        Some(r) if r <= 1.0 / threshold => Change::Faster,
+        _ => Change::None,
+    };
+    let (basis, change) = if b.n >= MIN_N_FOR_TEST && c.n >= MIN_N_FOR_TEST {
+        let p = mann_whitney_p(&ranks_of(&baseline.attempts), &ranks_of(&current.attempts));
+        let change = if p < ALPHA {
+            direction(MIN_EFFECT)
+        } else {
+            Change::None
+        };
+        (Basis::UTest { p }, change)
+    } else {
+        let lowest = |m: &Metric| m.attempts.iter().map(|a| value(*a)).min();
+        let highest = |m: &Metric| m.attempts.iter().map(|a| value(*a)).max();
+        let change = match direction(SMALL_N_BAND) {
+            Change::Slower if lowest(current) > highest(baseline) => Change::Slower,
+            Change::Faster if highest(current) < lowest(baseline) => Change::Faster,
+            _ => Change::None,
+        };
+        (Basis::Band, change)
+    };
+    Row {
+        variant: current.variant.clone(),
+        scenario: current.scenario.clone(),
+        metric: current.name.clone(),
+        baseline: b,
+        current: c,
+        ratio,
+        basis,
+        change,
+    }
+}
+
+/// An attempt as a value that sorts failures last.
+fn value(attempt: Option<std::time::Duration>) -> Value {
+    attempt.map_or(Value::Failed, Value::Measured)
+}
+
+/// The attempts as sortable values.
+fn ranks_of(attempts: &[Option<std::time::Duration>]) -> Vec<Value> {
+    attempts.iter().map(|a| value(*a)).collect()
+}
+
+/// The two-sided p-value of the Mann–Whitney U test of `a` against `b`, with mid-ranks for
+/// ties: exact up to [`EXACT_LIMIT`] values in all, else the normal approximation with tie
+/// and continuity corrections.
+pub fn mann_whitney_p(a: &[Value], b: &[Value]) -> f64 {
+    p_value(a, b, a.len() + b.len() <= EXACT_LIMIT)
+}
+
+/// The two-sided p-value of the U test, exact or by the normal approximation.
+fn p_value(a: &[Value], b: &[Value], exact: bool) -> f64 {
+    let n = a.len() + b.len();
+    if a.is_empty() || b.is_empty() {
+        return 1.0;
+    }
+    // Doubled mid-ranks, so that ranks stay integers: a tie group over positions i..j
+    // (1-based) has mid-rank (i + j) / 2, doubled i + j.
+    let mut pooled: Vec<(Value, bool)> = a
+        .iter()
+        .map(|v| (*v, true))
+        .chain(b.iter().map(|v| (*v, false)))
+        .collect();
+    pooled.sort_by_key(|(v, _)| *v);
+    let mut doubled = Vec::with_capacity(n);
+    let mut ties = Vec::new();
+    let mut i = 0;
+    while i < n {
+        let mut j = i;
+        while j + 1 < n && pooled[j + 1].0 == pooled[i].0 {
+            j += 1;
+        }
+        ties.push(j - i + 1);
+        for _ in i..=j {
+            doubled.push(i + j + 2);
+        }
+        i = j + 1;
+    }
+    let observed: usize = pooled
+        .iter()
+        .zip(&doubled)
+        .filter(|((_, in_a), _)| *in_a)
+        .map(|(_, r)| r)
+        .sum();
+    let k = a.len();
+    // The doubled rank sum's mean is k(n + 1).
+    let mean = k * (n + 1);
+    let distance = observed.abs_diff(mean);
+    if exact {
+        exact_p(&doubled, k, mean, distance)
+    } else {
+        normal_p(a.len(), b.len(), &ties, distance)
+    }
+}
+
+/// The share of the ways to choose `k` of the `doubled` ranks whose sum is at least
+/// `distance` away from `mean`.
+fn exact_p(doubled: &[usize], k: usize, mean: usize, distance: usize) -> f64 {
+    let max_sum: usize = doubled.iter().sum();
+    // ways[j][s]: the number of ways to choose j ranks summing to s.
+    let mut ways = vec![vec![0u64; max_sum + 1]; k + 1];
+    ways[0][0] = 1;
+    for &rank in doubled {
+        for j in (1..=k).rev() {
+            for s in (rank..=max_sum).rev() {
+                ways[j][s] += ways[j - 1][s - rank];
+            }
+        }
+    }
+    let total: u64 = ways[k].iter().sum();
+    let extreme: u64 = ways[k]
+        .iter()
+        .enumerate()
+        .filter(|(s, _)| s.abs_diff(mean) >= distance)
+        .map(|(_, w)| w)
+        .sum();
+    extreme as f64 / total as f64
+}
+
+/// The normal approximation of the two-sided p-value, with tie and continuity corrections.
+fn normal_p(n1: usize, n2: usize, ties: &[usize], doubled_distance: usize) -> f64 {
+    let (n1, n2) = (n1 as f64, n2 as f64);
+    let n = n1 + n2;
+    let tie_term: f64 = ties
+        .iter()
+        .map(|&t| {
+            let t = t as f64;
+            t * t * t - t
+        })
+        .sum();
+    let variance = n1 * n2 / 12.0 * ((n + 1.0) - tie_term / (n * (n - 1.0)));
+    if variance <= 0.0 {
+        return 1.0;
+    }
+    let z = ((doubled_distance as f64 / 2.0) - 0.5).max(0.0) / variance.sqrt();
+    erfc(z / std::f64::consts::SQRT_2).min(1.0)
+}
+
+/// The complementary error function for x ≥ 0 (Numerical Recipes' erfcc, |error| < 1.2e-7).
+fn erfc(x: f64) -> f64 {
+    let t = 1.0 / (1.0 + 0.5 * x);
+    let poly = -x * x - 1.265_512_23
+        + t * (1.000_023_68
+            + t * (0.374_091_96
+                + t * (0.096_784_18
+                    + t * (-0.186_288_06
+                        + t * (0.278_868_07
+                            + t * (-1.135_203_98
+                                + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
+    t * poly.exp()
+}
+
+impl fmt::Display for Change {
+    /// `slower`, `faster` or `no change`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Change::Slower => "slower",
+            Change::Faster => "faster",
+            Change::None => "no change",
+        })
+    }
+}
+
+/// A ratio as `×1.03`, `×∞`, or `—` when undefined.
+pub fn ratio_cell(ratio: Option<f64>) -> String {
+    match ratio {
+        Some(r) if r.is_infinite() => "×∞".to_owned(),
+        Some(r) => format!("×{r:.2}"),
+        None => "—".to_owned(),
+    }
+}
+
+/// How a row was judged, for a person: `U test p=0.008`, `U test p<0.001` or `n<4: ×2 band`.
+pub fn basis_cell(basis: Basis) -> String {
+    match basis {
+        Basis::UTest { p } if p < 0.001 => "U test p<0.001".to_owned(),
+        Basis::UTest { p } => format!("U test p={p:.3}"),
+        Basis::Band => format!("n<{MIN_N_FOR_TEST}: ×{SMALL_N_BAND} band"),
+    }
+}
+
+/// A median with its success count, such as `6.30 s · 7/10 ok`.
+fn median_cell(summary: &Summary) -> String {
+    format!("{} · {}/{} ok", summary.p50, summary.successes, summary.n)
+}
+
+/// Renders the comparison as markdown: a table of the shared metrics, then the metrics only
+/// one run has.
+pub fn render(comparison: &Comparison) -> String {
+    let mut lines = vec![
+        "| variant | scenario | metric | n | p50 baseline | p50 current | ratio | change | basis |"
+            .to_owned(),
+        "|---|---|---|---|---|---|---|---|---|".to_owned(),
+    ];
+    for row in &comparison.rows {
+        let change = match row.change {
+            Change::None => row.change.to_string(),
+            _ => format!("**{}**", row.change),
+        };
+        lines.push(format!(
+            "| {} | {} | {} | {} → {} | {} | {} | {} | {} | {} |",
+            cell(&row.variant),
+            cell(&row.scenario),
+            cell(&row.metric),
+            row.baseline.n,
+            row.current.n,
+            median_cell(&row.baseline),
+            median_cell(&row.current),
+            ratio_cell(row.ratio),
+            change,
+            basis_cell(row.basis),
+        ));
+    }
+    for (label, keys) in [
+        ("Only in the baseline", &comparison.only_baseline),
+        ("Only in the current run", &comparison.only_current),
+    ] {
+        if !keys.is_empty() {
+            lines.push(String::new());
+            lines.push(format!("{label}: {}.", keys.join(", ")));
+        }
+    }
+    lines.push(String::new());
+    lines.join("\n")
+}
+
+/// `text` as a markdown table cell.
+fn cell(text: &str) -> String {
+    text.replace('|', r"\|")
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::results::ScenarioResult;
+
+    /// A metric of docker / lifecycle / create-to-first-result with `attempts`.
+    pub(crate) fn metric(attempts: &[Option<f64>]) -> Metric {
+        Metric {
+            variant: "docker".to_owned(),
+            scenario: "lifecycle".to_owned(),
+            name: "create-to-first-result".to_owned(),
+            attempts: attempts
+                .iter()
+                .map(|a| a.map(Duration::from_secs_f64))
+                .collect(),
+        }
+    }
+
+    const BASE: [Option<f64>; 5] = [
+        Some(1.000),
+        Some(1.008),
+        Some(0.992),
+        Some(1.004),
+        Some(0.996),
+    ];
+
+    fn scaled(by: f64) -> Vec<Option<f64>> {
+        BASE.iter().map(|v| v.map(|v| v * by)).collect()
+    }
+
+    fn p_of(row: &Row) -> f64 {
+        match row.basis {
+            Basis::UTest { p } => p,
+            Basis::Band => panic!("judged by the band"),
+        }
+    }
+
+    #[test]
+    fn a_two_fold_slowdown_at_n5_is_flagged() {
+        let row = judge(&metric(&BASE), &metric(&scaled(2.0)));
+        assert_eq!(row.change, Change::Slower);
+        assert!((p_of(&row) - 2.0 / 252.0).abs() < 1e-12, "{}", p_of(&row));
+        assert!((row.ratio.unwrap() - 2.0).abs() < 0.01);
+        let back = judge(&metric(&scaled(2.0)), &metric(&BASE));
+        assert_eq!(back.change, Change::Faster);
+    }
+
+    #[test]
+    fn a_three_percent_shift_at_n5_is_not_flagged_though_significant() {
+        let row = judge(&metric(&BASE), &metric(&scaled(1.03)));
+        assert!(
+            p_of(&row) < ALPHA,
+            "the shift is clean, so the test sees it"
+        );
+        assert_eq!(
+            row.change,
+            Change::None,
+            "but it is under the minimum effect"
+        );
+    }
+
+    #[test]
+    fn overlapping_samples_are_noise_even_with_a_large_median_ratio() {
+        let baseline = metric(&[Some(1.0), Some(1.1), Some(5.0), Some(6.0), Some(0.9)]);
+        let current = metric(&[Some(2.2), Some(0.8), Some(5.5), Some(1.0), Some(6.5)]);
+        let row = judge(&baseline, &current);
+        assert!(row.ratio.unwrap() >= 2.0);
+        assert_eq!(row.change, Change::None);
+        assert!(p_of(&row) > 0.5);
+    }
+
+    #[test]
+    fn failures_count_as_infinitely_slow() {
+        let row = judge(&metric(&BASE), &metric(&[None; 5]));
+        assert_eq!(row.change, Change::Slower);
+        assert_eq!(row.ratio, Some(f64::INFINITY));
+        let mut mostly = scaled(1.0);
+        mostly[1..].fill(None);
+        let row = judge(&metric(&BASE), &metric(&mostly));
+        assert_eq!(row.change, Change::Slower, "4 of 5 failed: {row:?}");
+        let row = judge(&metric(&[None; 5]), &metric(&[None; 5]));
+        assert_eq!((row.ratio, row.change), (None, Change::None));
+        assert_eq!(p_of(&row), 1.0);
+    }
+
+    #[test]
+    fn small_n_uses_only_the_wide_band() {
+        let baseline = metric(&[Some(1.0), Some(1.1)]);
+        let row = judge(&baseline, &metric(&[Some(1.6), Some(1.7)]));
+        assert_eq!((row.basis, row.change), (Basis::Band, Change::None));
+        let row = judge(&baseline, &metric(&[Some(2.5), Some(2.6)]));
+        assert_eq!(row.change, Change::Slower);
+        let row = judge(&baseline, &metric(&[Some(2.5), Some(0.5)]));
+        assert_eq!(row.change, Change::None, "the ranges overlap");
+        let row = judge(&metric(&[Some(3.0)]), &metric(&[Some(1.0)]));
+        assert_eq!(row.change, Change::Faster);
+        let row = judge(&metric(&[Some(1.0), None]), &metric(&[Some(3.0)]));
+        assert_eq!(
+            row.change,
+            Change::None,
+            "a failure in the baseline overlaps anything"
+        );
+    }
+
+    #[test]
+    fn exact_p_values_match_the_tables() {
+        let v = |s: &[u64]| -> Vec<Value> {
+            s.iter()
+                .map(|ms| Value::Measured(Duration::from_millis(*ms)))
+                .collect()
+        };
+        // Fully separated 4 vs 4: 2 / C(8,4).
+        assert!((mann_whitney_p(&v(&[1, 2, 3, 4]), &v(&[5, 6, 7, 8])) - 2.0 / 70.0).abs() < 1e-12);
+        // 3 vs 3 cannot go below 2 / C(6,3) = 0.1.
+        assert!((mann_whitney_p(&v(&[1, 2, 3]), &v(&[4, 5, 6])) - 0.1).abs() < 1e-12);
+        // Interleaved: the rank sum is at its mean.
+        assert_eq!(mann_whitney_p(&v(&[1, 4, 5, 8]), &v(&[2, 3, 6, 7])), 1.0);
+        // One swap from fully separated, 5 vs 5: U = 1, P(U ≤ 1) = 2/252, two-sided 4/252.
+        let p = mann_whitney_p(&v(&[1, 2, 3, 4, 6]), &v(&[5, 7, 8, 9, 10]));
+        assert!((p - 4.0 / 252.0).abs() < 1e-12, "{p}");
+        // Everything tied.
+        assert_eq!(mann_whitney_p(&v(&[1, 1, 1, 1]), &v(&[1, 1, 1, 1])), 1.0);
+    }
+
+    #[test]
+    fn the_normal_approximation_agrees_with_the_exact_test_near_the_limit() {
+        let v = |range: std::ops::Range<u64>| -> Vec<Value> {
+            range
+                .map(|ms| Value::Measured(Duration::from_millis(ms * 7 % 61)))
+                .collect()
+        };
+        for (a, b) in [
+            (v(0..30), v(30..60)),
+            (v(0..25), v(20..55)),
+            (v(0..20), v(40..60)),
+        ] {
+            let exact = p_value(&a, &b, true);
+            let normal = p_value(&a, &b, false);
+            assert!(
+                (exact - normal).abs() < 0.01,
+                "exact {exact}, normal {normal}"
+            );
+        }
+        let many = |from: u64| -> Vec<Value> {
+            (from..from + 40)
+                .map(|ms| Value::Measured(Duration::from_millis(ms)))
+                .collect()
+        };
+        let p = mann_whitney_p(&many(0), &many(100));
+        assert!(p < 1e-10, "80 values use the normal approximation: {p}");
+    }
+
+    /// Five repetitions of docker / lifecycle: build takes `build_s`, and
+    /// create-to-first-result `first_s`, each scaled by the spread of [`BASE`].
+    fn five(build_s: f64, first_s: f64) -> RunResults {
+        use crate::report::fixture::{run, scenario, step, timing};
+        let scenarios = BASE
+            .iter()
+            .zip(1..)
+            .map(|(spread, repetition)| {
+                let spread = spread.expect("measured");
+                ScenarioResult {
+                    steps: vec![step(
+                        "build",
+                        crate::results::StepStatus::Passed,
+                        (build_s * spread * 1_000.0) as u64,
+                        600,
+                        vec![],
+                        &[],
+                    )],
+                    timings: vec![timing(
+                        "create-to-first-result",
+                        (first_s * spread * 1_000.0) as u64,
+                        None,
+                    )],
+                    repetition,
+                    ..scenario("docker", "lifecycle")
+                }
+            })
+            .collect();
+        run(scenarios)
+    }
+
+    #[test]
+    fn compare_flags_a_doubling_and_not_three_percent_across_runs() {
+        let comparison = compare(&five(60.0, 2.0), &five(61.8, 4.0));
+        let verdicts: Vec<(&str, usize, usize, Change)> = comparison
+            .rows
+            .iter()
+            .map(|r| (r.metric.as_str(), r.baseline.n, r.current.n, r.change))
+            .collect();
+        assert_eq!(
+            verdicts,
+            [
+                ("step:build", 5, 5, Change::None),
+                ("create-to-first-result", 5, 5, Change::Slower),
+            ]
+        );
+        assert!(comparison.only_baseline.is_empty() && comparison.only_current.is_empty());
+    }
+
+    #[test]
+    fn render_shows_medians_success_and_verdict() {
+        let comparison = Comparison {
+            rows: vec![judge(&metric(&BASE), &metric(&scaled(2.0)))],
+            only_baseline: vec!["docker / lifecycle / step:restart".to_owned()],
+            only_current: Vec::new(),
+        };
+        let text = render(&comparison);
+        let row = text.lines().nth(2).expect("a row");
+        assert_eq!(
+            row,
+            "| docker | lifecycle | create-to-first-result | 5 → 5 | 1.00 s · 5/5 ok | 2.00 s · 5/5 ok | ×2.00 | **slower** | U test p=0.008 |"
+        );
+        assert!(text.contains("Only in the baseline: docker / lifecycle / step:restart."));
+        assert!(!text.contains("Only in the current run"));
+    }
+}

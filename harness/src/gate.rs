@@ -1,0 +1,653 @@
+//! The release gate: ship or hold each variant of a run against a policy file.
+//!
+//! A variant holds, with a reason for each, when a required step or check did not pass in
+//! every repetition, a metric's success rate is under the floor, a metric's p90 is over its
+//! budget or failed, a metric is slower than the baseline beyond noise (the rule of
+//! [`crate::compare`]) and beyond the policy's tolerance, a resource leaked, or a secret was
+//! found. Leaks and secrets always hold; the policy cannot allow them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+use crate::compare::{self, Change};
+use crate::results::{RunResults, ScenarioResult, StepStatus};
+use crate::stats::{self, Value};
+
+/// What a policy file holds, as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    #[serde(default)]
+    variants: Vec<String>,
+    #[serde(default)]
+    required: Vec<Spanned<String>>,
+    success_rate: Option<Spanned<f64>>,
+    #[serde(default)]
+    p90_budgets: BTreeMap<String, Spanned<String>>,
+    regression: Option<RegressionFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RegressionFile {
+    tolerance: Spanned<f64>,
+}
+
+/// A release policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// Variants that must have results; others present are gated too.
+    pub variants: Vec<String>,
+    /// Steps or checks that must pass in every repetition.
+    pub required: Vec<Requirement>,
+    /// The lowest share of successful attempts any metric may have, from 0 to 1.
+    pub success_rate: Option<f64>,
+    /// p90 budgets, by scenario and metric, in the order of their keys.
+    pub p90_budgets: Vec<Budget>,
+    /// How much slower than the baseline's median a metric may be, as a fraction (0.25 is
+    /// 25%), when the difference is beyond noise; `None` when the policy does not compare.
+    pub regression_tolerance: Option<f64>,
+}
+
+/// `scenario/step`: a step (or check, by its step name) that must pass; `scenario/*`: no
+/// step of the scenario may fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requirement {
+    /// Scenario name.
+    pub scenario: String,
+    /// Step name, or `*`.
+    pub step: String,
+}
+
+/// A p90 budget for one metric.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    /// Scenario name.
+    pub scenario: String,
+    /// Metric name, as [`stats::metrics`] names it (`create-to-first-result`, `step:build`).
+    pub metric: String,
+    /// The most the p90 may be.
+    pub within: Duration,
+}
+
+/// Why a policy could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// The file could not be read.
+    #[error("cannot read policy file {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The file is not a valid policy.
+    #[error("{}:{line}:{column}: {message}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line, 0 when unknown.
+        line: u64,
+        /// 1-based column, 0 when unknown.
+        column: u64,
+        /// What is wrong there.
+        message: String,
+    },
+}
+
+impl Policy {
+    /// Reads and validates a policy file.
+    pub fn load(path: &Path) -> Result<Policy, PolicyError> {
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parses policy text; `path` names the file in errors.
+    pub fn parse(path: &Path, text: &str) -> Result<Policy, PolicyError> {
+        let invalid = |location: &serde_saphyr::Location, message: String| PolicyError::Invalid {
+            path: path.to_owned(),
+            line: location.line(),
+            column: location.column(),
+            message,
+        };
+        let file: PolicyFile = serde_saphyr::from_str(text).map_err(|e| {
+            let (line, column) = e
+                .location()
+                .map(|l| (l.line(), l.column()))
+                .unwrap_or((0, 0));
+            let message = e.without_snippet().to_string();
+            let repeated = format!(" at line {line}, column {column}");
+            PolicyError::Invalid {
+                path: path.to_owned(),
+                line,
+                column,
+                message: message
+                    .strip_suffix(&repeated)
+                    .unwrap_or(&message)
+                    .to_owned(),
+            }
+        })?;
+        let split = |key: &str, location: &serde_saphyr::Location, what: &str| {
+            key.split_once('/')
+                .filter(|(scenario, name)| !scenario.is_empty() && !name.is_empty())
+                .map(|(scenario, name)| (scenario.to_owned(), name.to_owned()))
+                .ok_or_else(|| invalid(location, format!("`{key}` is not `<scenario>/<{what}>`")))
+        };
+        let required = file
+            .required
+            .iter()
+            .map(|r| {
+                let (scenario, step) = split(&r.value, &r.referenced, "step")?;
+                Ok(Requirement { scenario, step })
+            })
+            .collect::<Result<_, _>>()?;
+        let p90_budgets = file
+            .p90_budgets
+            .iter()
+            .map(|(key, within)| {
+                let (scenario, metric) = split(key, &within.referenced, "metric")?;
+                let within = humantime::parse_duration(&within.value).map_err(|e| {
+                    invalid(
+                        &within.referenced,
+                        format!(
+                            "budget of `{key}`: `{}` is not a duration: {e}",
+                            within.value
+                        ),
+                    )
+                })?;
+                Ok(Budget {
+                    scenario,
+                    metric,
+                    within,
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        if let Some(rate) = &file.success_rate
+            && !(0.0..=1.0).contains(&rate.value)
+        {
+            return Err(invalid(
+                &rate.referenced,
+                format!("success_rate is {}, and must be from 0 to 1", rate.value),
+            ));
+        }
+        if let Some(regression) = &file.regression
+            && !(regression.tolerance.value >= 0.0 && regression.tolerance.value.is_finite())
+        {
+            return Err(invalid(
+                &regression.tolerance.referenced,
+                format!(
+                    "regression tolerance is {}, and must be a fraction of 0 or more (0.25 is 25%)",
+                    regression.tolerance.value
+                ),
+            ));
+        }
+        Ok(Policy {
+            variants: file.variants,
+            required,
+            success_rate: file.success_rate.map(|r| r.value),
+            p90_budgets,
+            regression_tolerance: file.regression.map(|r| r.tolerance.value),
+        })
+    }
+}
+
+/// Ship or hold for one variant, with why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    /// Variant name.
+    pub variant: String,
+    /// Why it holds; it ships when this is empty.
+    pub reasons: Vec<String>,
+    /// What was not checked, and why; notes never hold a variant.
+    pub notes: Vec<String>,
+}
+
+impl Verdict {
+    /// True when nothing holds the variant.
+    pub fn ships(&self) -> bool {
+        self.reasons.is_empty()
+    }
+}
+
+/// Gates every variant of `results` (and every variant the policy names) against `policy`,
+/// comparing with `baseline` when given.
+pub fn gate(policy: &Policy, results: &RunResults, baseline: Option<&RunResults>) -> Vec<Verdict> {
+    let mut variants: Vec<&str> = Vec::new();
+    for name in policy
+        .variants
+        .iter()
+        .map(String::as_str)
+        .chain(results.scenarios.iter().map(|s| s.variant.as_str()))
+    {
+        if !variants.contains(&name) {
+            variants.push(name);
+        }
+    }
+    let metrics = stats::metrics(results);
+    let comparison = baseline.map(|b| compare::compare(b, results));
+    variants
+        .into_iter()
+        .map(|variant| {
+            let scenarios: Vec<&ScenarioResult> = results
+                .scenarios
+                .iter()
+                .filter(|s| s.variant == variant)
+                .collect();
+            let mut verdict = Verdict {
+                variant: variant.to_owned(),
+                reasons: Vec::new(),
+                notes: Vec::new(),
+            };
+            if scenarios.is_empty() {
+                verdict
+                    .reasons
+                    .push("the policy requires it and the results have none".to_owned());
+                return verdict;
+            }
+            leaks_and_secrets(&scenarios, &mut verdict.reasons);
+            for requirement in &policy.required {
+                verdict.reasons.extend(required(requirement, &scenarios));
+            }
+            let own: Vec<&stats::Metric> =
+                metrics.iter().filter(|m| m.variant == variant).collect();
+            if let Some(floor) = policy.success_rate {
+                for metric in &own {
+                    let summary = metric.summary();
+                    if summary.success_rate() < floor {
+                        verdict.reasons.push(format!(
+                            "{}/{} succeeded {}/{} ({:.0}%), under the floor of {:.0}%",
+                            metric.scenario,
+                            metric.name,
+                            summary.successes,
+                            summary.n,
+                            summary.success_rate() * 100.0,
+                            floor * 100.0
+                        ));
+                    }
+                }
+            }
+            for budget in &policy.p90_budgets {
+                verdict.reasons.extend(over_budget(budget, &own));
+            }
+            match (policy.regression_tolerance, &comparison) {
+                (None, _) => {}
+                (Some(_), None) => verdict
+                    .notes
+                    .push("regression not checked: no --baseline".to_owned()),
+                (Some(tolerance), Some(comparison)) => {
+                    regressions(variant, tolerance, comparison, &mut verdict)
+                }
+            }
+            verdict
+        })
+        .collect()
+}
+
+/// Reasons for every leaked resource and every secret found.
+fn leaks_and_secrets(scenarios: &[&ScenarioResult], reasons: &mut Vec<String>) {
+    for s in scenarios {
+        for resource in &s.leaked_resources {
+            reasons.push(format!(
+                "{} (repetition {}) leaked {} `{}`",
+                s.scenario, s.repetition, resource.kind, resource.id
+            ));
+        }
+        for secret in &s.secrets_found {
+            reasons.push(format!(
+                "{} (repetition {}) found a secret: {secret}",
+                s.scenario, s.repetition
+            ));
+        }
+    }
+}
+
+/// The reason `requirement` holds the variant, if it does.
+fn required(requirement: &Requirement, scenarios: &[&ScenarioResult]) -> Option<String> {
+    let name = format!("{}/{}", requirement.scenario, requirement.step);
+    let reps: Vec<&&ScenarioResult> = scenarios
+        .iter()
+        .filter(|s| s.scenario == requirement.scenario)
+        .collect();
+    if reps.is_empty() {
+        return Some(format!(
+            "required {name}: scenario {} did not run",
+            requirement.scenario
+        ));
+    }
+    let problems: Vec<String> = reps
+        .iter()
+        .filter_map(|rep| {
+            let problem = if requirement.step == "*" {
+                rep.steps.iter().find_map(|step| match &step.status {
+                    StepStatus::Failed { reason } => {
+                        Some(format!("{} failed: {reason}", step.step))
+                    }
+                    _ => None,
+                })
+            } else {
+                match rep.step(&requirement.step).map(|s| &s.status) {
+                    None => Some("no such step".to_owned()),
+                    Some(StepStatus::Passed) => None,
+                    Some(StepStatus::Failed { reason }) => Some(format!("failed: {reason}")),
+                    Some(StepStatus::Skipped { reason }) => Some(format!("skipped: {reason}")),
+                }
+            }?;
+            Some(format!("repetition {}: {problem}", rep.repetition))
+        })
+        .collect();
+    let first = problems.first()?;
+    Some(format!(
+        "required {name} did not pass in {} of {} repetition(s) ({first})",
+        problems.len(),
+        reps.len()
+    ))
+}
+
+/// The reason `budget` holds the variant, if it does.
+fn over_budget(budget: &Budget, metrics: &[&stats::Metric]) -> Option<String> {
+    let name = format!("{}/{}", budget.scenario, budget.metric);
+    let within = humantime::format_duration(budget.within);
+    let Some(metric) = metrics
+        .iter()
+        .find(|m| m.scenario == budget.scenario && m.name == budget.metric)
+    else {
+        return Some(format!(
+            "{name} has a p90 budget of {within} and no measurements"
+        ));
+    };
+    let summary = metric.summary();
+    match summary.p90 {
+        Value::Measured(p90) if p90 <= budget.within => None,
+        p90 => Some(format!(
+            "p90 of {name} is {p90} ({}/{} ok), over its budget of {within}",
+            summary.successes, summary.n
+        )),
+    }
+}
+
+/// Reasons for every metric of `variant` slower than the baseline beyond noise and tolerance.
+fn regressions(
+    variant: &str,
+    tolerance: f64,
+    comparison: &compare::Comparison,
+    verdict: &mut Verdict,
+) {
+    let rows: Vec<&compare::Row> = comparison
+        .rows
+        .iter()
+        .filter(|r| r.variant == variant)
+        .collect();
+    if rows.is_empty() {
+        verdict.notes.push(
+            "regression not checked: the baseline has no metric in common with it".to_owned(),
+        );
+    }
+    for row in rows {
+        if row.change == Change::Slower && row.ratio.is_some_and(|r| r > 1.0 + tolerance) {
+            verdict.reasons.push(format!(
+                "{}/{} is slower than the baseline beyond noise: p50 {} → {} ({}, {}), over the tolerance of +{:.0}%",
+                row.scenario,
+                row.metric,
+                row.baseline.p50,
+                row.current.p50,
+                compare::ratio_cell(row.ratio),
+                compare::basis_cell(row.basis),
+                tolerance * 100.0
+            ));
+        }
+    }
+}
+
+/// One line per variant, `<variant>: ship` or `<variant>: hold`, each followed by its
+/// reasons and notes as indented bullets.
+pub fn render(verdicts: &[Verdict]) -> String {
+    let mut lines = Vec::new();
+    for verdict in verdicts {
+        let word = if verdict.ships() { "ship" } else { "hold" };
+        let count = match verdict.reasons.len() {
+            0 => String::new(),
+            1 => " (1 reason)".to_owned(),
+            n => format!(" ({n} reasons)"),
+        };
+        lines.push(format!("{}: {word}{count}", verdict.variant));
+        lines.extend(verdict.reasons.iter().map(|r| format!("  - {r}")));
+        lines.extend(verdict.notes.iter().map(|n| format!("  - note: {n}")));
+    }
+    lines.push(String::new());
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use sandbox_providers::Resource;
+
+    use super::*;
+    use crate::report::fixture::{failed, run, scenario, step, timing};
+
+    fn policy(text: &str) -> Result<Policy, String> {
+        Policy::parse(Path::new("policy.yaml"), text).map_err(|e| e.to_string())
+    }
+
+    /// Ten repetitions of docker / lifecycle: first-result fails in the last three, and
+    /// create-to-first-result takes 1.0 s, 1.1 s, ... where it was measured.
+    fn seventy_percent() -> RunResults {
+        lifecycle(3)
+    }
+
+    /// Ten repetitions of docker / lifecycle, first-result failing in the last `failures`.
+    fn lifecycle(failures: u32) -> RunResults {
+        run((1..=10)
+            .map(|repetition| {
+                let ok = repetition <= 10 - failures;
+                let status = if ok {
+                    StepStatus::Passed
+                } else {
+                    failed("expected `2`, got `3`")
+                };
+                ScenarioResult {
+                    steps: vec![
+                        step("build", StepStatus::Passed, 30_000, 600, vec![], &[]),
+                        step("first-result", status, 900, 90, vec![], &[]),
+                    ],
+                    timings: if ok {
+                        vec![timing(
+                            "create-to-first-result",
+                            900 + 100 * u64::from(repetition),
+                            None,
+                        )]
+                    } else {
+                        vec![]
+                    },
+                    repetition,
+                    ..scenario("docker", "lifecycle")
+                }
+            })
+            .collect())
+    }
+
+    #[test]
+    fn a_policy_parses_with_its_budgets_and_requirements() {
+        let p = policy(
+            "variants: [docker]\nrequired:\n  - lifecycle/first-result\n  - core-tier/*\nsuccess_rate: 0.9\np90_budgets:\n  lifecycle/create-to-first-result: 5s\n  lifecycle/step:build: 3m\nregression:\n  tolerance: 0.25\n",
+        )
+        .expect("parses");
+        assert_eq!(p.variants, ["docker"]);
+        assert_eq!(
+            p.required[1],
+            Requirement {
+                scenario: "core-tier".to_owned(),
+                step: "*".to_owned()
+            }
+        );
+        assert_eq!(p.success_rate, Some(0.9));
+        assert_eq!(
+            p.p90_budgets,
+            [
+                Budget {
+                    scenario: "lifecycle".to_owned(),
+                    metric: "create-to-first-result".to_owned(),
+                    within: Duration::from_secs(5)
+                },
+                Budget {
+                    scenario: "lifecycle".to_owned(),
+                    metric: "step:build".to_owned(),
+                    within: Duration::from_secs(180)
+                },
+            ]
+        );
+        assert_eq!(p.regression_tolerance, Some(0.25));
+        assert_eq!(policy("{}").expect("empty is fine").required, []);
+    }
+
+    #[test]
+    fn policy_errors_name_file_and_line() {
+        let unknown = policy("required: []\nsucess_rate: 0.9\n").expect_err("a typo");
+        assert!(unknown.starts_with("policy.yaml:2:"), "{unknown}");
+        assert!(unknown.contains("sucess_rate"), "{unknown}");
+        assert!(
+            !unknown.contains("at line"),
+            "the location is said once: {unknown}"
+        );
+        let rate = policy("# floor\nsuccess_rate: 90\n").expect_err("not a fraction");
+        assert!(
+            rate.starts_with("policy.yaml:2:") && rate.contains("from 0 to 1"),
+            "{rate}"
+        );
+        let key = policy("required:\n  - lifecycle/first-result\n  - first-result\n")
+            .expect_err("no scenario");
+        assert!(
+            key.starts_with("policy.yaml:3:")
+                && key.contains("`first-result` is not `<scenario>/<step>`"),
+            "{key}"
+        );
+        let duration = policy("p90_budgets:\n  lifecycle/step:build: fast\n").expect_err("no unit");
+        assert!(
+            duration.starts_with("policy.yaml:2:") && duration.contains("`fast` is not a duration"),
+            "{duration}"
+        );
+        let tolerance = policy("regression:\n  tolerance: -1\n").expect_err("negative");
+        assert!(tolerance.starts_with("policy.yaml:2:"), "{tolerance}");
+        let wrong_type = policy("success_rate: high\n").expect_err("a word");
+        assert!(wrong_type.starts_with("policy.yaml:1:"), "{wrong_type}");
+    }
+
+    #[test]
+    fn an_all_pass_run_ships() {
+        let results = run(vec![ScenarioResult {
+            steps: vec![step(
+                "first-result",
+                StepStatus::Passed,
+                900,
+                90,
+                vec![],
+                &[],
+            )],
+            timings: vec![timing("create-to-first-result", 1_200, None)],
+            ..scenario("docker", "lifecycle")
+        }]);
+        let p = policy(
+            "required: [lifecycle/first-result, lifecycle/*]\nsuccess_rate: 1\np90_budgets:\n  lifecycle/create-to-first-result: 2s\n",
+        )
+        .expect("parses");
+        let verdicts = gate(&p, &results, None);
+        assert_eq!(verdicts.len(), 1);
+        assert!(verdicts[0].ships(), "{verdicts:?}");
+        assert_eq!(render(&verdicts), "docker: ship\n");
+    }
+
+    #[test]
+    fn seventy_percent_success_holds_on_every_rule_it_breaks() {
+        let p = policy(
+            "required: [lifecycle/first-result]\nsuccess_rate: 0.9\np90_budgets:\n  lifecycle/create-to-first-result: 5s\n  lifecycle/step:build: 1m\n  lifecycle/step:restart: 1m\n",
+        )
+        .expect("parses");
+        let verdicts = gate(&p, &seventy_percent(), None);
+        assert_eq!(
+            verdicts[0].reasons,
+            [
+                "required lifecycle/first-result did not pass in 3 of 10 repetition(s) (repetition 8: failed: expected `2`, got `3`)",
+                "lifecycle/step:first-result succeeded 7/10 (70%), under the floor of 90%",
+                "lifecycle/create-to-first-result succeeded 7/10 (70%), under the floor of 90%",
+                "p90 of lifecycle/create-to-first-result is failed (7/10 ok), over its budget of 5s",
+                "lifecycle/step:restart has a p90 budget of 1m and no measurements",
+            ]
+        );
+        let loose = policy("success_rate: 0.7\np90_budgets:\n  lifecycle/step:build: 31s\n")
+            .expect("parses");
+        assert!(gate(&loose, &seventy_percent(), None)[0].ships());
+    }
+
+    #[test]
+    fn leaks_and_secrets_always_hold() {
+        let mut results = seventy_percent();
+        results.scenarios[3].leaked_resources = vec![Resource {
+            kind: "container".to_owned(),
+            id: "9c2e41d07a5b".to_owned(),
+        }];
+        results.scenarios[5].secrets_found = vec!["REGISTRY_TOKEN at /etc/leak".to_owned()];
+        let verdicts = gate(&policy("{}").expect("parses"), &results, None);
+        assert_eq!(
+            verdicts[0].reasons,
+            [
+                "lifecycle (repetition 4) leaked container `9c2e41d07a5b`",
+                "lifecycle (repetition 6) found a secret: REGISTRY_TOKEN at /etc/leak",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_named_variant_without_results_holds() {
+        let p = policy("variants: [docker, e2b]\n").expect("parses");
+        let verdicts = gate(&p, &seventy_percent(), None);
+        assert!(verdicts[0].ships());
+        assert_eq!(verdicts[1].variant, "e2b");
+        assert_eq!(
+            verdicts[1].reasons,
+            ["the policy requires it and the results have none"]
+        );
+        assert_eq!(
+            render(&verdicts),
+            "docker: ship\ne2b: hold (1 reason)\n  - the policy requires it and the results have none\n"
+        );
+    }
+
+    #[test]
+    fn regressions_hold_beyond_noise_and_tolerance() {
+        let slower = |factor: f64| {
+            let mut results = lifecycle(0);
+            for s in &mut results.scenarios {
+                for t in &mut s.timings {
+                    t.duration = t.duration.mul_f64(factor);
+                }
+            }
+            results
+        };
+        let p = policy("regression:\n  tolerance: 0.25\n").expect("parses");
+        let verdicts = gate(&p, &slower(2.0), Some(&lifecycle(0)));
+        assert_eq!(verdicts[0].reasons.len(), 1, "{verdicts:?}");
+        assert!(
+            verdicts[0].reasons[0]
+                == ("lifecycle/create-to-first-result is slower than the baseline beyond noise: p50 1.40 s → 2.80 s (×2.00, U test p<0.001), over the tolerance of +25%"),
+            "{verdicts:?}"
+        );
+        assert!(gate(&p, &slower(1.2), Some(&lifecycle(0)))[0].ships());
+        let diluted = gate(&p, &slower(2.0), Some(&lifecycle(3)));
+        assert!(
+            diluted[0].ships(),
+            "three failures a side (tied at +∞) leave the doubling within noise"
+        );
+        let unchecked = gate(&p, &slower(2.0), None);
+        assert!(unchecked[0].ships());
+        assert_eq!(
+            unchecked[0].notes,
+            ["regression not checked: no --baseline"]
+        );
+    }
+}

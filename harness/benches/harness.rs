@@ -184,6 +184,7 @@ fn replay(c: &mut Criterion) {
                     },
                     mode: Mode::Replay {
                         server_url: server.url(),
+                        pace: sandbox_providers::api::replay::Pace::Instant,
                     },
                     credentials: Vec::new(),
                     volatiles,

@@ -508,9 +508,10 @@ async fn run(args: RunArgs) -> u8 {
         match &cloud_mode {
             CloudMode::Live | CloudMode::Record { .. } => {
                 // A missing credential is an error before anything runs, never a skip.
-                if let Err(e) =
-                    (cloud.connect)(sandbox_providers::api::Mode::Live, runner.scenario_volatiles())
-                {
+                if let Err(e) = (cloud.connect)(
+                    sandbox_providers::api::Mode::Live,
+                    runner.scenario_volatiles(),
+                ) {
                     eprintln!("error: the {name} variant cannot run live: {e}");
                     return EXIT_BAD_INPUT;
                 }

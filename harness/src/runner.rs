@@ -96,7 +96,9 @@ impl Runner {
         volatiles.register_secret(&self.canary);
         volatiles.register(
             "canary-hash",
-            &secrets::SecretFingerprint::of(&self.canary).hash.to_string(),
+            &secrets::SecretFingerprint::of(&self.canary)
+                .hash
+                .to_string(),
         );
         *self.volatiles.lock().expect("volatiles lock") = volatiles.clone();
         volatiles

@@ -154,6 +154,7 @@ pub async fn open_cloud(
             let provider = (variant.connect)(
                 Mode::Replay {
                     server_url: server.url(),
+                    pace: *pace,
                 },
                 volatiles,
             )

@@ -22,7 +22,7 @@ use sandbox_matrix::events::{EventSink, RunEvent};
 use sandbox_matrix::results::StepStatus;
 use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
 use sandbox_matrix::scenario::Scenario;
-use sandbox_matrix::{secrets, variants};
+use sandbox_matrix::variants;
 use sandbox_providers::api::{ApiSettings, Endpoints, Mode, Recorder, Volatiles};
 use sandbox_providers::daytona::DaytonaProvider;
 use sandbox_providers::{Artifact, BuildRequest, Provider, Resource, RunLabels, SandboxId, Secret};
@@ -558,24 +558,21 @@ async fn author_daytona_cassettes() {
         return;
     }
     let root = common::root();
-    let docker = variants::connect(
-        "docker",
-        &root,
-        Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
-    )
-    .await
-    .expect("the docker variant connects");
+    let docker = variants::connect_docker(&root, Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")))
+        .await
+        .expect("the docker variant connects");
     for name in ["lifecycle", "core-tier"] {
         let scenario = Scenario::load(&root.join(format!("scenarios/{name}.yaml")))
             .expect("the scenario loads");
         let run_id = new_run_id();
-        let canary = fake_canary();
-        let volatiles = Arc::new(Volatiles::default());
-        volatiles.register("run-id", &run_id);
-        volatiles.register(
-            "canary-hash",
-            &secrets::rolling_hash(canary.expose().as_bytes()).to_string(),
+        let runner = Runner::new(
+            run_id.clone(),
+            fake_canary(),
+            Arc::new(Quiet),
+            CancellationToken::new(),
         );
+        // The runner's own placeholders: run id, canary, its fingerprint, restart markers.
+        let volatiles = runner.scenario_volatiles();
         let labels = RunLabels {
             run_id: run_id.clone(),
             variant: "daytona".into(),
@@ -600,12 +597,6 @@ async fn author_daytona_cassettes() {
             None,
         )
         .expect("the daytona client starts");
-        let runner = Runner::new(
-            run_id.clone(),
-            canary,
-            Arc::new(Quiet),
-            CancellationToken::new(),
-        );
         runner
             .prepare(&docker)
             .await

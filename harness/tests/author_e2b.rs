@@ -11,19 +11,16 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use sandbox_matrix::events::{EventSink, RunEvent};
 use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
 use sandbox_matrix::scenario::Scenario;
-use sandbox_matrix::secrets::SecretFingerprint;
 use sandbox_providers::api::cassette::{CONNECT_END_STREAM, decode_connect, encode_connect};
-use sandbox_providers::api::{Endpoints, Mode, Recorder, Volatiles};
+use sandbox_providers::api::{Endpoints, Mode, Recorder};
 use sandbox_providers::e2b::E2bProvider;
 use sandbox_providers::{
-    Artifact, BuildRequest, Capabilities, CodeOutput, CommandOutput, LogFn, Provider, Resource,
-    Result, RunLabels, SandboxId, Secret, ShutdownReport, Timing,
+    Artifact, BuildRequest, CodeOutput, CommandOutput, Provider, RunLabels, SandboxId, Secret,
 };
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -43,8 +40,7 @@ fn root() -> PathBuf {
 #[ignore = "needs Docker; writes fixtures/cassettes/e2b/*.yaml"]
 async fn author_e2b_cassettes() {
     let root = root();
-    let docker = sandbox_matrix::variants::connect(
-        "docker",
+    let docker = sandbox_matrix::variants::connect_docker(
         &root,
         Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
     )
@@ -64,14 +60,15 @@ async fn author(root: &Path, docker: Arc<dyn Provider>, name: &str) {
         Emulator::start(docker.clone(), root.join("fixtures/environments/reference")).await;
     let path = root.join(format!("fixtures/cassettes/e2b/{name}.yaml"));
     let recorder = Arc::new(Recorder::new(&path, ORIGIN, "e2b", name));
-    let volatiles = Arc::new(Volatiles::default());
     let run_id = new_run_id();
-    let canary = fake_canary();
-    volatiles.register("run_id", &run_id);
-    volatiles.register(
-        "canary_hash",
-        &SecretFingerprint::of(&canary).hash.to_string(),
+    let runner = Runner::new(
+        run_id,
+        fake_canary(),
+        Arc::new(Print),
+        tokio_util::sync::CancellationToken::new(),
     );
+    // The runner's own placeholders: run id, canary, its fingerprint, restart markers.
+    let volatiles = runner.scenario_volatiles();
     let e2b = E2bProvider::new(
         Endpoints {
             api_base: emulator.url(),
@@ -84,17 +81,8 @@ async fn author(root: &Path, docker: Arc<dyn Provider>, name: &str) {
         Default::default(),
     )
     .expect("an e2b client");
-    let provider: Arc<dyn Provider> = Arc::new(Markers {
-        inner: e2b,
-        volatiles,
-    });
+    let provider: Arc<dyn Provider> = Arc::new(e2b);
     let scenario = Scenario::load(&root.join(format!("scenarios/{name}.yaml"))).expect("scenario");
-    let runner = Runner::new(
-        run_id,
-        canary,
-        Arc::new(Print),
-        tokio_util::sync::CancellationToken::new(),
-    );
     let result = runner.run_scenario(provider, &scenario, None).await;
     // Whatever the emulator's docker sandboxes left is removed by their labels.
     emulator.cleanup().await;
@@ -114,94 +102,6 @@ impl EventSink for Print {
         if let RunEvent::StepFinished { .. } = event {
             eprintln!("{event:?}");
         }
-    }
-}
-
-/// The e2b client, registering the runner's random markers as volatile values before
-/// they are sent, so that cassettes hold placeholders for them.
-struct Markers {
-    inner: E2bProvider,
-    volatiles: Arc<Volatiles>,
-}
-
-impl Markers {
-    fn register(&self, text: &str) {
-        let mut rest = text;
-        while let Some(at) = rest.find("sm-marker-") {
-            let candidate = &rest[at..];
-            let marker: String = candidate.chars().take("sm-marker-".len() + 8).collect();
-            if marker.len() == "sm-marker-".len() + 8
-                && marker["sm-marker-".len()..]
-                    .chars()
-                    .all(|c| c.is_ascii_hexdigit())
-            {
-                self.volatiles.register("marker", &marker);
-            }
-            rest = &candidate["sm-marker-".len()..];
-        }
-    }
-}
-
-#[async_trait]
-impl Provider for Markers {
-    fn variant(&self) -> &str {
-        self.inner.variant()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    fn provider_version(&self) -> Option<String> {
-        self.inner.provider_version()
-    }
-    async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact> {
-        self.inner.build(request, log).await
-    }
-    async fn launch(
-        &self,
-        artifact: &Artifact,
-        labels: &RunLabels,
-    ) -> Result<(SandboxId, Vec<Timing>)> {
-        self.inner.launch(artifact, labels).await
-    }
-    async fn run_code(&self, sandbox: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)> {
-        self.register(code);
-        self.inner.run_code(sandbox, code).await
-    }
-    async fn run_code_in(
-        &self,
-        sandbox: &SandboxId,
-        context: &str,
-        code: &str,
-    ) -> Result<CodeOutput> {
-        self.register(code);
-        self.inner.run_code_in(sandbox, context, code).await
-    }
-    async fn exec(
-        &self,
-        sandbox: &SandboxId,
-        argv: &[String],
-        as_root: bool,
-    ) -> Result<CommandOutput> {
-        argv.iter().for_each(|a| self.register(a));
-        self.inner.exec(sandbox, argv, as_root).await
-    }
-    async fn restart(&self, sandbox: &SandboxId) -> Result<Vec<Timing>> {
-        self.inner.restart(sandbox).await
-    }
-    async fn shutdown(&self, sandbox: &SandboxId, grace: Duration) -> Result<ShutdownReport> {
-        self.inner.shutdown(sandbox, grace).await
-    }
-    async fn artifact_metadata(&self, artifact: &Artifact) -> Result<String> {
-        self.inner.artifact_metadata(artifact).await
-    }
-    async fn floor(&self, artifact: &Artifact, labels: &RunLabels) -> Result<Vec<Timing>> {
-        self.inner.floor(artifact, labels).await
-    }
-    async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>> {
-        self.inner.list_resources(labels).await
-    }
-    async fn delete_resource(&self, resource: &Resource) -> Result<()> {
-        self.inner.delete_resource(resource).await
     }
 }
 

@@ -52,9 +52,13 @@ fn run_once(variant: &str, scenario: &Scenario) -> Result<(String, ScenarioResul
         );
         let (provider, check) = match variants::cloud(variant) {
             Some(cloud) => {
-                let session =
-                    variants::open_cloud(cloud, &scenario.name, &replay_mode(), runner.scenario_volatiles())
-                        .await?;
+                let session = variants::open_cloud(
+                    cloud,
+                    &scenario.name,
+                    &replay_mode(),
+                    runner.scenario_volatiles(),
+                )
+                .await?;
                 (session.provider, session.check)
             }
             None => (

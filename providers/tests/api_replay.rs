@@ -68,6 +68,7 @@ async fn serve(c: Cassette, volatiles: Arc<Volatiles>) -> (ReplayServer, ApiClie
     let client = client(
         Mode::Replay {
             server_url: server.url(),
+            pace: sandbox_providers::api::replay::Pace::Instant,
         },
         volatiles,
     );
@@ -278,10 +279,9 @@ async fn a_repeating_poll_answers_until_the_budget_ends() {
     );
     pending.repeat = true;
     let (server, client) = serve(cassette(vec![pending]), Arc::new(Volatiles::default())).await;
-    let err = sandbox_providers::api::poll_until(
-        "sandbox sb-1 running",
-        Duration::from_millis(400),
-        || {
+    let poller = client.clone();
+    let err = poller
+        .poll_until("sandbox sb-1 running", Duration::from_millis(400), || {
             let client = client.clone();
             async move {
                 let state: serde_json::Value = client
@@ -290,10 +290,9 @@ async fn a_repeating_poll_answers_until_the_budget_ends() {
                     .json()?;
                 Ok((state["state"] == "running").then_some(()))
             }
-        },
-    )
-    .await
-    .unwrap_err();
+        })
+        .await
+        .unwrap_err();
     assert_eq!(err.kind, ErrorKind::Timeout);
     assert!(server.observed().len() >= 3);
     server.finish().unwrap();

@@ -73,6 +73,7 @@ async fn serve(name: &str, waits: Waits) -> (ReplayServer, DaytonaProvider) {
             },
             mode: Mode::Replay {
                 server_url: server.url(),
+                pace: sandbox_providers::api::replay::Pace::Instant,
             },
             credentials: vec![fake_key()],
             volatiles,

@@ -44,7 +44,7 @@ async fn serve(name: &str) -> (ReplayServer, E2bProvider) {
     let path = root().join(format!("fixtures/cassettes/e2b/faults/{name}.yaml"));
     let cassette = Cassette::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let volatiles = Arc::new(Volatiles::default());
-    volatiles.register("run_id", RUN_ID);
+    volatiles.register("run-id", RUN_ID);
     let server = ReplayServer::start(
         cassette,
         ReplayOptions {
@@ -59,6 +59,7 @@ async fn serve(name: &str) -> (ReplayServer, E2bProvider) {
     let provider = E2bProvider::from_env(
         Mode::Replay {
             server_url: server.url(),
+            pace: sandbox_providers::api::replay::Pace::Instant,
         },
         volatiles,
     )

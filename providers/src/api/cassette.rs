@@ -555,10 +555,13 @@ mod tests {
         // A fake credential, made up for this test.
         volatiles.register_secret(&Secret::new("REGISTRY_TOKEN", "fake-canary-0000"));
         let n = Normalizer::new(&[], &volatiles);
-        let body = Body::Json(serde_json::json!({"text": "'<marker>'", "p": "<redacted:REGISTRY_TOKEN>"}));
+        let body =
+            Body::Json(serde_json::json!({"text": "'<marker>'", "p": "<redacted:REGISTRY_TOKEN>"}));
         assert_eq!(
             n.restore(&body),
-            Body::Json(serde_json::json!({"text": "'sm-marker-1234'", "p": "<redacted:REGISTRY_TOKEN>"}))
+            Body::Json(
+                serde_json::json!({"text": "'sm-marker-1234'", "p": "<redacted:REGISTRY_TOKEN>"})
+            )
         );
     }
 

@@ -18,7 +18,7 @@ use futures_util::StreamExt as _;
 use reqwest::Method;
 
 pub use cassette::{Body, Cassette, ConnectFrame, Exchange, Normalizer, Volatiles};
-pub use poll::{POLL_FIRST_INTERVAL, POLL_MAX_INTERVAL, poll_until};
+pub use poll::{POLL_FIRST_INTERVAL, POLL_MAX_INTERVAL, PollIntervals};
 
 use crate::{ErrorKind, ProviderError, Result, Secret, tail};
 use cassette::{RecordedRequest, RecordedResponse};
@@ -51,6 +51,8 @@ pub enum Mode {
     Replay {
         /// Base URL of the replay server.
         server_url: String,
+        /// How fast it answers; at instant pace polls do not wait either.
+        pace: replay::Pace,
     },
 }
 
@@ -466,13 +468,35 @@ impl ApiClient {
         matches!(self.inner.mode, Mode::Replay { .. })
     }
 
+    /// [`poll::poll_until`] with this client's intervals: 50 ms backing off to 2 s, or
+    /// 1 ms in a replay at instant pace.
+    pub async fn poll_until<T, F, Fut>(
+        &self,
+        what: &str,
+        deadline: Duration,
+        probe: F,
+    ) -> Result<(T, Duration)>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<Option<T>>>,
+    {
+        let intervals = match &self.inner.mode {
+            Mode::Replay {
+                pace: replay::Pace::Instant,
+                ..
+            } => PollIntervals::INSTANT,
+            _ => PollIntervals::LIVE,
+        };
+        poll::poll_until(what, deadline, intervals, probe).await
+    }
+
     fn normalizer(&self) -> Normalizer {
         Normalizer::new(&lock(&self.inner.credentials), &self.inner.volatiles)
     }
 
     fn url(&self, target: &Target, path: &str) -> String {
         match &self.inner.mode {
-            Mode::Replay { server_url } => {
+            Mode::Replay { server_url, .. } => {
                 format!(
                     "{}{}",
                     server_url.trim_end_matches('/'),

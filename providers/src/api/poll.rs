@@ -11,13 +11,37 @@ pub const POLL_FIRST_INTERVAL: Duration = Duration::from_millis(50);
 /// The longest wait between polls.
 pub const POLL_MAX_INTERVAL: Duration = Duration::from_secs(2);
 
-/// Calls `probe` until it returns `Some`, waiting 50 ms after the first call and half as
-/// long again after each, up to 2 s, or fails with [`ErrorKind::Timeout`] naming `what`
-/// once `deadline` has passed. Returns the value and the resolution: the last wait, within
+/// How long to wait between polls: the first wait, growing by half each time up to `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PollIntervals {
+    /// The first wait.
+    pub first: Duration,
+    /// The longest wait.
+    pub max: Duration,
+}
+
+impl PollIntervals {
+    /// 50 ms, backing off to 2 s: for a real service.
+    pub const LIVE: PollIntervals = PollIntervals {
+        first: POLL_FIRST_INTERVAL,
+        max: POLL_MAX_INTERVAL,
+    };
+    /// 1 ms throughout: for a replay at instant pace, where only the order of answers
+    /// matters and a real wait would only slow the run.
+    pub const INSTANT: PollIntervals = PollIntervals {
+        first: Duration::from_millis(1),
+        max: Duration::from_millis(1),
+    };
+}
+
+/// Calls `probe` until it returns `Some`, waiting `intervals.first` after the first call
+/// and half as long again after each, up to `intervals.max`, or fails with
+/// [`ErrorKind::Timeout`] naming `what` once `deadline` has passed. Returns the value and the resolution: the last wait, within
 /// which the change happened.
 pub async fn poll_until<T, F, Fut>(
     what: &str,
     deadline: Duration,
+    intervals: PollIntervals,
     mut probe: F,
 ) -> Result<(T, Duration)>
 where
@@ -25,7 +49,7 @@ where
     Fut: Future<Output = Result<Option<T>>>,
 {
     let started = Instant::now();
-    let mut interval = POLL_FIRST_INTERVAL;
+    let mut interval = intervals.first;
     let mut last_wait = Duration::ZERO;
     let mut polls = 0u32;
     loop {
@@ -46,7 +70,7 @@ where
         let wait = interval.min(deadline - elapsed);
         tokio::time::sleep(wait).await;
         last_wait = wait;
-        interval = (interval * 3 / 2).min(POLL_MAX_INTERVAL);
+        interval = (interval * 3 / 2).min(intervals.max);
     }
 }
 
@@ -58,10 +82,15 @@ mod tests {
     #[tokio::test]
     async fn polls_back_off_and_report_the_last_wait() {
         let calls = AtomicU32::new(0);
-        let (value, resolution) = poll_until("ready", Duration::from_secs(5), || async {
-            let n = calls.fetch_add(1, Ordering::SeqCst);
-            Ok((n == 3).then_some(n))
-        })
+        let (value, resolution) = poll_until(
+            "ready",
+            Duration::from_secs(5),
+            PollIntervals::LIVE,
+            || async {
+                let n = calls.fetch_add(1, Ordering::SeqCst);
+                Ok((n == 3).then_some(n))
+            },
+        )
         .await
         .unwrap();
         assert_eq!(value, 3);
@@ -72,9 +101,12 @@ mod tests {
     #[tokio::test]
     async fn a_condition_never_met_times_out_by_the_deadline() {
         let started = Instant::now();
-        let err = poll_until("sandbox ready", Duration::from_millis(300), || async {
-            Ok(None::<()>)
-        })
+        let err = poll_until(
+            "sandbox ready",
+            Duration::from_millis(300),
+            PollIntervals::LIVE,
+            || async { Ok(None::<()>) },
+        )
         .await
         .unwrap_err();
         assert_eq!(err.kind, ErrorKind::Timeout);

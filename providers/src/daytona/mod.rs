@@ -19,9 +19,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::api::{
-    ApiClient, ApiRequest, ApiSettings, Endpoints, Mode, Target, Volatiles, poll_until,
-};
+use crate::api::{ApiClient, ApiRequest, ApiSettings, Endpoints, Mode, Target, Volatiles};
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, ErrorKind,
     LogFn, Provider, ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId, Secret,
@@ -361,36 +359,38 @@ impl DaytonaProvider {
         let seen = Mutex::new(0usize);
         let (this, seen, logs_url) = (self, &seen, logs.url.as_str());
         let started = Instant::now();
-        let ((), resolution) = poll_until(
-            &format!("snapshot {id} to become active"),
-            self.waits.build,
-            move || async move {
-                let snapshot: SnapshotRecord = this
-                    .call(
-                        ApiRequest::get(Target::Api, format!("/snapshots/{id}"))
-                            .what("get snapshot"),
-                    )
-                    .await?
-                    .json()?;
-                this.emit_new_log_lines(logs_url, seen, log).await?;
-                match snapshot.state.as_str() {
-                    "active" => Ok(Some(())),
-                    "error" | "build_failed" => Err(ProviderError::new(
-                        ErrorKind::Build,
-                        format!(
-                            "snapshot {id} ended in state {}: {}",
-                            snapshot.state,
-                            snapshot
-                                .error_reason
-                                .as_deref()
-                                .unwrap_or("no reason given")
-                        ),
-                    )),
-                    _ => Ok(None),
-                }
-            },
-        )
-        .await?;
+        let ((), resolution) = self
+            .client
+            .poll_until(
+                &format!("snapshot {id} to become active"),
+                self.waits.build,
+                move || async move {
+                    let snapshot: SnapshotRecord = this
+                        .call(
+                            ApiRequest::get(Target::Api, format!("/snapshots/{id}"))
+                                .what("get snapshot"),
+                        )
+                        .await?
+                        .json()?;
+                    this.emit_new_log_lines(logs_url, seen, log).await?;
+                    match snapshot.state.as_str() {
+                        "active" => Ok(Some(())),
+                        "error" | "build_failed" => Err(ProviderError::new(
+                            ErrorKind::Build,
+                            format!(
+                                "snapshot {id} ended in state {}: {}",
+                                snapshot.state,
+                                snapshot
+                                    .error_reason
+                                    .as_deref()
+                                    .unwrap_or("no reason given")
+                            ),
+                        )),
+                        _ => Ok(None),
+                    }
+                },
+            )
+            .await?;
         log(&format!(
             "snapshot {id} active after {:.1} s (polled every {} ms at most)",
             started.elapsed().as_secs_f64(),
@@ -425,30 +425,33 @@ impl DaytonaProvider {
     /// Polls sandbox `id` until it is in state `want`; returns the poll resolution.
     async fn wait_for_sandbox(&self, id: &str, want: &str, deadline: Duration) -> Result<Duration> {
         let this = self;
-        let (record, resolution) = poll_until(
-            &format!("sandbox {id} to be {want}"),
-            deadline,
-            move || async move {
-                let record: SandboxRecord = this
-                    .call(
-                        ApiRequest::get(Target::Api, format!("/sandbox/{id}")).what("get sandbox"),
-                    )
-                    .await?
-                    .json()?;
-                match record.state.as_deref().unwrap_or("unknown") {
-                    state if state == want => Ok(Some(record)),
-                    state if sandbox_failed(state) => Err(ProviderError::new(
-                        ErrorKind::Api,
-                        format!(
-                            "sandbox {id} is {state} while waiting for {want}: {}",
-                            record.error_reason.as_deref().unwrap_or("no reason given")
-                        ),
-                    )),
-                    _ => Ok(None),
-                }
-            },
-        )
-        .await?;
+        let (record, resolution) = self
+            .client
+            .poll_until(
+                &format!("sandbox {id} to be {want}"),
+                deadline,
+                move || async move {
+                    let record: SandboxRecord = this
+                        .call(
+                            ApiRequest::get(Target::Api, format!("/sandbox/{id}"))
+                                .what("get sandbox"),
+                        )
+                        .await?
+                        .json()?;
+                    match record.state.as_deref().unwrap_or("unknown") {
+                        state if state == want => Ok(Some(record)),
+                        state if sandbox_failed(state) => Err(ProviderError::new(
+                            ErrorKind::Api,
+                            format!(
+                                "sandbox {id} is {state} while waiting for {want}: {}",
+                                record.error_reason.as_deref().unwrap_or("no reason given")
+                            ),
+                        )),
+                        _ => Ok(None),
+                    }
+                },
+            )
+            .await?;
         self.remember(&record);
         Ok(resolution)
     }

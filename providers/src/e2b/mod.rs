@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 
 use crate::api::{
     ApiClient, ApiRequest, ApiResponse, ApiSettings, Endpoints, Mode, Normalizer, ReqBody, Target,
-    Volatiles, poll_until,
+    Volatiles,
 };
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, ErrorKind,
@@ -369,7 +369,7 @@ impl E2bProvider {
         log: &LogFn,
     ) -> Result<Duration> {
         let offset = AtomicUsize::new(0);
-        let (outcome, resolution) = poll_until("the template build", BUILD_DEADLINE, || async {
+        let (outcome, resolution) = self.client.poll_until("the template build", BUILD_DEADLINE, || async {
             let from = offset.load(Ordering::SeqCst);
             let response = self
                 .client
@@ -432,16 +432,18 @@ impl E2bProvider {
         timings: &mut Vec<Timing>,
     ) -> Result<String> {
         let started = Instant::now();
-        let ((), resolution) = poll_until("the code interpreter", self.ready_deadline, || async {
-            // The poll is the retry: one attempt per probe, each short.
-            let probe = self
-                .in_sandbox(Method::GET, INTERPRETER_PORT, sandbox, token, "/health")
-                .idempotent(false)
-                .timeout(HEALTH_TIMEOUT)
-                .what("code interpreter health");
-            Ok(self.client.call(probe).await.ok().map(|_| ()))
-        })
-        .await?;
+        let ((), resolution) = self
+            .client
+            .poll_until("the code interpreter", self.ready_deadline, || async {
+                // The poll is the retry: one attempt per probe, each short.
+                let probe = self
+                    .in_sandbox(Method::GET, INTERPRETER_PORT, sandbox, token, "/health")
+                    .idempotent(false)
+                    .timeout(HEALTH_TIMEOUT)
+                    .what("code interpreter health");
+                Ok(self.client.call(probe).await.ok().map(|_| ()))
+            })
+            .await?;
         timings.push(Timing {
             name: "interpreter-ready".into(),
             duration: started.elapsed(),
@@ -957,18 +959,19 @@ impl Provider for E2bProvider {
     async fn shutdown(&self, sandbox: &SandboxId, grace: Duration) -> Result<ShutdownReport> {
         self.kill(&sandbox.0).await?;
         let path = format!("/sandboxes/{}", sandbox.0);
-        poll_until("the sandbox to stop", grace, || async {
-            match self
-                .client
-                .call(self.api(Method::GET, path.clone()).what("get sandbox"))
-                .await
-            {
-                Err(e) if e.kind == ErrorKind::NotFound => Ok(Some(())),
-                Err(e) => Err(e),
-                Ok(_) => Ok(None),
-            }
-        })
-        .await?;
+        self.client
+            .poll_until("the sandbox to stop", grace, || async {
+                match self
+                    .client
+                    .call(self.api(Method::GET, path.clone()).what("get sandbox"))
+                    .await
+                {
+                    Err(e) if e.kind == ErrorKind::NotFound => Ok(Some(())),
+                    Err(e) => Err(e),
+                    Ok(_) => Ok(None),
+                }
+            })
+            .await?;
         Ok(ShutdownReport {
             ending: ShutdownEnding::Unknown,
             exit_code: None,

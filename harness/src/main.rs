@@ -32,8 +32,8 @@ const EXIT_INTERRUPTED: u8 = 130;
     version,
     about = "Runs scenario files against code-sandbox provider variants and reports how each step went and how long it took.",
     long_about = "Runs scenario files against code-sandbox provider variants, checks each sandbox against \
-sandbox-contract/v1, measures every step, and writes JUnit, a markdown comparison table and results.json \
-into reports/<run-id>/ (reports/latest points at the newest run).\n\n\
+sandbox-contract/v1, measures every step, and writes JUnit, a markdown comparison table, results.json \
+and an HTML report with charts into reports/<run-id>/ (reports/latest points at the newest run).\n\n\
 Exit codes: 0 every step passed; 1 a step failed; 2 bad input (scenario file, variant name); \
 3 reports could not be written; 130 interrupted by Ctrl-C (after cleanup). `gate` exits 1 when a \
 variant holds; `merge`, `compare` and `gate` exit 2 on a file they cannot use."
@@ -69,7 +69,7 @@ enum Command {
         files: Vec<PathBuf>,
     },
     /// Combine sharded results (one results.json per CI job) into one run folder:
-    /// results.json, junit.xml and summary.md in --out.
+    /// results.json, junit.xml, summary.md and report.html in --out.
     ///
     /// Each shard's provenance is kept; repetitions are renumbered per variant × scenario.
     /// Files of different schema versions are refused.
@@ -112,6 +112,25 @@ enum Command {
         /// A results.json to check regressions against.
         #[arg(long, value_name = "RESULTS_JSON")]
         baseline: Option<PathBuf>,
+    },
+    /// Write the HTML report of a run (the report.html of a run folder): provenance, the
+    /// comparison table, failures, each metric's distribution per variant, and with
+    /// --history the p50 and p90 of each metric across earlier runs.
+    ///
+    /// The history is the newest 30 runs found; a file that cannot be read is skipped with a
+    /// warning. Exits 2 when the run's own results.json cannot be read, 3 when the page
+    /// cannot be written.
+    Report {
+        /// The HTML file to write.
+        #[arg(long, value_name = "FILE_HTML")]
+        out: PathBuf,
+        /// The results.json of the run.
+        #[arg(value_name = "RESULTS_JSON")]
+        results: PathBuf,
+        /// Earlier runs: results.json files, or folders holding `*.json` files or run folders
+        /// with a results.json each; repeat for several.
+        #[arg(long, value_name = "DIR|FILE", num_args = 1..)]
+        history: Vec<PathBuf>,
     },
 }
 
@@ -203,6 +222,11 @@ fn main() -> ExitCode {
                 results,
                 baseline,
             } => gate(&policy, &results, baseline.as_deref()),
+            Command::Report {
+                out,
+                results,
+                history,
+            } => html_report(&out, &results, &history),
         }
     });
     ExitCode::from(code)
@@ -329,7 +353,7 @@ fn merge(files: &[PathBuf], out: &Path) -> u8 {
     match run_folder::write_into(out, &merged, &[]) {
         Ok(()) => {
             eprintln!(
-                "merged {} shard(s), {} scenario result(s) into {} (junit.xml, summary.md, results.json)",
+                "merged {} shard(s), {} scenario result(s) into {} (junit.xml, summary.md, results.json, report.html)",
                 merged.provenance.shards.len(),
                 merged.scenarios.len(),
                 out.display()
@@ -391,6 +415,42 @@ fn gate(policy: &Path, path: &Path, baseline: Option<&Path>) -> u8 {
         EXIT_PASSED
     } else {
         EXIT_FAILED
+    }
+}
+
+fn html_report(out: &Path, path: &Path, history_args: &[PathBuf]) -> u8 {
+    use sandbox_matrix::report::html::{HISTORY_RUNS, History, history_files, render};
+    let current = match results::load(path) {
+        Ok(current) => current,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let mut listing = Vec::new();
+    let files: Vec<PathBuf> = history_args
+        .iter()
+        .flat_map(|arg| history_files(arg, &mut listing))
+        .collect();
+    let mut history = History::load(files, &current.provenance.run_id, usize::MAX);
+    history.keep_newest(HISTORY_RUNS);
+    history.warnings.splice(0..0, listing);
+    for warning in &history.warnings {
+        eprintln!("warning: {warning}");
+    }
+    match std::fs::write(out, render(&current, &history)) {
+        Ok(()) => {
+            eprintln!(
+                "wrote {} ({} earlier run(s) in its history)",
+                out.display(),
+                history.runs.len()
+            );
+            EXIT_PASSED
+        }
+        Err(e) => {
+            eprintln!("error: cannot write {}: {e}", out.display());
+            EXIT_REPORT
+        }
     }
 }
 
@@ -617,14 +677,19 @@ async fn run(args: RunArgs) -> u8 {
     }
     let results = snapshot(&provenance, &collector);
     println!("{}", report::table::render(&results));
-    match run_folder::write(&out, &results, &runner.secrets()).and_then(|dir| {
+    match run_folder::write(&out, &results, &runner.secrets()).and_then(|written| {
         run_folder::append_step_summary(&results)?;
-        Ok(dir)
+        Ok(written)
     }) {
-        Ok(dir) => eprintln!(
-            "reports: {} (junit.xml, summary.md, results.json)",
-            dir.display()
-        ),
+        Ok(written) => {
+            for warning in &written.warnings {
+                eprintln!("warning: {warning}");
+            }
+            eprintln!(
+                "reports: {} (junit.xml, summary.md, results.json, report.html)",
+                written.dir.display()
+            )
+        }
         Err(e) => report_error = Some(e),
     }
     if let Some(e) = report_error {

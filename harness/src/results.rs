@@ -313,7 +313,9 @@ mod tests {
     fn a_written_run_folder_satisfies_the_schema_and_loads_back() {
         let results = everything();
         let out = std::env::temp_dir().join(format!("sm-results-schema-{}", std::process::id()));
-        let dir = crate::run_folder::write(&out, &results, &[]).expect("writes");
+        let dir = crate::run_folder::write(&out, &results, &[])
+            .expect("writes")
+            .dir;
         let path = dir.join("results.json");
         let text = std::fs::read_to_string(&path).expect("readable");
         let loaded = load(&path);

@@ -1,32 +1,77 @@
-//! Writes a run's folder: `results.json`, `junit.xml`, `summary.md`, and the `latest` link.
+//! Writes a run's folder: `results.json`, `junit.xml`, `summary.md`, `report.html`, and the
+//! `latest` link.
 
 use std::path::{Path, PathBuf};
 
 use sandbox_providers::Secret;
 
 use crate::report;
+use crate::report::html::{HISTORY_RUNS, History};
 use crate::results::RunResults;
 
 /// Files a run writes into its folder.
-pub const FILES: [&str; 3] = ["results.json", "junit.xml", "summary.md"];
+pub const FILES: [&str; 4] = ["results.json", "junit.xml", "summary.md", "report.html"];
+
+/// What [`write`] did.
+#[derive(Debug)]
+pub struct Written {
+    /// The run's folder.
+    pub dir: PathBuf,
+    /// Earlier runs' results that `report.html`'s history skipped, each with why.
+    pub warnings: Vec<String>,
+}
 
 /// Writes `results` to `<out>/<run-id>/` and points `<out>/latest` at it. Called after every
 /// scenario, so a result already measured survives an interrupted run. Before returning it
 /// checks that no file it wrote holds any of `secrets`' values.
-pub fn write(out: &Path, results: &RunResults, secrets: &[Secret]) -> Result<PathBuf, String> {
-    let dir = out.join(&results.provenance.run_id);
-    write_into(&dir, results, secrets)?;
+///
+/// `report.html`'s history is the newest [`HISTORY_RUNS`] other run folders in `out` (by
+/// name, which starts with the run's UTC time) whose `results.json` can be read; one that
+/// cannot is skipped with a warning, never an error.
+pub fn write(out: &Path, results: &RunResults, secrets: &[Secret]) -> Result<Written, String> {
+    let run_id = &results.provenance.run_id;
+    let dir = out.join(run_id);
+    let history = History::load(earlier_runs(out, run_id), run_id, HISTORY_RUNS);
+    write_files(&dir, results, &history, secrets)?;
     let latest = out.join("latest");
     let _ = std::fs::remove_file(&latest);
     #[cfg(unix)]
-    std::os::unix::fs::symlink(&results.provenance.run_id, &latest)
+    std::os::unix::fs::symlink(run_id, &latest)
         .map_err(|e| format!("cannot link {}: {e}", latest.display()))?;
-    Ok(dir)
+    Ok(Written {
+        dir,
+        warnings: history.warnings,
+    })
+}
+
+/// The `results.json` of every run folder in `out` but `run_id`'s, newest name first.
+fn earlier_runs(out: &Path, run_id: &str) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(out) else {
+        return Vec::new();
+    };
+    let mut folders: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| entry.file_name() != *run_id && entry.file_name() != "latest")
+        .filter(|entry| entry.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|entry| entry.path().join("results.json"))
+        .filter(|path| path.exists())
+        .collect();
+    folders.sort_by(|a, b| b.cmp(a));
+    folders
 }
 
 /// Writes [`FILES`] for `results` into `dir`, creating it, and checks that none holds any of
-/// `secrets`' values.
+/// `secrets`' values. `report.html` has no history.
 pub fn write_into(dir: &Path, results: &RunResults, secrets: &[Secret]) -> Result<(), String> {
+    write_files(dir, results, &History::default(), secrets)
+}
+
+fn write_files(
+    dir: &Path,
+    results: &RunResults,
+    history: &History,
+    secrets: &[Secret],
+) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let json = serde_json::to_string_pretty(results)
         .map_err(|e| format!("cannot serialize results: {e}"))?;
@@ -34,6 +79,7 @@ pub fn write_into(dir: &Path, results: &RunResults, secrets: &[Secret]) -> Resul
         json + "\n",
         report::junit::render(results),
         report::table::render_summary(results),
+        report::html::render(results, history),
     ];
     for (name, text) in FILES.iter().zip(&contents) {
         if let Some(secret) = secrets.iter().find(|s| text.contains(s.expose())) {

@@ -1,6 +1,8 @@
-//! Renders [`RunResults`] for CI and for people: JUnit XML ([`junit`]) and a
-//! markdown comparison table with a run summary ([`table`]).
+//! Renders [`RunResults`] for CI and for people: JUnit XML ([`junit`]), a
+//! markdown comparison table with a run summary ([`table`]), and an HTML page with
+//! charts ([`html`]).
 
+pub mod html;
 pub mod junit;
 pub mod table;
 

@@ -54,19 +54,35 @@ const ROWS: [(&str, Fill); 13] = [
 /// shutdown cells show p50, p90 and the success count over its repetitions, a failed
 /// attempt counting as +∞ (see [`crate::stats`]).
 pub fn render(results: &RunResults) -> String {
-    let variants = super::by_variant(results);
+    let (variants, rows) = grid(results);
     let mut table = Table::new();
     table.load_preset(ASCII_MARKDOWN).force_no_tty();
-    table.set_header(
-        std::iter::once(String::new()).chain(variants.iter().map(|(variant, _)| cell(variant))),
-    );
-    for (label, fill) in ROWS {
-        table.add_row(
-            std::iter::once(label.to_owned())
-                .chain(variants.iter().map(|(_, scenarios)| cell(&fill(scenarios)))),
-        );
+    table.set_header(std::iter::once(String::new()).chain(variants.iter().map(|v| cell(v))));
+    for (label, cells) in rows {
+        table.add_row(std::iter::once(label.to_owned()).chain(cells.iter().map(|c| cell(c))));
     }
     table.to_string()
+}
+
+/// What [`render`] shows, before markdown: the variants in order of first appearance, and
+/// each row's label with one cell per variant, as plain text.
+pub(crate) fn grid(results: &RunResults) -> (Vec<String>, Vec<(&'static str, Vec<String>)>) {
+    let variants = super::by_variant(results);
+    let rows = ROWS
+        .iter()
+        .map(|(label, fill)| {
+            let cells = variants
+                .iter()
+                .map(|(_, scenarios)| fill(scenarios))
+                .collect();
+            (*label, cells)
+        })
+        .collect();
+    let names = variants
+        .into_iter()
+        .map(|(variant, _)| variant.to_owned())
+        .collect();
+    (names, rows)
 }
 
 /// Renders a markdown document: a title naming the run, its provenance, the

@@ -112,6 +112,13 @@ fn rendering(c: &mut Criterion) {
     c.bench_function("render junit (90 scenario runs)", |b| {
         b.iter(|| report::junit::render(black_box(&results)))
     });
+    let history = report::html::History {
+        runs: vec![results.clone(); report::html::HISTORY_RUNS],
+        warnings: Vec::new(),
+    };
+    c.bench_function("render html (90 scenario runs, 30 runs of history)", |b| {
+        b.iter(|| report::html::render(black_box(&results), black_box(&history)))
+    });
     c.bench_function("stats of every metric (90 scenario runs)", |b| {
         b.iter(|| {
             sandbox_matrix::stats::metrics(black_box(&results))

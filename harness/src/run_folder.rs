@@ -112,3 +112,47 @@ pub fn append_step_summary(results: &RunResults) -> Result<(), String> {
             )
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixture::two_variants;
+
+    #[test]
+    fn report_html_shows_earlier_runs_and_skips_an_unreadable_one() {
+        let out =
+            std::env::temp_dir().join(format!("sm-run-folder-history-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let mut earlier = two_variants();
+        earlier.provenance.run_id = "20251128T000000Z-aaaaaa".to_owned();
+        earlier.provenance.started_at = "2025-11-28T00:00:00Z".to_owned();
+        write(&out, &earlier, &[]).expect("the earlier run writes");
+        let broken = out.join("20251128T120000Z-bbbbbb");
+        std::fs::create_dir_all(&broken).expect("a folder");
+        std::fs::write(broken.join("results.json"), "not json").expect("writes");
+        std::fs::create_dir_all(out.join("not-a-run")).expect("a folder without results");
+
+        let written = write(&out, &two_variants(), &[]);
+        let page = written
+            .as_ref()
+            .ok()
+            .and_then(|w| std::fs::read_to_string(w.dir.join("report.html")).ok());
+        let latest = std::fs::read_link(out.join("latest"));
+        let _ = std::fs::remove_dir_all(&out);
+        let written = written.expect("a bad earlier file never fails the run");
+        assert_eq!(written.warnings.len(), 1, "{:?}", written.warnings);
+        assert!(
+            written.warnings[0].contains("20251128T120000Z-bbbbbb/results.json"),
+            "{}",
+            written.warnings[0]
+        );
+        let page = page.expect("report.html is written");
+        assert!(page.contains("<h2>History</h2>"));
+        assert!(page.contains("run 20251128T000000Z-aaaaaa (2025-11-28T00:00:00Z)"));
+        assert!(page.contains("20251128T120000Z-bbbbbb/results.json"));
+        assert_eq!(
+            latest.expect("latest links").to_str(),
+            Some("20251129T121314Z-7f3a9c")
+        );
+    }
+}

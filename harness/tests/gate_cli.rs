@@ -1,4 +1,4 @@
-//! `merge`, `compare` and `gate` as a user runs them: the built binary on files, its exit
+//! `merge`, `compare`, `gate` and `report` as a user runs them: the built binary on files, its exit
 //! codes and what it prints. The example in examples/gate/ is generated here, and checked to
 //! be current (`SANDBOX_MATRIX_BLESS=1` rewrites it).
 
@@ -353,7 +353,7 @@ fn merge_writes_one_run_folder_and_refuses_mixed_versions() {
             .collect::<Vec<_>>(),
         [1, 2, 3, 4, 5, 6]
     );
-    for file in ["junit.xml", "summary.md"] {
+    for file in ["junit.xml", "summary.md", "report.html"] {
         assert!(out.join(file).is_file(), "{file}");
     }
 
@@ -380,5 +380,59 @@ fn merge_writes_one_run_folder_and_refuses_mixed_versions() {
         stderr(&output)
     );
     assert!(!dir.join("refused").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn report_writes_a_page_with_history_and_skips_a_bad_file() {
+    let dir = scratch("report");
+    let history = dir.join("history");
+    for day in [27, 28] {
+        let mut earlier = example_results();
+        earlier.provenance.run_id = format!("earlier-202511{day}");
+        earlier.provenance.started_at = format!("2025-11-{day}T02:00:00Z");
+        let folder = history.join(&earlier.provenance.run_id);
+        std::fs::create_dir_all(&folder).expect("a folder");
+        std::fs::write(
+            folder.join("results.json"),
+            serde_json::to_string(&earlier).expect("serializes"),
+        )
+        .expect("writable");
+    }
+    std::fs::write(history.join("broken.json"), "{").expect("writable");
+    let page = dir.join("page.html");
+    let output = sandbox_matrix(&[
+        Path::new("report"),
+        Path::new("--out"),
+        &page,
+        &example("results.json"),
+        Path::new("--history"),
+        &history,
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let warned = stderr(&output);
+    assert!(
+        warned.contains(&format!(
+            "warning: history skipped: {}",
+            history.join("broken.json").display()
+        )),
+        "{warned}"
+    );
+    assert!(
+        warned.contains("(2 earlier run(s) in its history)"),
+        "{warned}"
+    );
+    let html = std::fs::read_to_string(&page).expect("the page is written");
+    assert!(html.contains("<h2>History</h2>"));
+    assert!(html.contains("run earlier-20251127 (2025-11-27T02:00:00Z)"));
+    assert!(html.contains("run earlier-20251128 (2025-11-28T02:00:00Z)"));
+
+    let output = sandbox_matrix(&[
+        Path::new("report"),
+        Path::new("--out"),
+        &page,
+        &history.join("broken.json"),
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     let _ = std::fs::remove_dir_all(&dir);
 }

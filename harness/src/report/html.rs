@@ -366,10 +366,16 @@ const STRIP_COLUMNS: [(f64, &str); 5] = [
 ];
 
 fn strip_plot(page: &mut String, name: &str, rows: &[&stats::Metric]) {
+    let summaries: Vec<Summary> = rows.iter().map(|m| m.summary()).collect();
+    let marks = summaries.iter().flat_map(|s| [s.p50, s.p90]);
     let measured: Vec<f64> = rows
         .iter()
-        .flat_map(|m| m.attempts.iter().flatten())
-        .map(|d| ms(*d))
+        .flat_map(|m| m.attempts.iter().flatten().copied())
+        .chain(marks.filter_map(|v| match v {
+            Value::Measured(d) => Some(d),
+            Value::Failed => None,
+        }))
+        .map(ms)
         .collect();
     let scale = Scale::fit(&measured, STRIP_PLOT, 6);
     let height = STRIP_TOP + STRIP_ROW * rows.len() as f64 + STRIP_AXIS;
@@ -419,9 +425,8 @@ fn strip_plot(page: &mut String, name: &str, rows: &[&stats::Metric]) {
             "<text x=\"{x}\" y=\"14\" text-anchor=\"end\" font-weight=\"bold\">{title}</text>"
         );
     }
-    for (i, metric) in rows.iter().enumerate() {
+    for (i, (metric, summary)) in rows.iter().zip(summaries).enumerate() {
         let y = STRIP_TOP + STRIP_ROW * (i as f64 + 0.5);
-        let summary = metric.summary();
         let _ = writeln!(
             page,
             "<text x=\"{STRIP_LABEL_END}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
@@ -655,10 +660,10 @@ fn trend_chart(
         "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"start\">{}</text><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
         TREND_X.0,
         bottom + 15.0,
-        esc(first.get(..10).unwrap_or(first)),
+        esc(&minute(first)),
         TREND_X.1,
         bottom + 15.0,
-        esc(last.get(..10).unwrap_or(last))
+        esc(&minute(last))
     );
     let y_of = |value: Value| match value {
         Value::Measured(d) => scale.x(ms(d)),
@@ -708,6 +713,11 @@ fn trend_chart(
     page.push_str("</svg>\n");
 }
 
+/// An RFC 3339 time to the minute, such as `2025-11-29 12:13`, or as it is when it is shorter.
+fn minute(time: &str) -> String {
+    time.get(..16).unwrap_or(time).replacen('T', " ", 1)
+}
+
 /// The history files that were skipped, if any.
 fn warnings(page: &mut String, history: &History) {
     if history.warnings.is_empty() {
@@ -755,11 +765,9 @@ impl Scale {
                 ticks,
             };
         }
-        let pad = if hi > lo {
-            (hi - lo) * 0.08
-        } else {
-            (hi * 0.1).max(1.0)
-        };
+        // Differences under a few percent are within the histogram's rounding and the
+        // clock's noise: the axis spans at least 4% of the largest value.
+        let pad = ((hi - lo) * 0.08).max(hi * 0.02).max(1.0);
         Scale::linear((lo - pad).max(0.0), hi + pad, range, ticks)
     }
 
@@ -784,9 +792,10 @@ impl Scale {
         }
     }
 
-    /// The coordinate of `value` milliseconds.
+    /// The coordinate of `value` milliseconds, kept within the range.
     fn x(&self, value: f64) -> f64 {
         let (lo, hi) = self.domain;
+        let value = value.clamp(lo, hi);
         let share = if self.log {
             (value.ln() - lo.ln()) / (hi.ln() - lo.ln())
         } else {
@@ -800,12 +809,21 @@ impl Scale {
         let (lo, hi) = self.domain;
         if !self.log {
             let count = ((hi - lo) / self.step).round() as i64;
+            let step = self.step / self.unit.0;
+            // As many decimals as the step has, so that neighbouring ticks read differently.
+            let decimals = (0..6)
+                .find(|d| {
+                    let scaled = step * 10f64.powi(*d);
+                    (scaled - scaled.round()).abs() < 1e-6 * scaled.max(1.0)
+                })
+                .unwrap_or(6) as usize;
             return (0..=count)
                 .map(|i| {
                     let tick = lo + self.step * i as f64;
+                    let value = tick / self.unit.0;
                     (
                         tick,
-                        format!("{} {}", trimmed(tick / self.unit.0), self.unit.1),
+                        format!("{} {}", trimmed(value, decimals), self.unit.1),
                     )
                 })
                 .collect();
@@ -824,7 +842,7 @@ impl Scale {
             .flat_map(|((size, name), steps)| {
                 steps
                     .iter()
-                    .map(move |step| (step * size, format!("{} {name}", trimmed(*step))))
+                    .map(move |step| (step * size, format!("{} {name}", trimmed(*step, 1))))
             })
             .filter(|(tick, _)| *tick >= lo && *tick <= hi)
             .collect();
@@ -847,10 +865,14 @@ fn unit_for(ms: f64) -> (f64, &'static str) {
     }
 }
 
-/// `value` with at most two decimals and no trailing zeros.
-fn trimmed(value: f64) -> String {
-    let text = format!("{value:.2}");
-    text.trim_end_matches('0').trim_end_matches('.').to_owned()
+/// `value` with at most `decimals` decimals and no trailing zeros after the point.
+fn trimmed(value: f64, decimals: usize) -> String {
+    let text = format!("{value:.decimals$}");
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        text
+    }
 }
 
 /// A percentile or attempt as text with its unit: `412 ms`, `2.31 s`, `2.5 min` or `failed`.
@@ -859,7 +881,9 @@ fn value_text(value: Value) -> String {
         Value::Failed => "failed".to_owned(),
         Value::Measured(d) => {
             let ms = ms(d);
-            if ms < 1_000.0 {
+            if ms < 10.0 {
+                format!("{ms:.1} ms")
+            } else if ms < 1_000.0 {
                 format!("{ms:.0} ms")
             } else if ms < 120_000.0 {
                 format!("{:.2} s", ms / 1_000.0)
@@ -1118,12 +1142,34 @@ mod tests {
         assert!((linear.x(1_800.0) - 0.0).abs() < 1e-9);
         assert!((linear.x(2_500.0) - 100.0).abs() < 1e-9);
 
+        let close = Scale::fit(&[37_820.0, 37_822.0], (0.0, 100.0), 6);
+        let labels: Vec<String> = close.ticks().into_iter().map(|(_, l)| l).collect();
+        assert_eq!(
+            labels,
+            ["37 s", "37.5 s", "38 s", "38.5 s", "39 s"],
+            "values 2 ms apart get an axis of a few percent with distinct labels"
+        );
+        assert!(close.x(50_000.0) <= 100.0 && close.x(0.0) >= 0.0, "clamped");
+
         let minutes = Scale::fit(&[150_000.0, 400_000.0], (0.0, 100.0), 6);
         assert!(minutes.ticks().iter().all(|(_, l)| l.ends_with(" min")));
     }
 
     #[test]
     fn rfc3339_times_read_as_unix_seconds() {
+        assert_eq!(minute("2025-11-29T12:13:14.512+00:00"), "2025-11-29 12:13");
+        assert_eq!(
+            value_text(Value::Measured(Duration::from_micros(2_500))),
+            "2.5 ms"
+        );
+        assert_eq!(
+            value_text(Value::Measured(Duration::from_millis(412))),
+            "412 ms"
+        );
+        assert_eq!(
+            value_text(Value::Measured(Duration::from_secs(150))),
+            "2.5 min"
+        );
         assert_eq!(unix_seconds("1970-01-01T00:00:00Z"), Some(0.0));
         assert_eq!(unix_seconds("2025-11-29T12:13:14Z"), Some(1_764_418_394.0));
         assert_eq!(

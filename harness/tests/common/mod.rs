@@ -67,3 +67,55 @@ pub fn out_dir(test: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
 }
+
+/// Writes `scenarios` as one run's reports (JUnit, summary, results.json) under `out`.
+pub fn write_reports(
+    out: &Path,
+    scenarios: Vec<sandbox_matrix::results::ScenarioResult>,
+    secrets: &[sandbox_providers::Secret],
+) {
+    use sandbox_matrix::results::{Provenance, RESULTS_SCHEMA_VERSION, RunResults};
+    let results = RunResults {
+        schema_version: RESULTS_SCHEMA_VERSION.to_owned(),
+        provenance: Provenance {
+            run_id: sandbox_matrix::runner::new_run_id(),
+            harness_version: env!("CARGO_PKG_VERSION").to_owned(),
+            host: "test".to_owned(),
+            started_at: "2026-11-29T00:00:00Z".to_owned(),
+            shards: Vec::new(),
+        },
+        scenarios,
+    };
+    sandbox_matrix::run_folder::write(out, &results, secrets).expect("reports written");
+}
+
+/// Fails naming the file and the secret when any file under `dir` holds a secret's value.
+pub fn assert_no_value_in_tree(dir: &Path, secrets: &[sandbox_providers::Secret]) {
+    let mut files = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        if path.is_dir() {
+            for entry in std::fs::read_dir(&path).expect("readable dir") {
+                stack.push(entry.expect("dir entry").path());
+            }
+        } else if path.is_file() {
+            files += 1;
+            let bytes = std::fs::read(&path).expect("readable file");
+            for secret in secrets {
+                let value = secret.expose().as_bytes();
+                assert!(
+                    !bytes.windows(value.len()).any(|w| w == value),
+                    "{} holds the value of {}",
+                    path.display(),
+                    secret.name()
+                );
+            }
+        }
+    }
+    assert!(files > 0, "nothing was written under {}", dir.display());
+    eprintln!(
+        "scanned {files} files under {} for {} secret values: none found",
+        dir.display(),
+        secrets.len()
+    );
+}

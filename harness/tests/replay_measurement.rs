@@ -124,7 +124,7 @@ fn burst_cassette(launches: usize, failures: usize) -> Cassette {
     }
 }
 
-async fn burst(launches: usize, failures: usize) -> (ScenarioResult, stats::Summary) {
+async fn burst(launches: usize, failures: usize) -> (ScenarioResult, stats::Summary, String) {
     let scenario = scenario(
         "burst",
         &format!(
@@ -156,12 +156,16 @@ async fn burst(launches: usize, failures: usize) -> (ScenarioResult, stats::Summ
         .find(|m| m.name == "create-to-first-result")
         .expect("the burst's samples are a metric")
         .summary();
-    (result, summary)
+    (
+        result,
+        summary,
+        sandbox_matrix::report::table::render(&results),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_100_with_30_percent_failures_reads_70_percent_and_p90_failed() {
-    let (result, summary) = burst(100, 30).await;
+    let (result, summary, table) = burst(100, 30).await;
     eprintln!("100 launches, 30 refused: {summary:?}");
     assert_eq!((summary.n, summary.successes), (100, 70));
     assert!((summary.success_rate() - 0.7).abs() < f64::EPSILON);
@@ -173,11 +177,15 @@ async fn a_burst_of_100_with_30_percent_failures_reads_70_percent_and_p90_failed
     let reason = format!("{:?}", step.status);
     assert!(reason.contains("30 of 100 launches failed"), "{reason}");
     assert!(reason.contains("injected failure"), "{reason}");
+    assert!(
+        table.contains("p90 failed · p99 failed · 70/100 ok"),
+        "the table should say so:\n{table}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_burst_without_failures_reads_real_percentiles() {
-    let (result, summary) = burst(100, 0).await;
+    let (result, summary, table) = burst(100, 0).await;
     eprintln!("100 launches, none refused: {summary:?}");
     assert!(result.passed(), "{:#?}", result.steps);
     assert_eq!((summary.n, summary.successes), (100, 100));
@@ -190,4 +198,5 @@ async fn the_same_burst_without_failures_reads_real_percentiles() {
     assert!(p50 >= Duration::from_millis(8), "{summary:?}");
     assert!(p50 <= p90 && p90 <= p99, "{summary:?}");
     assert!(summary.min.is_some_and(|min| min <= p50));
+    assert!(table.contains("100/100 ok"), "{table}");
 }

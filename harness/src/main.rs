@@ -520,6 +520,11 @@ async fn run(args: RunArgs) -> u8 {
                 for scenario in &scenarios {
                     let path = variants::cassette_path(dir, name, &scenario.name);
                     if path.is_file() {
+                        // A cassette that does not parse is bad input: say where, run nothing.
+                        if let Err(e) = sandbox_providers::api::Cassette::load(&path) {
+                            eprintln!("error: {e}");
+                            return EXIT_BAD_INPUT;
+                        }
                         continue;
                     }
                     // Asked for by name, both of them: not replaying it is an error.
@@ -593,11 +598,9 @@ async fn run(args: RunArgs) -> u8 {
                         .await;
                 }
                 None => {
-                    let mut result = unreachable_variant(
-                        name,
-                        scenario,
-                        not_ready.as_deref().unwrap_or("unreachable"),
-                    );
+                    let reason = not_ready.as_deref().unwrap_or("unreachable");
+                    eprintln!("{name}::{}: not run: {reason}", scenario.name);
+                    let mut result = unreachable_variant(name, scenario, reason);
                     result.repetition = repetition;
                     sink.emit(&RunEvent::ScenarioFinished {
                         result: Box::new(result),

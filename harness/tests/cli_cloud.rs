@@ -104,3 +104,31 @@ fn replay_runs_both_cloud_variants_green_and_reports_each_replay() {
     let junit = std::fs::read_to_string(out.join("latest/junit.xml")).expect("junit.xml");
     assert!(junit.contains("name=\"replay\""), "{junit}");
 }
+
+#[test]
+fn a_cassette_that_does_not_parse_is_bad_input_naming_file_and_line() {
+    let dir = common::out_dir("cli-bad-cassette");
+    std::fs::create_dir_all(dir.join("e2b")).expect("dir");
+    let cassette = dir.join("e2b").join("lifecycle.yaml");
+    std::fs::write(
+        &cassette,
+        "origin: written by this test\nvariant: e2b\nscenario: lifecycle\nexchanges:\n  - request: {method: GET, path: /a}\n    response: {status: \"two hundred\"}\n",
+    )
+    .expect("cassette written");
+    let output = sandbox_matrix(&[
+        "run",
+        "--variant",
+        "e2b",
+        "--cassettes",
+        dir.to_str().expect("utf-8 path"),
+        "--out",
+        dir.join("out").to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(
+        err.contains(&cassette.display().to_string()) && err.contains("line 6"),
+        "{err}"
+    );
+    assert!(!dir.join("out").exists(), "nothing should run");
+}

@@ -10,17 +10,11 @@
 //!
 //! `cargo bench -p sandbox-matrix --bench overhead`
 
-use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sandbox_matrix::events::{EventSink, RunEvent};
-use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
 use sandbox_matrix::scenario::Scenario;
 use sandbox_providers::api::replay::{Pace, ReplayOptions, ReplayServer};
-use sandbox_providers::api::{Cassette, Exchange, Mode};
-use sandbox_providers::e2b::E2bProvider;
-use tokio_util::sync::CancellationToken;
+use sandbox_providers::api::{Cassette, Exchange};
 
 /// How long the server holds back each response.
 const DELAY: Duration = Duration::from_millis(10);
@@ -29,15 +23,8 @@ const RUNS: usize = 25;
 /// The most the harness may add at the median.
 const BUDGET: Duration = Duration::from_millis(5);
 
-struct Quiet;
-
-impl EventSink for Quiet {
-    fn emit(&self, _: &RunEvent) {}
-}
-
-fn root() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-}
+#[path = "../tests/common/mod.rs"]
+mod common;
 
 /// The exchanges from the create request to the first answer to code.
 fn create_to_first_result(cassette: &Cassette) -> Vec<Exchange> {
@@ -55,35 +42,8 @@ fn create_to_first_result(cassette: &Cassette) -> Vec<Exchange> {
 }
 
 async fn harness_once(cassette: &Cassette, scenario: &Scenario) -> Duration {
-    let runner = Runner::new(
-        new_run_id(),
-        fake_canary(),
-        Arc::new(Quiet),
-        CancellationToken::new(),
-    );
-    let volatiles = runner.scenario_volatiles();
-    let pace = Pace::Fixed(DELAY);
-    let server = ReplayServer::start(
-        cassette.clone(),
-        ReplayOptions {
-            pace,
-            volatiles: volatiles.clone(),
-            ..ReplayOptions::default()
-        },
-    )
-    .await
-    .expect("replay server");
-    let provider = E2bProvider::from_env(
-        Mode::Replay {
-            server_url: server.url(),
-            pace,
-        },
-        volatiles,
-    )
-    .expect("replay needs no credential");
-    let result = runner
-        .run_scenario(Arc::new(provider), scenario, None)
-        .await;
+    let (result, _server) =
+        common::replay_e2b(cassette.clone(), scenario, Pace::Fixed(DELAY)).await;
     assert!(
         result.passed(),
         "the replayed run failed: {:#?}",
@@ -148,20 +108,11 @@ fn main() {
     if std::env::args().any(|a| a == "--test" || a == "--list") {
         return;
     }
-    let cassette = Cassette::load(&root().join("fixtures/cassettes/e2b/lifecycle.yaml"))
-        .expect("the e2b lifecycle cassette");
-    let dir = std::env::temp_dir().join(format!("sandbox-matrix-overhead-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join("lifecycle.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            "name: lifecycle\nenvironment: {}\nsteps:\n  - step: build\n    budget: 60s\n  - step: launch\n    budget: 30s\n  - step: first-result\n    budget: 30s\n  - step: cleanup\n    budget: 30s\n",
-            root().join("fixtures/environments/reference").display()
-        ),
-    )
-    .expect("scenario written");
-    let scenario = Scenario::load(&path).expect("scenario");
+    let cassette = common::e2b_lifecycle();
+    let scenario = common::temp_scenario(
+        "lifecycle",
+        "  - step: build\n    budget: 60s\n  - step: launch\n    budget: 30s\n  - step: first-result\n    budget: 30s\n  - step: cleanup\n    budget: 30s\n",
+    );
     let exchanges = create_to_first_result(&cassette);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let http = reqwest::Client::new();
@@ -175,7 +126,6 @@ fn main() {
         }
         (harness, bare)
     });
-    let _ = std::fs::remove_dir_all(&dir);
     let (h, b) = (median(harness), median(bare));
     let overhead = h.saturating_sub(b);
     println!(

@@ -4,27 +4,15 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sandbox_matrix::events::{EventSink, RunEvent};
 use sandbox_matrix::report;
 use sandbox_matrix::results::{
     Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, StepStatus,
 };
-use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
-use sandbox_matrix::scenario::Scenario;
 use sandbox_providers::api::cassette::Body;
-use sandbox_providers::api::replay::{Observed, Pace, ReplayOptions, ReplayServer};
-use sandbox_providers::api::{Cassette, Exchange, Mode};
-use sandbox_providers::e2b::E2bProvider;
-use tokio_util::sync::CancellationToken;
-
-struct Quiet;
-
-impl EventSink for Quiet {
-    fn emit(&self, _: &RunEvent) {}
-}
+use sandbox_providers::api::replay::{Observed, Pace};
+use sandbox_providers::api::{Cassette, Exchange};
 
 const LIFECYCLE: &str = "  - step: build\n    budget: 60s\n  - step: launch\n    budget: 2s\n  - step: first-result\n    budget: 10s\n  - step: cleanup\n    budget: 30s\n";
 
@@ -83,48 +71,9 @@ fn cassette(exchanges: Vec<Exchange>, note: &str) -> Cassette {
 }
 
 async fn run(cassette: Cassette) -> (ScenarioResult, Vec<Observed>, String, Duration) {
-    let dir = common::out_dir("replay-faults");
-    let path = dir.join("lifecycle.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            "name: lifecycle\nenvironment: {}\nsteps:\n{LIFECYCLE}",
-            common::root()
-                .join("fixtures/environments/reference")
-                .display()
-        ),
-    )
-    .expect("scenario written");
-    let scenario = Scenario::load(&path).expect("scenario");
-    let runner = Runner::new(
-        new_run_id(),
-        fake_canary(),
-        Arc::new(Quiet),
-        CancellationToken::new(),
-    );
-    let volatiles = runner.scenario_volatiles();
-    let server = ReplayServer::start(
-        cassette,
-        ReplayOptions {
-            pace: Pace::Instant,
-            volatiles: volatiles.clone(),
-            ..ReplayOptions::default()
-        },
-    )
-    .await
-    .expect("replay server");
-    let provider = E2bProvider::from_env(
-        Mode::Replay {
-            server_url: server.url(),
-            pace: Pace::Instant,
-        },
-        volatiles,
-    )
-    .expect("replay needs no credential");
+    let scenario = common::temp_scenario("lifecycle", LIFECYCLE);
     let started = Instant::now();
-    let result = runner
-        .run_scenario(Arc::new(provider), &scenario, None)
-        .await;
+    let (result, server) = common::replay_e2b(cassette, &scenario, Pace::Instant).await;
     let took = started.elapsed();
     let junit = report::junit::render(&RunResults {
         schema_version: RESULTS_SCHEMA_VERSION.into(),

@@ -4,87 +4,19 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use sandbox_matrix::events::{EventSink, RunEvent};
 use sandbox_matrix::results::{Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult};
-use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
-use sandbox_matrix::scenario::Scenario;
 use sandbox_matrix::stats::{self, Value};
 use sandbox_providers::api::cassette::Body;
-use sandbox_providers::api::replay::{Pace, ReplayOptions, ReplayServer};
-use sandbox_providers::api::{Cassette, Exchange, Mode};
-use sandbox_providers::e2b::E2bProvider;
-use tokio_util::sync::CancellationToken;
-
-struct Quiet;
-
-impl EventSink for Quiet {
-    fn emit(&self, _: &RunEvent) {}
-}
-
-fn lifecycle_cassette() -> Cassette {
-    Cassette::load(&common::root().join("fixtures/cassettes/e2b/lifecycle.yaml"))
-        .expect("the e2b lifecycle cassette loads")
-}
-
-/// A scenario file in a temp folder, named `name` (cassettes carry the scenario's name in
-/// labels), on the reference environment.
-fn scenario(name: &str, steps: &str) -> Scenario {
-    let dir = common::out_dir(&format!("replay-measurement-{name}"));
-    let path = dir.join(format!("{name}.yaml"));
-    let environment = common::root().join("fixtures/environments/reference");
-    let text = format!(
-        "name: {name}\nenvironment: {}\nsteps:\n{steps}",
-        environment.display()
-    );
-    std::fs::write(&path, text).expect("scenario written");
-    Scenario::load(&path).expect("scenario loads")
-}
-
-/// Runs `scenario` on the e2b variant against `cassette` served at `pace`.
-async fn replay(
-    cassette: Cassette,
-    scenario: &Scenario,
-    pace: Pace,
-) -> (ScenarioResult, ReplayServer) {
-    let runner = Runner::new(
-        new_run_id(),
-        fake_canary(),
-        Arc::new(Quiet),
-        CancellationToken::new(),
-    );
-    let volatiles = runner.scenario_volatiles();
-    let server = ReplayServer::start(
-        cassette,
-        ReplayOptions {
-            pace,
-            volatiles: volatiles.clone(),
-            ..ReplayOptions::default()
-        },
-    )
-    .await
-    .expect("replay server");
-    let provider = E2bProvider::from_env(
-        Mode::Replay {
-            server_url: server.url(),
-            pace,
-        },
-        volatiles,
-    )
-    .expect("replay needs no credential");
-    let result = runner
-        .run_scenario(Arc::new(provider), scenario, None)
-        .await;
-    (result, server)
-}
+use sandbox_providers::api::replay::Pace;
+use sandbox_providers::api::{Cassette, Exchange};
 
 /// The e2b lifecycle cassette cut into a burst of `launches`: its build, then each launch
 /// up to its first answer (`failures` of them refused at create with a 500), each stop, and
 /// its cleanup; the scenario label reads `burst`.
 fn burst_cassette(launches: usize, failures: usize) -> Cassette {
-    let lifecycle = lifecycle_cassette();
+    let lifecycle = common::e2b_lifecycle();
     let ex = &lifecycle.exchanges;
     let find = |from: usize, what: &dyn Fn(&Exchange) -> bool| {
         from + ex[from..]
@@ -125,13 +57,13 @@ fn burst_cassette(launches: usize, failures: usize) -> Cassette {
 }
 
 async fn burst(launches: usize, failures: usize) -> (ScenarioResult, stats::Summary, String) {
-    let scenario = scenario(
+    let scenario = common::temp_scenario(
         "burst",
         &format!(
             "  - step: build\n    budget: 60s\n  - step: burst\n    launches: {launches}\n    budget: 60s\n  - step: cleanup\n    budget: 30s\n"
         ),
     );
-    let (result, server) = replay(
+    let (result, server) = common::replay_e2b(
         burst_cassette(launches, failures),
         &scenario,
         Pace::Fixed(Duration::from_millis(2)),

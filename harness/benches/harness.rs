@@ -218,5 +218,67 @@ fn replay(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, parsing, rendering, replay);
+/// Every cloud variant × scenario that has a cassette, replayed at instant pace through
+/// the runner, one after the other, as `sandbox-matrix run` does without Docker.
+fn replayed_matrix(c: &mut Criterion) {
+    use sandbox_matrix::events::{EventSink, RunEvent};
+    use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
+    use sandbox_matrix::variants::{self, CloudMode};
+    struct Quiet;
+    impl EventSink for Quiet {
+        fn emit(&self, _: &RunEvent) {}
+    }
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let cassettes = root().join(variants::CASSETTES_DIR);
+    let mode = CloudMode::Replay {
+        dir: cassettes.clone(),
+        pace: sandbox_providers::api::replay::Pace::Instant,
+    };
+    let mut plan = Vec::new();
+    for cloud in variants::CLOUD {
+        for name in ["lifecycle", "core-tier"] {
+            if variants::cassette_path(&cassettes, cloud.name, name).is_file() {
+                let scenario = Scenario::load(&root().join(format!("scenarios/{name}.yaml")))
+                    .expect("scenario");
+                plan.push((cloud, scenario));
+            }
+        }
+    }
+    let mut group = c.benchmark_group("replayed matrix");
+    group.sample_size(10);
+    group.bench_function(format!("{} variant × scenario runs", plan.len()), |b| {
+        b.iter(|| {
+            runtime.block_on(async {
+                let runner = Runner::new(
+                    new_run_id(),
+                    fake_canary(),
+                    Arc::new(Quiet),
+                    tokio_util::sync::CancellationToken::new(),
+                );
+                for (cloud, scenario) in &plan {
+                    let session = variants::open_cloud(
+                        cloud,
+                        &scenario.name,
+                        &mode,
+                        runner.scenario_volatiles(),
+                    )
+                    .await
+                    .expect("a cassette");
+                    let result = runner
+                        .run_scenario_checked(session.provider, scenario, None, session.check, 1)
+                        .await;
+                    assert!(
+                        result.passed(),
+                        "{} {} failed",
+                        result.variant,
+                        result.scenario
+                    );
+                }
+            })
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, parsing, rendering, replay, replayed_matrix);
 criterion_main!(benches);

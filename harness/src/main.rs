@@ -68,6 +68,19 @@ enum Command {
         #[arg(required = true, value_name = "DOCKERFILE")]
         files: Vec<PathBuf>,
     },
+    /// Remove what a killed run left: every resource carrying its run id, for each variant
+    /// × scenario selected. Run ids are the folder names under reports/.
+    ///
+    /// Cloud variants are asked live, with credentials from the environment; without
+    /// --variant, one whose credentials are missing is passed over with a note. Exits 0
+    /// when everything found was removed, 1 when something could not be, 2 on bad input.
+    Sweep {
+        /// The run whose leftovers to remove, such as 20261129T161528Z-6402a8.
+        #[arg(long = "run", value_name = "RUN_ID")]
+        run_id: String,
+        #[command(flatten)]
+        selection: Selection,
+    },
     /// Combine sharded results (one results.json per CI job) into one run folder:
     /// results.json, junit.xml, summary.md and report.html in --out.
     ///
@@ -215,6 +228,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run(args).await,
             Command::Bootstrap(root) => bootstrap(&root.root).await,
             Command::Lint { files } => lint(&files),
+            Command::Sweep { run_id, selection } => sweep(&run_id, &selection).await,
             Command::Merge { files, out } => merge(&files, &out),
             Command::Compare { baseline, current } => compare(&baseline, &current),
             Command::Gate {
@@ -473,6 +487,75 @@ async fn bootstrap(root: &Path) -> u8 {
     }
 }
 
+async fn sweep(run_id: &str, selection: &Selection) -> u8 {
+    let (variant_names, scenarios) = match select(selection) {
+        Ok(selected) => selected,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let explicit = !selection.variants.is_empty();
+    let mut code = EXIT_PASSED;
+    let mut removed = 0;
+    for name in &variant_names {
+        let provider = match variants::cloud(name) {
+            None => variants::connect_docker(&selection.root.root, &harness_executable()).await,
+            Some(cloud) => (cloud.connect)(
+                sandbox_providers::api::Mode::Live,
+                std::sync::Arc::default(),
+            )
+            .map_err(|e| e.to_string()),
+        };
+        let provider = match provider {
+            Ok(p) => p,
+            Err(e) if explicit => {
+                eprintln!("error: cannot sweep {name}: {e}");
+                return EXIT_BAD_INPUT;
+            }
+            Err(e) => {
+                eprintln!("{name}: not swept: {e}");
+                continue;
+            }
+        };
+        for scenario in &scenarios {
+            let labels = sandbox_providers::RunLabels {
+                run_id: run_id.to_owned(),
+                variant: name.clone(),
+                scenario: scenario.name.clone(),
+            };
+            let found = match provider.list_resources(&labels).await {
+                Ok(found) => found,
+                Err(e) => {
+                    eprintln!("{name}::{}: cannot list: {e}", scenario.name);
+                    code = EXIT_FAILED;
+                    continue;
+                }
+            };
+            for resource in found {
+                match provider.delete_resource(&resource).await {
+                    Ok(()) => {
+                        removed += 1;
+                        println!(
+                            "{name}::{}: removed {} {}",
+                            scenario.name, resource.kind, resource.id
+                        );
+                    }
+                    Err(e) => {
+                        eprintln!(
+                            "{name}::{}: could not remove {} {}: {e}",
+                            scenario.name, resource.kind, resource.id
+                        );
+                        code = EXIT_FAILED;
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("run {run_id}: {removed} resource(s) removed");
+    code
+}
+
 /// A token cancelled on the first Ctrl-C; a second Ctrl-C exits at once.
 fn interrupt_token() -> CancellationToken {
     let token = CancellationToken::new();
@@ -580,9 +663,15 @@ async fn run(args: RunArgs) -> u8 {
                 for scenario in &scenarios {
                     let path = variants::cassette_path(dir, name, &scenario.name);
                     if path.is_file() {
+                        // A cassette that does not parse is bad input: say where, run nothing.
+                        if let Err(e) = sandbox_providers::api::Cassette::load(&path) {
+                            eprintln!("error: {e}");
+                            return EXIT_BAD_INPUT;
+                        }
                         continue;
                     }
-                    if explicit {
+                    // Asked for by name, both of them: not replaying it is an error.
+                    if explicit && !args.selection.scenarios.is_empty() {
                         eprintln!(
                             "error: no cassette for {name} × {} at {} (record one with --record, or pass --live)",
                             scenario.name,
@@ -652,11 +741,9 @@ async fn run(args: RunArgs) -> u8 {
                         .await;
                 }
                 None => {
-                    let mut result = unreachable_variant(
-                        name,
-                        scenario,
-                        not_ready.as_deref().unwrap_or("unreachable"),
-                    );
+                    let reason = not_ready.as_deref().unwrap_or("unreachable");
+                    eprintln!("{name}::{}: not run: {reason}", scenario.name);
+                    let mut result = unreachable_variant(name, scenario, reason);
                     result.repetition = repetition;
                     sink.emit(&RunEvent::ScenarioFinished {
                         result: Box::new(result),

@@ -19,7 +19,7 @@ use std::time::Duration;
 use bollard::Docker;
 use bollard::query_parameters::StopContainerOptionsBuilder;
 use sandbox_matrix::events::{EventSink, RunEvent};
-use sandbox_matrix::results::StepStatus;
+use sandbox_matrix::results::{ScenarioResult, StepStatus};
 use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
 use sandbox_matrix::scenario::Scenario;
 use sandbox_matrix::variants;
@@ -551,6 +551,9 @@ impl Emulator {
     }
 }
 
+/// The fake key the client sends; it grants nothing anywhere.
+const FAKE_KEY: &str = "fake-daytona-key-00000000";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs Docker; rewrites fixtures/cassettes/daytona/{lifecycle,core-tier}.yaml"]
 async fn author_daytona_cassettes() {
@@ -558,6 +561,28 @@ async fn author_daytona_cassettes() {
         return;
     }
     let root = common::root();
+    record(&root.join("fixtures/cassettes/daytona")).await;
+}
+
+/// Recording with fake credentials writes none of their values: not in the cassettes, not
+/// in the reports of the runs that recorded them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn recording_with_fake_credentials_writes_none_of_them() {
+    if !common::docker_or_skip("recording_with_fake_credentials_writes_none_of_them (daytona)") {
+        return;
+    }
+    let out = common::out_dir("record-daytona");
+    let (results, mut fakes) = record(&out.join("cassettes")).await;
+    fakes.push(Secret::new("DAYTONA_API_KEY", FAKE_KEY));
+    common::write_reports(&out.join("reports"), results, &fakes);
+    common::assert_no_value_in_tree(&out, &fakes);
+}
+
+/// Records lifecycle and core-tier into `dir`; returns their results and the secrets used.
+async fn record(dir: &Path) -> (Vec<ScenarioResult>, Vec<Secret>) {
+    let root = common::root();
+    let mut results = Vec::new();
+    let mut secrets = Vec::new();
     let docker = variants::connect_docker(&root, Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")))
         .await
         .expect("the docker variant connects");
@@ -579,7 +604,7 @@ async fn author_daytona_cassettes() {
             scenario: name.into(),
         };
         let emulator = Emulator::start(docker.clone(), labels, volatiles.clone()).await;
-        let path = root.join(format!("fixtures/cassettes/daytona/{name}.yaml"));
+        let path = dir.join(format!("{name}.yaml"));
         let recorder = Arc::new(Recorder::new(&path, ORIGIN, "daytona", name));
         let provider = DaytonaProvider::new(
             ApiSettings {
@@ -589,7 +614,7 @@ async fn author_daytona_cassettes() {
                 },
                 mode: Mode::Record(recorder.clone()),
                 // Fake: the emulator checks no credential.
-                credentials: vec![Secret::new("DAYTONA_API_KEY", "fake-daytona-key-00000000")],
+                credentials: vec![Secret::new("DAYTONA_API_KEY", FAKE_KEY)],
                 volatiles,
                 call_timeout: Duration::from_secs(120),
             },
@@ -622,5 +647,8 @@ async fn author_daytona_cassettes() {
             Vec::<String>::new(),
             "{name} left resources"
         );
+        secrets.extend(runner.secrets());
+        results.push(result);
     }
+    (results, secrets)
 }

@@ -6,6 +6,8 @@
 //!
 //! Needs Docker: `cargo test -p sandbox-matrix --test author_e2b -- --ignored`.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -14,6 +16,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use sandbox_matrix::events::{EventSink, RunEvent};
+use sandbox_matrix::results::ScenarioResult;
 use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
 use sandbox_matrix::scenario::Scenario;
 use sandbox_providers::api::cassette::{CONNECT_END_STREAM, decode_connect, encode_connect};
@@ -29,19 +32,34 @@ use tokio::net::{TcpListener, TcpStream};
 /// What the cassettes say they were written from.
 const ORIGIN: &str = "authored from e2b/openapi.yml@0.1.0 and envd.yaml@0.1.3, answered by an emulator forwarding to the docker variant";
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the workspace root")
-        .to_path_buf()
-}
+/// The fake key the emulator is sent; it grants nothing anywhere.
+const FAKE_KEY: &str = "e2b_fake_authoring_key_0000";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Docker; writes fixtures/cassettes/e2b/*.yaml"]
 async fn author_e2b_cassettes() {
-    let root = root();
+    let root = common::root();
+    record(&root, &root.join("fixtures/cassettes/e2b")).await;
+}
+
+/// Recording with fake credentials writes none of their values: not in the cassettes, not
+/// in the reports of the runs that recorded them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recording_with_fake_credentials_writes_none_of_them() {
+    if !common::docker_or_skip("recording_with_fake_credentials_writes_none_of_them (e2b)") {
+        return;
+    }
+    let out = common::out_dir("record-e2b");
+    let (results, mut fakes) = record(&common::root(), &out.join("cassettes")).await;
+    fakes.push(Secret::new("E2B_API_KEY", FAKE_KEY));
+    common::write_reports(&out.join("reports"), results, &fakes);
+    common::assert_no_value_in_tree(&out, &fakes);
+}
+
+/// Records lifecycle and core-tier into `dir`; returns their results and the secrets used.
+async fn record(root: &Path, dir: &Path) -> (Vec<ScenarioResult>, Vec<Secret>) {
     let docker = sandbox_matrix::variants::connect_docker(
-        &root,
+        root,
         Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
     )
     .await
@@ -50,15 +68,25 @@ async fn author_e2b_cassettes() {
         .prepare(&|line: &str| eprintln!("prepare: {line}"))
         .await
         .expect("the docker variant's base image");
+    let mut results = Vec::new();
+    let mut secrets = Vec::new();
     for scenario in ["lifecycle", "core-tier"] {
-        author(&root, docker.clone(), scenario).await;
+        let (result, used) = author(root, docker.clone(), scenario, dir).await;
+        results.push(result);
+        secrets.extend(used);
     }
+    (results, secrets)
 }
 
-async fn author(root: &Path, docker: Arc<dyn Provider>, name: &str) {
+async fn author(
+    root: &Path,
+    docker: Arc<dyn Provider>,
+    name: &str,
+    dir: &Path,
+) -> (ScenarioResult, Vec<Secret>) {
     let emulator =
         Emulator::start(docker.clone(), root.join("fixtures/environments/reference")).await;
-    let path = root.join(format!("fixtures/cassettes/e2b/{name}.yaml"));
+    let path = dir.join(format!("{name}.yaml"));
     let recorder = Arc::new(Recorder::new(&path, ORIGIN, "e2b", name));
     let run_id = new_run_id();
     let runner = Runner::new(
@@ -76,7 +104,7 @@ async fn author(root: &Path, docker: Arc<dyn Provider>, name: &str) {
         },
         Mode::Record(recorder.clone()),
         // Fake: the emulator checks only that a key is sent.
-        Secret::new("E2B_API_KEY", "e2b_fake_authoring_key_0000"),
+        Secret::new("E2B_API_KEY", FAKE_KEY),
         volatiles.clone(),
         Default::default(),
     )
@@ -92,6 +120,7 @@ async fn author(root: &Path, docker: Arc<dyn Provider>, name: &str) {
         result.passed(),
         "{name} did not pass against the emulator: {result:#?}"
     );
+    (result, runner.secrets())
 }
 
 /// Prints step outcomes while authoring.

@@ -266,8 +266,10 @@ pub trait Provider: Send + Sync {
     async fn artifact_metadata(&self, artifact: &Artifact) -> Result<String>;
 
     /// Measures the floor on the same artifact: bare `python3 -c 'print(1+1)'`
-    /// in a fresh sandbox, and a kernel's first answer.
-    async fn floor(&self, artifact: &Artifact, labels: &RunLabels) -> Result<Vec<Timing>>;
+    /// in a fresh sandbox, and a kernel's first answer (see [`Capabilities::floor`]).
+    async fn floor(&self, _artifact: &Artifact, _labels: &RunLabels) -> Result<Vec<Timing>> {
+        Err(ProviderError::unsupported("measure the floor"))
+    }
 
     /// Lists every resource carrying all of `labels` (run, variant and scenario).
     async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>>;

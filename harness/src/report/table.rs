@@ -25,7 +25,7 @@ const ARTIFACT_ID_CHARS: usize = 19;
 type Fill = fn(&[&ScenarioResult]) -> String;
 
 /// Every row: its label and how its cells are filled.
-const ROWS: [(&str, Fill); 13] = [
+const ROWS: [(&str, Fill); 14] = [
     ("Artifact launched", artifact),
     ("Build", build),
     ("Build logs", build_logs),
@@ -34,6 +34,7 @@ const ROWS: [(&str, Fill); 13] = [
         floor(s, "floor-python3")
     }),
     ("Floor: kernel's first answer", |s| floor(s, "floor-kernel")),
+    ("Burst: create to first 1+1", burst),
     ("Restart", restart),
     ("Shutdown", shutdown),
     ("Doctor and core tier", core_tier),
@@ -207,6 +208,31 @@ fn repeated_step(scenarios: &[&ScenarioResult], name: &str) -> Option<String> {
         |scenario| scenario.step(name).is_some(),
         &format!("{}{name}", stats::STEP_PREFIX),
     )
+}
+
+/// A burst's launches, each timed from create to first 1+1, over every repetition of the
+/// first scenario that burst: `p50 · p90 · p99 · k/n ok`, a failed launch counting as +∞.
+fn burst(scenarios: &[&ScenarioResult]) -> String {
+    let Some(first) = scenarios.iter().find(|scenario| {
+        scenario
+            .samples
+            .iter()
+            .any(|sample| sample.name == CREATE_TO_FIRST_RESULT)
+    }) else {
+        return NOTHING.to_owned();
+    };
+    let reps: Vec<&ScenarioResult> = scenarios
+        .iter()
+        .filter(|scenario| scenario.scenario == first.scenario)
+        .copied()
+        .collect();
+    match stats::Summary::of(&stats::attempts(&reps, CREATE_TO_FIRST_RESULT)) {
+        Some(summary) => format!(
+            "p50 {} · p90 {} · p99 {} · {}/{} ok",
+            summary.p50, summary.p90, summary.p99, summary.successes, summary.n
+        ),
+        None => NOTHING.to_owned(),
+    }
 }
 
 /// How build logs arrive, as the variant's capabilities declare.

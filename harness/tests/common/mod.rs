@@ -67,3 +67,122 @@ pub fn out_dir(test: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
 }
+
+/// Writes `scenarios` as one run's reports (JUnit, summary, results.json) under `out`.
+pub fn write_reports(
+    out: &Path,
+    scenarios: Vec<sandbox_matrix::results::ScenarioResult>,
+    secrets: &[sandbox_providers::Secret],
+) {
+    use sandbox_matrix::results::{Provenance, RESULTS_SCHEMA_VERSION, RunResults};
+    let results = RunResults {
+        schema_version: RESULTS_SCHEMA_VERSION.to_owned(),
+        provenance: Provenance {
+            run_id: sandbox_matrix::runner::new_run_id(),
+            harness_version: env!("CARGO_PKG_VERSION").to_owned(),
+            host: "test".to_owned(),
+            started_at: "2026-11-29T00:00:00Z".to_owned(),
+            shards: Vec::new(),
+        },
+        scenarios,
+    };
+    sandbox_matrix::run_folder::write(out, &results, secrets).expect("reports written");
+}
+
+/// Fails naming the file and the secret when any file under `dir` holds a secret's value.
+pub fn assert_no_value_in_tree(dir: &Path, secrets: &[sandbox_providers::Secret]) {
+    let mut files = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        if path.is_dir() {
+            for entry in std::fs::read_dir(&path).expect("readable dir") {
+                stack.push(entry.expect("dir entry").path());
+            }
+        } else if path.is_file() {
+            files += 1;
+            let bytes = std::fs::read(&path).expect("readable file");
+            for secret in secrets {
+                let value = secret.expose().as_bytes();
+                assert!(
+                    !bytes.windows(value.len()).any(|w| w == value),
+                    "{} holds the value of {}",
+                    path.display(),
+                    secret.name()
+                );
+            }
+        }
+    }
+    assert!(files > 0, "nothing was written under {}", dir.display());
+    eprintln!(
+        "scanned {files} files under {} for {} secret values: none found",
+        dir.display(),
+        secrets.len()
+    );
+}
+
+/// Drops every event: for tests that read the results, not the progress.
+pub struct Quiet;
+
+impl sandbox_matrix::events::EventSink for Quiet {
+    fn emit(&self, _: &sandbox_matrix::events::RunEvent) {}
+}
+
+/// A scenario file named `name` (cassettes carry the scenario's name in their labels) with
+/// `steps` (YAML list items), on the reference environment, in a fresh temp folder.
+pub fn temp_scenario(name: &str, steps: &str) -> sandbox_matrix::scenario::Scenario {
+    let dir = out_dir(&format!("scenario-{name}"));
+    let path = dir.join(format!("{name}.yaml"));
+    let text = format!(
+        "name: {name}\nenvironment: {}\nsteps:\n{steps}",
+        root().join("fixtures/environments/reference").display()
+    );
+    std::fs::write(&path, text).expect("scenario written");
+    sandbox_matrix::scenario::Scenario::load(&path).expect("scenario loads")
+}
+
+/// Runs `scenario` on the e2b variant against `cassette`, served on loopback at `pace`.
+pub async fn replay_e2b(
+    cassette: sandbox_providers::api::Cassette,
+    scenario: &sandbox_matrix::scenario::Scenario,
+    pace: sandbox_providers::api::replay::Pace,
+) -> (
+    sandbox_matrix::results::ScenarioResult,
+    sandbox_providers::api::replay::ReplayServer,
+) {
+    use sandbox_providers::api::replay::{ReplayOptions, ReplayServer};
+    let runner = sandbox_matrix::runner::Runner::new(
+        sandbox_matrix::runner::new_run_id(),
+        sandbox_matrix::runner::fake_canary(),
+        std::sync::Arc::new(Quiet),
+        tokio_util::sync::CancellationToken::new(),
+    );
+    let volatiles = runner.scenario_volatiles();
+    let server = ReplayServer::start(
+        cassette,
+        ReplayOptions {
+            pace,
+            volatiles: volatiles.clone(),
+            ..ReplayOptions::default()
+        },
+    )
+    .await
+    .expect("replay server");
+    let provider = sandbox_providers::e2b::E2bProvider::from_env(
+        sandbox_providers::api::Mode::Replay {
+            server_url: server.url(),
+            pace,
+        },
+        volatiles,
+    )
+    .expect("replay needs no credential");
+    let result = runner
+        .run_scenario(std::sync::Arc::new(provider), scenario, None)
+        .await;
+    (result, server)
+}
+
+/// The e2b lifecycle cassette.
+pub fn e2b_lifecycle() -> sandbox_providers::api::Cassette {
+    sandbox_providers::api::Cassette::load(&root().join("fixtures/cassettes/e2b/lifecycle.yaml"))
+        .expect("the e2b lifecycle cassette loads")
+}

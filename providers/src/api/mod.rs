@@ -469,7 +469,7 @@ impl ApiClient {
     }
 
     /// [`poll::poll_until`] with this client's intervals: 50 ms backing off to 2 s, or
-    /// 1 ms in a replay at instant pace.
+    /// 1 ms in a replay at instant or fixed pace, where only the order of answers counts.
     pub async fn poll_until<T, F, Fut>(
         &self,
         what: &str,
@@ -482,10 +482,15 @@ impl ApiClient {
     {
         let intervals = match &self.inner.mode {
             Mode::Replay {
-                pace: replay::Pace::Instant,
+                pace: replay::Pace::Instant | replay::Pace::Fixed(_),
                 ..
             } => PollIntervals::INSTANT,
-            _ => PollIntervals::LIVE,
+            Mode::Replay {
+                pace: replay::Pace::Recorded,
+                ..
+            }
+            | Mode::Live
+            | Mode::Record(_) => PollIntervals::LIVE,
         };
         poll::poll_until(what, deadline, intervals, probe).await
     }

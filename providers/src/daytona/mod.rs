@@ -808,10 +808,6 @@ impl Provider for DaytonaProvider {
         ))
     }
 
-    async fn floor(&self, _artifact: &Artifact, _labels: &RunLabels) -> Result<Vec<Timing>> {
-        Err(ProviderError::unsupported("measure the floor"))
-    }
-
     async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>> {
         let name = resource_name(labels);
         let mut found = self.list_sandboxes(labels).await?;

@@ -984,10 +984,6 @@ impl Provider for E2bProvider {
         ))
     }
 
-    async fn floor(&self, _artifact: &Artifact, _labels: &RunLabels) -> Result<Vec<Timing>> {
-        Err(ProviderError::unsupported("measure the floor"))
-    }
-
     async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>> {
         // Sandboxes first: E2B refuses to delete a template a sandbox still runs from.
         let sandboxes = self.list_sandboxes(labels).await?;

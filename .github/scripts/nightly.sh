@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# The nightly matrix's sandbox-matrix commands, shared by .github/workflows/nightly.yml and
+# a local run against replay (no credentials):
+#
+#   nightly.sh shard VARIANT live|replay REPEAT DIR   run one variant's shard into DIR/<run-id>/
+#   nightly.sh merge SHARDS_DIR OUT                   merge every results.json under SHARDS_DIR
+#   nightly.sh compare OUT [BASELINE_RESULTS_JSON]    OUT/compare.md; no baseline is a note
+#   nightly.sh gate POLICY OUT [BASELINE_RESULTS_JSON] OUT/gate.txt; exits 1 on hold
+#   nightly.sh summary OUT                            verdict, table, comparison to
+#                                                     $GITHUB_STEP_SUMMARY (stdout without it)
+#   nightly.sh local [WORK_DIR]                       all of the above for e2b and daytona
+#                                                     against replay, with a first replay
+#                                                     run as the baseline
+#
+# SANDBOX_MATRIX names the binary (default: sandbox-matrix on PATH; `local` builds it).
+set -euo pipefail
+
+# The scenarios every shard runs: the ones the cloud variants have cassettes for.
+SCENARIOS=(lifecycle core-tier)
+SM=${SANDBOX_MATRIX:-sandbox-matrix}
+
+die() { echo "nightly.sh: $*" >&2; exit 2; }
+
+shard() {
+  [ $# -eq 4 ] || die "usage: shard VARIANT live|replay REPEAT DIR"
+  local variant=$1 mode=$2 repeat=$3 dir=$4 args=()
+  case $mode in
+    live) args+=(--live) ;;
+    replay) ;;
+    *) die "shard: mode is live or replay, not \`$mode\`" ;;
+  esac
+  local s
+  for s in "${SCENARIOS[@]}"; do args+=(--scenario "$s"); done
+  local code=0
+  "$SM" run "${args[@]}" --variant "$variant" --repeat "$repeat" --out "$dir" || code=$?
+  # 1 is a failed step: the shard is complete and the gate judges it. Anything else
+  # (bad input, reports not written, interrupted) leaves no shard to trust.
+  if [ "$code" -gt 1 ]; then
+    echo "nightly.sh: sandbox-matrix run for $variant exited $code" >&2
+    return "$code"
+  fi
+  # One copy of the run folder in the artifact: drop the `latest` link.
+  local run
+  run=$(readlink "$dir/latest")
+  rm "$dir/latest"
+  echo "shard $variant: $dir/$run (exit $code)"
+}
+
+merge() {
+  [ $# -eq 2 ] || die "usage: merge SHARDS_DIR OUT"
+  local files=()
+  mapfile -t files < <(find "$1" -name results.json | sort)
+  [ ${#files[@]} -gt 0 ] || die "merge: no results.json under $1"
+  "$SM" merge "${files[@]}" --out "$2"
+}
+
+compare() {
+  [ $# -ge 1 ] || die "usage: compare OUT [BASELINE_RESULTS_JSON]"
+  local out=$1 baseline=${2:-}
+  {
+    echo "## Compared with the last nightly"
+    echo
+    if [ -n "$baseline" ] && [ -f "$baseline" ]; then
+      "$SM" compare --baseline "$baseline" "$out/results.json"
+    else
+      echo "Note: no baseline (${baseline:-none given} does not exist), so nothing was compared and regressions were not checked."
+    fi
+  } >"$out/compare.md"
+  cat "$out/compare.md"
+}
+
+gate() {
+  [ $# -ge 2 ] || die "usage: gate POLICY OUT [BASELINE_RESULTS_JSON]"
+  local policy=$1 out=$2 baseline=${3:-} args=()
+  if [ -n "$baseline" ] && [ -f "$baseline" ]; then args+=(--baseline "$baseline"); fi
+  local code=0
+  "$SM" gate --policy "$policy" "${args[@]}" "$out/results.json" >"$out/gate.txt" 2>&1 || code=$?
+  cat "$out/gate.txt"
+  echo "$code" >"$out/gate.exit"
+  return "$code"
+}
+
+summary() {
+  [ $# -eq 1 ] || die "usage: summary OUT"
+  if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then
+    summary_text "$1" >>"$GITHUB_STEP_SUMMARY"
+  else
+    summary_text "$1"
+  fi
+}
+
+summary_text() {
+  local out=$1 verdict="the gate did not run"
+  if [ -f "$out/gate.exit" ]; then
+    case $(cat "$out/gate.exit") in
+      0) verdict="ship" ;;
+      1) verdict="hold" ;;
+      *) verdict="gate error" ;;
+    esac
+  fi
+  echo "# Nightly sandbox matrix: $verdict"
+  echo
+  if [ -f "$out/gate.txt" ]; then
+    echo '```text'
+    cat "$out/gate.txt"
+    echo '```'
+    echo
+  fi
+  cat "$out/summary.md"
+  echo
+  [ ! -f "$out/compare.md" ] || cat "$out/compare.md"
+}
+
+local_run() {
+  local work=${1:-}
+  [ -n "$work" ] || work=$(mktemp -d /tmp/sandbox-matrix-nightly.XXXXXX)
+  local root repeat=${REPEAT:-3}
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  cd "$root"
+  if [ -z "${SANDBOX_MATRIX:-}" ]; then
+    cargo build --locked -q -p sandbox-matrix
+    SM=${CARGO_TARGET_DIR:-$root/target}/debug/sandbox-matrix
+  fi
+  # Replay needs no credentials; make sure none is used.
+  unset E2B_API_KEY DAYTONA_API_KEY DAYTONA_JWT_TOKEN DAYTONA_ORGANIZATION_ID GITHUB_STEP_SUMMARY
+  echo "== local nightly against replay in $work, repeat $repeat"
+  local v
+  echo "== baseline: a first replay run"
+  for v in e2b daytona; do
+    shard "$v" replay "$repeat" "$work/baseline-shards/$v" >/dev/null 2>&1 || die "the baseline's $v shard failed"
+  done
+  merge "$work/baseline-shards" "$work/baseline"
+  echo "== the nightly's jobs, replayed"
+  for v in e2b daytona; do shard "$v" replay "$repeat" "$work/shards/$v" 2>/dev/null | tail -1; done
+  merge "$work/shards" "$work/merged"
+  compare "$work/merged" "$work/baseline/results.json" >/dev/null
+  local code=0
+  gate policies/nightly.yaml "$work/merged" "$work/baseline/results.json" >/dev/null || code=$?
+  echo "== summary"
+  summary "$work/merged"
+  echo "== gate exit $code"
+  return "$code"
+}
+
+[ $# -ge 1 ] || die "usage: nightly.sh shard|merge|compare|gate|summary|local ARGS..."
+command=$1
+shift
+case $command in
+  shard | merge | compare | gate | summary) "$command" "$@" ;;
+  local) local_run "$@" ;;
+  *) die "unknown command \`$command\`" ;;
+esac

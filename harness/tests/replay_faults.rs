@@ -1,0 +1,195 @@
+//! Faults through the whole harness, on the e2b variant replayed from its lifecycle
+//! cassette with one exchange broken: the step fails with the cause, within its budget,
+//! cleanup still reaches the provider, and JUnit carries the cause. No Docker.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use sandbox_matrix::report;
+use sandbox_matrix::results::{
+    Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, StepStatus,
+};
+use sandbox_providers::api::cassette::Body;
+use sandbox_providers::api::replay::{Observed, Pace};
+use sandbox_providers::api::{Cassette, Exchange};
+
+const LIFECYCLE: &str = "  - step: build\n    budget: 60s\n  - step: launch\n    budget: 2s\n  - step: first-result\n    budget: 10s\n  - step: cleanup\n    budget: 30s\n";
+
+/// The lifecycle cassette's exchanges, and the index of the first one `what` picks.
+struct Cut {
+    exchanges: Vec<Exchange>,
+}
+
+impl Cut {
+    fn lifecycle() -> Self {
+        let cassette =
+            Cassette::load(&common::root().join("fixtures/cassettes/e2b/lifecycle.yaml"))
+                .expect("the e2b lifecycle cassette");
+        Self {
+            exchanges: cassette.exchanges,
+        }
+    }
+
+    fn find(&self, method: &str, path: impl Fn(&str) -> bool) -> usize {
+        self.exchanges
+            .iter()
+            .position(|e| e.request.method == method && path(&e.request.path))
+            .expect("the lifecycle cassette has this exchange")
+    }
+
+    /// Cleanup that finds the sandbox still running and deletes it, then what the
+    /// recorded cleanup did (templates).
+    fn cleanup_finding_the_sandbox(&self, sandbox: &str) -> Vec<Exchange> {
+        let list = self.find("GET", |p| p.starts_with("/v2/sandboxes?"));
+        let mut listed = self.exchanges[list].clone();
+        listed.response.body = Some(Body::Json(serde_json::json!([{
+            "sandboxID": sandbox,
+            "metadata": {
+                "sandbox-matrix.run": "<run-id>",
+                "sandbox-matrix.scenario": "lifecycle",
+                "sandbox-matrix.variant": "e2b",
+            },
+        }])));
+        let delete = self.find("DELETE", |p| p.starts_with("/sandboxes/"));
+        let mut out = vec![listed];
+        out.push(self.exchanges[list + 1].clone());
+        out.push(self.exchanges[delete].clone());
+        out.extend_from_slice(&self.exchanges[list + 2..]);
+        out
+    }
+}
+
+fn cassette(exchanges: Vec<Exchange>, note: &str) -> Cassette {
+    Cassette {
+        origin: "cut from the e2b lifecycle cassette".into(),
+        variant: "e2b".into(),
+        scenario: "lifecycle".into(),
+        note: Some(note.into()),
+        exchanges,
+    }
+}
+
+async fn run(cassette: Cassette) -> (ScenarioResult, Vec<Observed>, String, Duration) {
+    let scenario = common::temp_scenario("lifecycle", LIFECYCLE);
+    let started = Instant::now();
+    let (result, server) = common::replay_e2b(cassette, &scenario, Pace::Instant).await;
+    let took = started.elapsed();
+    let junit = report::junit::render(&RunResults {
+        schema_version: RESULTS_SCHEMA_VERSION.into(),
+        provenance: Provenance {
+            run_id: "faults".into(),
+            harness_version: env!("CARGO_PKG_VERSION").into(),
+            host: "test".into(),
+            started_at: "2026-11-29T00:00:00Z".into(),
+            shards: Vec::new(),
+        },
+        scenarios: vec![result.clone()],
+    });
+    (result, server.observed(), junit, took)
+}
+
+fn reason(result: &ScenarioResult, step: &str) -> String {
+    match &result.step(step).expect("the step ran").status {
+        StepStatus::Failed { reason } => reason.clone(),
+        other => panic!("{step} should have failed: {other:?}"),
+    }
+}
+
+fn deleted(observed: &[Observed], sandbox: &str) -> bool {
+    observed.iter().any(|o| {
+        o.method == "DELETE" && o.path == format!("/sandboxes/{sandbox}") && o.exchange.is_some()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_that_never_gets_ready_fails_launch_at_its_budget_and_is_still_deleted() {
+    let cut = Cut::lifecycle();
+    let create = cut.find("POST", |p| p == "/sandboxes");
+    let mut unhealthy = cut.exchanges[create + 1].clone();
+    assert!(unhealthy.request.path.ends_with("/health"), "{unhealthy:?}");
+    unhealthy.response.status = 502;
+    unhealthy.response.body = Some(Body::Text("upstream not ready".into()));
+    unhealthy.repeat = true;
+    let mut exchanges = cut.exchanges[..=create].to_vec();
+    exchanges.push(unhealthy);
+    exchanges.extend(cut.cleanup_finding_the_sandbox("sbx0002"));
+    let (result, observed, junit, took) = run(cassette(
+        exchanges,
+        "the code interpreter never answers its health check",
+    ))
+    .await;
+    let why = reason(&result, "launch");
+    assert!(why.contains("exceeded its budget of 2s"), "{why}");
+    assert!(took < Duration::from_secs(10), "the run took {took:?}");
+    assert_eq!(
+        result.step("cleanup").map(|s| &s.status),
+        Some(&StepStatus::Passed)
+    );
+    assert!(
+        deleted(&observed, "sbx0002"),
+        "cleanup never deleted the sandbox: {observed:#?}"
+    );
+    assert!(junit.contains("exceeded its budget of 2s"), "{junit}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_mid_answer_fails_first_result_with_the_cause_in_junit() {
+    let cut = Cut::lifecycle();
+    let execute = cut.find("POST", |p| p.ends_with("/execute"));
+    let mut exchanges = cut.exchanges[..=execute].to_vec();
+    exchanges[execute].response.reset_after_bytes = Some(20);
+    exchanges.extend(cut.cleanup_finding_the_sandbox("sbx0002"));
+    let (result, observed, junit, _) = run(cassette(
+        exchanges,
+        "the connection drops 20 bytes into the answer to 1+1",
+    ))
+    .await;
+    let why = reason(&result, "first-result");
+    assert!(
+        why.contains("connection reset mid-stream after 20 bytes"),
+        "{why}"
+    );
+    let executes = observed
+        .iter()
+        .filter(|o| o.path.ends_with("/execute"))
+        .count();
+    assert_eq!(
+        executes, 1,
+        "code was sent again after a reset: {observed:#?}"
+    );
+    assert!(
+        deleted(&observed, "sbx0002"),
+        "cleanup never deleted the sandbox: {observed:#?}"
+    );
+    assert!(junit.contains("connection reset mid-stream"), "{junit}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_create_is_retried_after_retry_after_and_the_run_passes() {
+    let cut = Cut::lifecycle();
+    let create = cut.find("POST", |p| p == "/sandboxes");
+    let mut limited = cut.exchanges[create].clone();
+    limited.response.status = 429;
+    limited
+        .response
+        .headers
+        .insert("retry-after".into(), "1".into());
+    limited.response.body = Some(Body::Json(
+        serde_json::json!({"code": 429, "message": "rate limited"}),
+    ));
+    let mut exchanges = cut.exchanges.clone();
+    exchanges.insert(create, limited);
+    let (result, observed, _, _) =
+        run(cassette(exchanges, "the create is answered 429 once")).await;
+    assert_eq!(
+        result.step("launch").map(|s| &s.status),
+        Some(&StepStatus::Passed)
+    );
+    let creates: Vec<u16> = observed
+        .iter()
+        .filter(|o| o.method == "POST" && o.path == "/sandboxes")
+        .map(|o| o.status)
+        .collect();
+    assert_eq!(creates, vec![429, 201]);
+}

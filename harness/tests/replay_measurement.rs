@@ -1,0 +1,134 @@
+//! A burst against a replayed provider, where every failure is known: how the statistics
+//! report it. No Docker. (What the harness adds to a timing is measured by
+//! `cargo bench -p sandbox-matrix --bench overhead`.)
+
+mod common;
+
+use std::time::Duration;
+
+use sandbox_matrix::results::{Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult};
+use sandbox_matrix::stats::{self, Value};
+use sandbox_providers::api::cassette::Body;
+use sandbox_providers::api::replay::Pace;
+use sandbox_providers::api::{Cassette, Exchange};
+
+/// The e2b lifecycle cassette cut into a burst of `launches`: its build, then each launch
+/// up to its first answer (`failures` of them refused at create with a 500), each stop, and
+/// its cleanup; the scenario label reads `burst`.
+fn burst_cassette(launches: usize, failures: usize) -> Cassette {
+    let lifecycle = common::e2b_lifecycle();
+    let ex = &lifecycle.exchanges;
+    let find = |from: usize, what: &dyn Fn(&Exchange) -> bool| {
+        from + ex[from..]
+            .iter()
+            .position(what)
+            .expect("the lifecycle cassette has this exchange")
+    };
+    let create = find(0, &|e| {
+        e.request.method == "POST" && e.request.path == "/sandboxes"
+    });
+    let answer = find(create, &|e| e.request.path.ends_with("/execute"));
+    let stop = find(answer, &|e| e.request.method == "DELETE");
+    let cleanup = find(stop, &|e| e.request.path.starts_with("/v2/sandboxes?"));
+    let mut refused = ex[create].clone();
+    refused.response.status = 500;
+    refused.response.body = Some(Body::Json(
+        serde_json::json!({"code": 500, "message": "injected failure: no capacity"}),
+    ));
+    let mut exchanges: Vec<Exchange> = ex[..create].to_vec();
+    for _ in 0..launches - failures {
+        exchanges.extend_from_slice(&ex[create..=answer]);
+    }
+    exchanges.extend(std::iter::repeat_n(refused, failures));
+    for _ in 0..launches - failures {
+        exchanges.extend_from_slice(&ex[stop..cleanup]);
+    }
+    exchanges.extend_from_slice(&ex[cleanup..]);
+    let text = serde_json::to_string(&exchanges)
+        .expect("exchanges serialize")
+        .replace("lifecycle", "burst");
+    Cassette {
+        origin: format!("cut from the e2b lifecycle cassette ({})", lifecycle.origin),
+        variant: "e2b".into(),
+        scenario: "burst".into(),
+        note: Some(format!("{launches} launches, {failures} refused at create")),
+        exchanges: serde_json::from_str(&text).expect("exchanges parse"),
+    }
+}
+
+async fn burst(launches: usize, failures: usize) -> (ScenarioResult, stats::Summary, String) {
+    let scenario = common::temp_scenario(
+        "burst",
+        &format!(
+            "  - step: build\n    budget: 60s\n  - step: burst\n    launches: {launches}\n    budget: 60s\n  - step: cleanup\n    budget: 30s\n"
+        ),
+    );
+    let (result, server) = common::replay_e2b(
+        burst_cassette(launches, failures),
+        &scenario,
+        Pace::Fixed(Duration::from_millis(2)),
+    )
+    .await;
+    server
+        .finish()
+        .expect("the burst went as the cassette says");
+    let results = RunResults {
+        schema_version: RESULTS_SCHEMA_VERSION.into(),
+        provenance: Provenance {
+            run_id: "burst".into(),
+            harness_version: env!("CARGO_PKG_VERSION").into(),
+            host: "test".into(),
+            started_at: "2026-11-29T00:00:00Z".into(),
+            shards: Vec::new(),
+        },
+        scenarios: vec![result.clone()],
+    };
+    let summary = stats::metrics(&results)
+        .into_iter()
+        .find(|m| m.name == "create-to-first-result")
+        .expect("the burst's samples are a metric")
+        .summary();
+    (
+        result,
+        summary,
+        sandbox_matrix::report::table::render(&results),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_100_with_30_percent_failures_reads_70_percent_and_p90_failed() {
+    let (result, summary, table) = burst(100, 30).await;
+    eprintln!("100 launches, 30 refused: {summary:?}");
+    assert_eq!((summary.n, summary.successes), (100, 70));
+    assert!((summary.success_rate() - 0.7).abs() < f64::EPSILON);
+    assert!(matches!(summary.p50, Value::Measured(_)), "{summary:?}");
+    assert_eq!(summary.p90, Value::Failed);
+    assert_eq!(summary.p99, Value::Failed);
+    assert_eq!(summary.max, Value::Failed);
+    let step = result.step("burst").expect("a burst step");
+    let reason = format!("{:?}", step.status);
+    assert!(reason.contains("30 of 100 launches failed"), "{reason}");
+    assert!(reason.contains("injected failure"), "{reason}");
+    assert!(
+        table.contains("p90 failed · p99 failed · 70/100 ok"),
+        "the table should say so:\n{table}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_burst_without_failures_reads_real_percentiles() {
+    let (result, summary, table) = burst(100, 0).await;
+    eprintln!("100 launches, none refused: {summary:?}");
+    assert!(result.passed(), "{:#?}", result.steps);
+    assert_eq!((summary.n, summary.successes), (100, 100));
+    let (Value::Measured(p50), Value::Measured(p90), Value::Measured(p99)) =
+        (summary.p50, summary.p90, summary.p99)
+    else {
+        panic!("every percentile should be a number: {summary:?}");
+    };
+    // Each launch waits on four responses held back 2 ms each.
+    assert!(p50 >= Duration::from_millis(8), "{summary:?}");
+    assert!(p50 <= p90 && p90 <= p99, "{summary:?}");
+    assert!(summary.min.is_some_and(|min| min <= p50));
+    assert!(table.contains("100/100 ok"), "{table}");
+}

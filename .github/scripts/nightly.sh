@@ -6,6 +6,9 @@
 #   nightly.sh merge SHARDS_DIR OUT                   merge every results.json under SHARDS_DIR
 #   nightly.sh compare OUT [BASELINE_RESULTS_JSON]    OUT/compare.md; no baseline is a note
 #   nightly.sh gate POLICY OUT [BASELINE_RESULTS_JSON] OUT/gate.txt; exits 1 on hold
+#   nightly.sh report OUT [BASELINE_DIR]              OUT/report.html with the history the
+#                                                     baseline carried plus the baseline
+#                                                     itself, kept in OUT/history/ (30 at most)
 #   nightly.sh summary OUT                            verdict, table, comparison to
 #                                                     $GITHUB_STEP_SUMMARY (stdout without it)
 #   nightly.sh local [WORK_DIR]                       all of the above for e2b and daytona
@@ -80,6 +83,23 @@ gate() {
   return "$code"
 }
 
+# The history travels with the merged artifact: each nightly's OUT/history/ is the last
+# one's history plus the last one's results, named by start time so they sort in order.
+report() {
+  [ $# -ge 1 ] || die "usage: report OUT [BASELINE_DIR]"
+  local out=$1 baseline=${2:-} started
+  mkdir -p "$out/history"
+  if [ -n "$baseline" ] && [ -f "$baseline/results.json" ]; then
+    if [ -d "$baseline/history" ]; then
+      find "$baseline/history" -maxdepth 1 -name '*.json' -exec cp {} "$out/history/" \;
+    fi
+    started=$(sed -n 's/^ *"started_at": *"\([^"]*\)".*/\1/p' "$baseline/results.json" | head -1)
+    cp "$baseline/results.json" "$out/history/${started:-previous}.json"
+  fi
+  find "$out/history" -maxdepth 1 -name '*.json' | sort | head -n -30 | xargs -r rm --
+  "$SM" report --out "$out/report.html" "$out/results.json" --history "$out/history"
+}
+
 summary() {
   [ $# -eq 1 ] || die "usage: summary OUT"
   if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then
@@ -136,17 +156,18 @@ local_run() {
   compare "$work/merged" "$work/baseline/results.json" >/dev/null
   local code=0
   gate policies/nightly.yaml "$work/merged" "$work/baseline/results.json" >/dev/null || code=$?
+  report "$work/merged" "$work/baseline"
   echo "== summary"
   summary "$work/merged"
   echo "== gate exit $code"
   return "$code"
 }
 
-[ $# -ge 1 ] || die "usage: nightly.sh shard|merge|compare|gate|summary|local ARGS..."
+[ $# -ge 1 ] || die "usage: nightly.sh shard|merge|compare|gate|report|summary|local ARGS..."
 command=$1
 shift
 case $command in
-  shard | merge | compare | gate | summary) "$command" "$@" ;;
+  shard | merge | compare | gate | report | summary) "$command" "$@" ;;
   local) local_run "$@" ;;
   *) die "unknown command \`$command\`" ;;
 esac

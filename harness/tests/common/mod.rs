@@ -130,7 +130,10 @@ impl sandbox_matrix::events::EventSink for Quiet {
 /// A scenario file named `name` (cassettes carry the scenario's name in their labels) with
 /// `steps` (YAML list items), on the reference environment, in a fresh temp folder.
 pub fn temp_scenario(name: &str, steps: &str) -> sandbox_matrix::scenario::Scenario {
-    let dir = out_dir(&format!("scenario-{name}"));
+    // A folder per call: tests of one binary run at once and must not share it.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = out_dir(&format!("scenario-{name}-{call}"));
     let path = dir.join(format!("{name}.yaml"));
     let text = format!(
         "name: {name}\nenvironment: {}\nsteps:\n{steps}",

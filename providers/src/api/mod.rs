@@ -105,8 +105,8 @@ pub enum ReqBody {
     },
 }
 
-/// One HTTP call.
-#[derive(Debug, Clone)]
+/// One HTTP call. Its `Debug` shows header names only: values may be credentials.
+#[derive(Clone)]
 pub struct ApiRequest {
     method: Method,
     target: Target,
@@ -116,6 +116,18 @@ pub struct ApiRequest {
     idempotent: bool,
     timeout: Option<Duration>,
     what: Option<String>,
+}
+
+impl std::fmt::Debug for ApiRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let headers: Vec<&str> = self.headers.iter().map(|(name, _)| name.as_str()).collect();
+        f.debug_struct("ApiRequest")
+            .field("call", &self.describe())
+            .field("headers", &headers)
+            .field("idempotent", &self.idempotent)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ApiRequest {
@@ -238,8 +250,8 @@ fn canonical_path(target: &Target, path: &str) -> String {
     }
 }
 
-/// A response with its whole body.
-#[derive(Debug, Clone)]
+/// A response with its whole body. Its `Debug` leaves the body out: it may hold a token.
+#[derive(Clone)]
 pub struct ApiResponse {
     /// HTTP status.
     pub status: u16,
@@ -248,6 +260,16 @@ pub struct ApiResponse {
     /// The body.
     pub body: bytes::Bytes,
     what: String,
+}
+
+impl std::fmt::Debug for ApiResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiResponse")
+            .field("call", &self.what)
+            .field("status", &self.status)
+            .field("body_bytes", &self.body.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl ApiResponse {
@@ -808,4 +830,23 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_debug_shows_header_names_not_their_values() {
+        // A fake credential, made up for this test.
+        let request = ApiRequest::get(Target::Api, "/sandboxes")
+            .header("X-API-Key", "fake-key-in-a-header-0000")
+            .what("list sandboxes");
+        let shown = format!("{request:?}");
+        assert!(
+            shown.contains("x-api-key") && shown.contains("list sandboxes: GET /sandboxes"),
+            "{shown}"
+        );
+        assert!(!shown.contains("fake-key-in-a-header-0000"), "{shown}");
+    }
 }

@@ -1,0 +1,112 @@
+//! Every request the cloud clients send, in a whole replayed scenario, matches the JSON
+//! Schema the spec gives it: the replay server checks each one before answering, and a
+//! request that fails its schema fails the run. No Docker.
+
+mod common;
+#[path = "../../providers/tests/support/schemas.rs"]
+mod schemas;
+
+use std::sync::Arc;
+
+use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
+use sandbox_matrix::scenario::Scenario;
+use sandbox_matrix::variants;
+use sandbox_providers::api::cassette::RecordedRequest;
+use sandbox_providers::api::replay::{Pace, ReplayOptions, ReplayServer};
+use sandbox_providers::api::{Body, Cassette, Mode};
+use schemas::SchemaSet;
+use tokio_util::sync::CancellationToken;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_of_every_replayed_scenario_matches_its_schema() {
+    let mut runs = 0;
+    for cloud in variants::CLOUD {
+        let set = Arc::new(SchemaSet::load(
+            &common::root().join("fixtures/schemas").join(cloud.name),
+        ));
+        for name in ["lifecycle", "core-tier"] {
+            let path = variants::cassette_path(
+                &common::root().join(variants::CASSETTES_DIR),
+                cloud.name,
+                name,
+            );
+            let cassette = Cassette::load(&path).expect("the cassette loads");
+            let scenario = Scenario::load(&common::root().join(format!("scenarios/{name}.yaml")))
+                .expect("the scenario loads");
+            let runner = Runner::new(
+                new_run_id(),
+                fake_canary(),
+                Arc::new(common::Quiet),
+                CancellationToken::new(),
+            );
+            let volatiles = runner.scenario_volatiles();
+            let checked = set.clone();
+            let server = ReplayServer::start(
+                cassette,
+                ReplayOptions {
+                    pace: Pace::Instant,
+                    volatiles: volatiles.clone(),
+                    request_check: Some(Arc::new(move |request| checked.check_request(request))),
+                    ..ReplayOptions::default()
+                },
+            )
+            .await
+            .expect("replay server");
+            let provider = (cloud.connect)(
+                Mode::Replay {
+                    server_url: server.url(),
+                    pace: Pace::Instant,
+                },
+                volatiles,
+            )
+            .expect("replay needs no credential");
+            let result = runner.run_scenario(provider, &scenario, None).await;
+            assert!(
+                result.passed(),
+                "{} {name}: {:#?}",
+                cloud.name,
+                result.steps
+            );
+            server
+                .finish()
+                .unwrap_or_else(|e| panic!("{} {name}: {e}", cloud.name));
+            let served = server.observed().len();
+            assert!(served > 20, "{} {name}: only {served} requests", cloud.name);
+            runs += 1;
+        }
+    }
+    assert_eq!(runs, 4, "e2b and daytona, lifecycle and core-tier");
+}
+
+#[test]
+fn a_request_with_a_wrong_type_or_a_missing_field_is_caught() {
+    let set = SchemaSet::load(&common::root().join("fixtures/schemas/e2b"));
+    let create = |body: serde_json::Value| RecordedRequest {
+        method: "POST".into(),
+        path: "/sandboxes".into(),
+        headers: Default::default(),
+        body: Some(Body::Json(body)),
+    };
+    set.check_request(&create(
+        serde_json::json!({"templateID": "t:b", "timeout": 900}),
+    ))
+    .expect("a well-formed create");
+    let wrong_type = set
+        .check_request(&create(
+            serde_json::json!({"templateID": "t:b", "timeout": "900"}),
+        ))
+        .unwrap_err();
+    assert!(
+        wrong_type.contains("sandbox-create.request.json"),
+        "{wrong_type}"
+    );
+    set.check_request(&create(serde_json::json!({"timeout": 900})))
+        .unwrap_err();
+    let unknown = RecordedRequest {
+        method: "POST".into(),
+        path: "/no/such/call".into(),
+        headers: Default::default(),
+        body: None,
+    };
+    assert!(set.check_request(&unknown).unwrap_err().contains("not in"));
+}

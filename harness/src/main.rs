@@ -156,7 +156,9 @@ struct RootArg {
 
 #[derive(Args)]
 struct Selection {
-    /// Variant to run; repeat for several. Default: every known variant.
+    /// Variant to run; repeat for several. Default: every known variant that can run here
+    /// (for `run`: docker when an engine answers, and each cloud variant where it has a
+    /// cassette, or live with --live).
     #[arg(long = "variant", value_name = "NAME")]
     variants: Vec<String>,
     /// Scenario to run: a name in scenarios/ (`lifecycle`) or a path to a YAML file;

@@ -19,7 +19,7 @@ use std::time::Duration;
 use bollard::Docker;
 use bollard::query_parameters::StopContainerOptionsBuilder;
 use sandbox_matrix::events::{EventSink, RunEvent};
-use sandbox_matrix::results::{ScenarioResult, StepStatus};
+use sandbox_matrix::results::ScenarioResult;
 use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
 use sandbox_matrix::scenario::Scenario;
 use sandbox_matrix::variants;
@@ -27,8 +27,6 @@ use sandbox_providers::api::{ApiSettings, Endpoints, Mode, Recorder, Volatiles};
 use sandbox_providers::daytona::DaytonaProvider;
 use sandbox_providers::{Artifact, BuildRequest, Provider, Resource, RunLabels, SandboxId, Secret};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 /// What the cassettes say they were authored from.
@@ -113,35 +111,18 @@ fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
     state.lock().expect("emulator state lock")
 }
 
-async fn read_request(stream: &mut BufReader<TcpStream>) -> Option<Request> {
-    let mut line = String::new();
-    stream.read_line(&mut line).await.ok()?;
-    let mut words = line.split_whitespace();
-    let method = words.next()?.to_owned();
-    let target = words.next()?.to_owned();
-    let mut length = 0usize;
-    loop {
-        let mut header = String::new();
-        stream.read_line(&mut header).await.ok()?;
-        let header = header.trim_end();
-        if header.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = header.split_once(':')
-            && name.eq_ignore_ascii_case("content-length")
-        {
-            length = value.trim().parse().ok()?;
+impl From<common::HttpRequest> for Request {
+    fn from(request: common::HttpRequest) -> Self {
+        let query = reqwest::Url::parse(&format!("http://emulator/?{}", request.query))
+            .map(|url| url.query_pairs().into_owned().collect())
+            .unwrap_or_default();
+        Self {
+            method: request.method,
+            path: request.path,
+            query,
+            body: request.body,
         }
     }
-    let mut body = vec![0; length];
-    stream.read_exact(&mut body).await.ok()?;
-    let parsed = reqwest::Url::parse(&format!("http://emulator{target}")).ok()?;
-    Some(Request {
-        method,
-        path: parsed.path().to_owned(),
-        query: parsed.query_pairs().into_owned().collect(),
-        body,
-    })
 }
 
 impl Emulator {
@@ -150,13 +131,7 @@ impl Emulator {
         labels: RunLabels,
         volatiles: Arc<Volatiles>,
     ) -> Arc<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the emulator");
-        let url = format!(
-            "http://{}",
-            listener.local_addr().expect("emulator address")
-        );
+        let (listener, url) = common::bind_loopback().await;
         let engine = Docker::connect_with_local_defaults().expect("connect to the Docker engine");
         let emulator = Arc::new(Self {
             url,
@@ -167,23 +142,11 @@ impl Emulator {
             state: Arc::default(),
         });
         let serving = emulator.clone();
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let emulator = serving.clone();
-                tokio::spawn(async move {
-                    let mut stream = BufReader::new(stream);
-                    if let Some(request) = read_request(&mut stream).await {
-                        let (status, content_type, body) = emulator.handle(request).await;
-                        let head = format!(
-                            "HTTP/1.1 {status} Emulated\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                            body.len()
-                        );
-                        let stream = stream.get_mut();
-                        let _ = stream.write_all(head.as_bytes()).await;
-                        let _ = stream.write_all(&body).await;
-                        let _ = stream.shutdown().await;
-                    }
-                });
+        common::serve_http(listener, move |request| {
+            let emulator = serving.clone();
+            async move {
+                let (status, content_type, body) = emulator.handle(request.into()).await;
+                (status, content_type.to_owned(), body)
             }
         });
         emulator
@@ -629,14 +592,7 @@ async fn record(dir: &Path) -> (Vec<ScenarioResult>, Vec<Secret>) {
         let result = runner
             .run_scenario(Arc::new(provider), &scenario, None)
             .await;
-        let failed: Vec<String> = result
-            .steps
-            .iter()
-            .filter_map(|s| match &s.status {
-                StepStatus::Failed { reason } => Some(format!("{}: {reason}", s.step)),
-                _ => None,
-            })
-            .collect();
+        let failed = common::failures(&result);
         assert!(
             failed.is_empty(),
             "{name} failed through the emulator: {failed:#?}"

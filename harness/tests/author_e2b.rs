@@ -26,8 +26,6 @@ use sandbox_providers::{
     Artifact, BuildRequest, CodeOutput, CommandOutput, Provider, RunLabels, SandboxId, Secret,
 };
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpStream};
 
 /// What the cassettes say they were written from.
 const ORIGIN: &str = "authored from e2b/openapi.yml@0.1.0 and envd.yaml@0.1.3, answered by an emulator forwarding to the docker variant";
@@ -135,13 +133,7 @@ impl EventSink for Print {
 }
 
 /// One HTTP request as the emulator reads it.
-struct Request {
-    method: String,
-    path: String,
-    query: String,
-    headers: HashMap<String, String>,
-    body: Vec<u8>,
-}
+type Request = common::HttpRequest;
 
 /// One answer.
 struct Answer {
@@ -207,8 +199,7 @@ struct Emulator {
 
 impl Emulator {
     async fn start(docker: Arc<dyn Provider>, environment: PathBuf) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("loopback");
-        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let (listener, url) = common::bind_loopback().await;
         let emulator = Self {
             url,
             docker,
@@ -216,11 +207,9 @@ impl Emulator {
             world: Arc::default(),
         };
         let serving = emulator.clone();
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let emulator = serving.clone();
-                tokio::spawn(async move { emulator.serve(stream).await });
-            }
+        common::serve_http(listener, move |request| {
+            let emulator = serving.clone();
+            async move { emulator.serve(request).await }
         });
         emulator
     }
@@ -247,10 +236,7 @@ impl Emulator {
         }
     }
 
-    async fn serve(&self, mut stream: TcpStream) {
-        let Some(request) = read_request(&mut stream).await else {
-            return;
-        };
+    async fn serve(&self, request: Request) -> (u16, String, Vec<u8>) {
         let answer = if request.headers.contains_key("x-api-key")
             || request.path.starts_with("/sandbox/")
             || request.path.starts_with("/upload/")
@@ -259,15 +245,7 @@ impl Emulator {
         } else {
             Answer::error(401, "missing X-API-Key")
         };
-        let head = format!(
-            "HTTP/1.1 {} X\r\ncontent-type: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-            answer.status,
-            answer.content_type,
-            answer.body.len()
-        );
-        let _ = stream.write_all(head.as_bytes()).await;
-        let _ = stream.write_all(&answer.body).await;
-        let _ = stream.flush().await;
+        (answer.status, answer.content_type.to_owned(), answer.body)
     }
 
     fn next_id(&self, prefix: &str) -> String {
@@ -679,50 +657,4 @@ fn decode(text: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-async fn read_request(stream: &mut TcpStream) -> Option<Request> {
-    let mut buffer = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let head_end = loop {
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buffer.extend_from_slice(&chunk[..n]);
-        if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-            break at;
-        }
-    };
-    let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
-    let mut lines = head.lines();
-    let mut first = lines.next()?.split_whitespace();
-    let (method, target) = (first.next()?.to_owned(), first.next()?.to_owned());
-    let headers: HashMap<String, String> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    let length: usize = headers
-        .get("content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = buffer[head_end + 4..].to_vec();
-    while body.len() < length {
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            break;
-        }
-        body.extend_from_slice(&chunk[..n]);
-    }
-    let (path, query) = match target.split_once('?') {
-        Some((p, q)) => (p.to_owned(), q.to_owned()),
-        None => (target, String::new()),
-    };
-    Some(Request {
-        method,
-        path,
-        query,
-        headers,
-        body,
-    })
 }

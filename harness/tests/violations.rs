@@ -133,14 +133,7 @@ async fn each_violating_image_fails_what_it_breaks_and_nothing_else() {
             failed_rows.join(", ")
         ));
         if failed_checks != *checks || failed_rows != *rows {
-            let reasons: Vec<String> = result
-                .steps
-                .iter()
-                .filter_map(|s| match &s.status {
-                    StepStatus::Failed { reason } => Some(format!("{}: {reason}", s.step)),
-                    _ => None,
-                })
-                .collect();
+            let reasons = common::failures(result);
             wrong.push(format!("{image}: expected {checks:?} / rows {rows:?}, got {failed_checks:?} / rows {failed_rows:?}\n    {}", reasons.join("\n    ")));
         }
     }

@@ -278,6 +278,17 @@ pub trait Provider: Send + Sync {
     async fn delete_resource(&self, resource: &Resource) -> Result<()>;
 }
 
+/// The text of `dir/Dockerfile`; the error names the file.
+pub(crate) fn read_dockerfile(dir: &std::path::Path) -> Result<String> {
+    let path = dir.join("Dockerfile");
+    std::fs::read_to_string(&path).map_err(|e| {
+        ProviderError::new(
+            ErrorKind::Config,
+            format!("cannot read {}: {e}", path.display()),
+        )
+    })
+}
+
 /// The last `max` bytes of `text` or fewer, starting on a character boundary: how errors
 /// quote a long output.
 pub fn tail(text: &str, max: usize) -> &str {

@@ -18,7 +18,7 @@ use futures_util::StreamExt as _;
 use reqwest::Method;
 
 pub use cassette::{Body, Cassette, ConnectFrame, Exchange, Normalizer, Volatiles};
-pub use poll::{POLL_FIRST_INTERVAL, POLL_MAX_INTERVAL, PollIntervals};
+pub use poll::PollIntervals;
 
 use crate::{ErrorKind, ProviderError, Result, Secret, tail};
 use cassette::{RecordedRequest, RecordedResponse};
@@ -405,11 +405,6 @@ impl Recorder {
         cassette.save(&self.path)?;
         Ok(self.path.clone())
     }
-
-    /// The cassette's path.
-    pub fn path(&self) -> &std::path::Path {
-        &self.path
-    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -483,11 +478,6 @@ impl ApiClient {
     /// The run-varying values this client's cassettes keep as placeholders.
     pub fn volatiles(&self) -> &Arc<Volatiles> {
         &self.inner.volatiles
-    }
-
-    /// True when calls go to a replay server.
-    pub fn is_replay(&self) -> bool {
-        matches!(self.inner.mode, Mode::Replay { .. })
     }
 
     /// [`poll::poll_until`] with this client's intervals: 50 ms backing off to 2 s, or

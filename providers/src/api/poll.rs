@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use crate::{ErrorKind, ProviderError, Result};
 
 /// The first wait between polls.
-pub const POLL_FIRST_INTERVAL: Duration = Duration::from_millis(50);
+const POLL_FIRST_INTERVAL: Duration = Duration::from_millis(50);
 /// The longest wait between polls.
-pub const POLL_MAX_INTERVAL: Duration = Duration::from_secs(2);
+const POLL_MAX_INTERVAL: Duration = Duration::from_secs(2);
 
 /// How long to wait between polls: the first wait, growing by half each time up to `max`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,12 +15,7 @@ const MAX_INLINE_BYTES: usize = 64 * 1024;
 /// Reads `dir/Dockerfile` and returns it with every context `COPY` inlined.
 pub fn inline_context(dir: &Path) -> Result<String> {
     let path = dir.join("Dockerfile");
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        ProviderError::new(
-            ErrorKind::Config,
-            format!("cannot read {}: {e}", path.display()),
-        )
-    })?;
+    let text = crate::read_dockerfile(dir)?;
     let mut out = String::with_capacity(text.len());
     let mut inlined = 0usize;
     for (index, line) in text.lines().enumerate() {

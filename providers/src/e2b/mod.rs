@@ -281,7 +281,38 @@ impl E2bProvider {
         gone_is_fine(outcome)
     }
 
-    /// Sandboxes carrying every label, following pagination.
+    /// Every item of a listing that pages with `nextToken` and `x-next-token`.
+    async fn list_all<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        what: &str,
+    ) -> Result<Vec<T>> {
+        let mut items = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            let page = match &next {
+                Some(token) => {
+                    let joiner = if path.contains('?') { '&' } else { '?' };
+                    format!("{path}{joiner}nextToken={}", encode(token))
+                }
+                None => path.to_owned(),
+            };
+            let response = self
+                .client
+                .call(self.api(Method::GET, page).what(what))
+                .await?;
+            items.extend(response.json::<Vec<T>>()?);
+            next = response
+                .header("x-next-token")
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned);
+            if next.is_none() {
+                return Ok(items);
+            }
+        }
+    }
+
+    /// Sandboxes carrying every label.
     async fn list_sandboxes(&self, labels: &RunLabels) -> Result<Vec<String>> {
         let metadata = labels
             .to_map()
@@ -289,76 +320,40 @@ impl E2bProvider {
             .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
             .collect::<Vec<_>>()
             .join("&");
-        let mut ids = Vec::new();
-        let mut next: Option<String> = None;
-        loop {
-            let mut path = format!("/v2/sandboxes?metadata={}", encode(&metadata));
-            if let Some(token) = &next {
-                path.push_str(&format!("&nextToken={}", encode(token)));
-            }
-            let response = self
-                .client
-                .call(
-                    self.api(Method::GET, path)
-                        .what("list sandboxes by metadata"),
-                )
-                .await?;
-            let page: Vec<ListedSandbox> = response.json()?;
-            let same = self.same();
-            ids.extend(
-                page.into_iter()
-                    .filter(|s| {
-                        labels
-                            .to_map()
-                            .iter()
-                            .all(|(k, v)| s.metadata.get(k).is_some_and(|found| same(found, v)))
-                    })
-                    .map(|s| s.sandbox_id),
-            );
-            next = response
-                .header("x-next-token")
-                .filter(|t| !t.is_empty())
-                .map(str::to_owned);
-            if next.is_none() {
-                return Ok(ids);
-            }
-        }
+        let listed: Vec<ListedSandbox> = self
+            .list_all(
+                &format!("/v2/sandboxes?metadata={}", encode(&metadata)),
+                "list sandboxes by metadata",
+            )
+            .await?;
+        let same = self.same();
+        Ok(listed
+            .into_iter()
+            .filter(|s| {
+                labels
+                    .to_map()
+                    .iter()
+                    .all(|(k, v)| s.metadata.get(k).is_some_and(|found| same(found, v)))
+            })
+            .map(|s| s.sandbox_id)
+            .collect())
     }
 
-    /// Templates named for this run and scenario, following pagination.
+    /// Templates named for this run and scenario.
     async fn list_templates(&self, labels: &RunLabels) -> Result<Vec<String>> {
         let name = self.template_name(labels);
         let same = self.same();
-        let mut ids = Vec::new();
-        let mut next: Option<String> = None;
-        loop {
-            let path = match &next {
-                Some(token) => format!("/v2/templates?nextToken={}", encode(token)),
-                None => "/v2/templates".to_owned(),
-            };
-            let response = self
-                .client
-                .call(self.api(Method::GET, path).what("list templates"))
-                .await?;
-            let page: Vec<TemplateListed> = response.json()?;
-            ids.extend(
-                page.into_iter()
-                    .filter(|t| {
-                        t.names
-                            .iter()
-                            .chain(&t.aliases)
-                            .any(|n| n.rsplit('/').next().is_some_and(|n| same(n, &name)))
-                    })
-                    .map(|t| t.template_id),
-            );
-            next = response
-                .header("x-next-token")
-                .filter(|t| !t.is_empty())
-                .map(str::to_owned);
-            if next.is_none() {
-                return Ok(ids);
-            }
-        }
+        let listed: Vec<TemplateListed> = self.list_all("/v2/templates", "list templates").await?;
+        Ok(listed
+            .into_iter()
+            .filter(|t| {
+                t.names
+                    .iter()
+                    .chain(&t.aliases)
+                    .any(|n| n.rsplit('/').next().is_some_and(|n| same(n, &name)))
+            })
+            .map(|t| t.template_id)
+            .collect())
     }
 
     /// Polls a build's status, passing new log lines to `log`, until it is ready or failed.
@@ -501,14 +496,13 @@ pub fn template_name(labels: &RunLabels) -> String {
 
 /// Percent-encodes everything but RFC 3986's unreserved characters.
 fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    /// RFC 3986's unreserved characters stay as they are.
+    const UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    percent_encoding::utf8_percent_encode(text, UNRESERVED).to_string()
 }
 
 /// Folds the code interpreter's JSON lines into one output.

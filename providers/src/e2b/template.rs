@@ -37,12 +37,7 @@ pub struct Upload {
 /// Reads `dir/Dockerfile` and plans the template build from it.
 pub fn plan(dir: &Path) -> Result<TemplatePlan> {
     let path = dir.join("Dockerfile");
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        ProviderError::new(
-            ErrorKind::Config,
-            format!("cannot read {}: {e}", path.display()),
-        )
-    })?;
+    let text = crate::read_dockerfile(dir)?;
     let mut from_image = None;
     let mut steps = Vec::new();
     let mut uploads = Vec::new();

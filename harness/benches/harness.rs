@@ -160,6 +160,7 @@ fn replay(c: &mut Criterion) {
             reset_after_bytes: None,
         },
         repeat: false,
+        group: None,
     };
     let cassette = Cassette {
         origin: "authored for the replay benchmark".into(),

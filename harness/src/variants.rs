@@ -26,6 +26,10 @@ pub struct CloudVariant {
     pub name: &'static str,
     /// Makes its provider.
     pub connect: CloudConnect,
+    /// Request headers its replay matches (the variant's `REPLAY_MATCHED_HEADERS`).
+    pub matched_headers: &'static [&'static str],
+    /// The credentials its client sends in replay mode, redacted by the replay server.
+    pub replay_credentials: fn() -> Vec<sandbox_providers::Secret>,
 }
 
 /// The cloud variants, in report order.
@@ -36,6 +40,8 @@ pub const CLOUD: &[CloudVariant] = &[
             sandbox_providers::e2b::E2bProvider::from_env(mode, volatiles)
                 .map(|p| Arc::new(p) as Arc<dyn Provider>)
         },
+        matched_headers: sandbox_providers::e2b::REPLAY_MATCHED_HEADERS,
+        replay_credentials: sandbox_providers::e2b::replay_credentials,
     },
     CloudVariant {
         name: "daytona",
@@ -43,6 +49,8 @@ pub const CLOUD: &[CloudVariant] = &[
             sandbox_providers::daytona::DaytonaProvider::from_env(mode, volatiles)
                 .map(|p| Arc::new(p) as Arc<dyn Provider>)
         },
+        matched_headers: sandbox_providers::daytona::REPLAY_MATCHED_HEADERS,
+        replay_credentials: sandbox_providers::daytona::replay_credentials,
     },
 ];
 
@@ -144,9 +152,11 @@ pub async fn open_cloud(
                 cassette,
                 ReplayOptions {
                     pace: *pace,
-                    credentials: Vec::new(),
+                    credentials: (variant.replay_credentials)(),
                     volatiles: volatiles.clone(),
                     request_check: None,
+                    matched_headers: variant.matched_headers,
+                    cassette_path: Some(path.clone()),
                 },
             )
             .await

@@ -35,14 +35,25 @@ fn burst_cassette(launches: usize, failures: usize) -> Cassette {
     refused.response.body = Some(Body::Json(
         serde_json::json!({"code": 500, "message": "injected failure: no capacity"}),
     ));
+    // The launches run at once, then the stops: each is one group, served in any order.
+    let grouped = |exchanges: Vec<Exchange>, label: &'static str| {
+        exchanges.into_iter().map(move |mut e| {
+            e.group = Some(label.to_owned());
+            e
+        })
+    };
     let mut exchanges: Vec<Exchange> = ex[..create].to_vec();
+    let mut launched = Vec::new();
     for _ in 0..launches - failures {
-        exchanges.extend_from_slice(&ex[create..=answer]);
+        launched.extend_from_slice(&ex[create..=answer]);
     }
-    exchanges.extend(std::iter::repeat_n(refused, failures));
+    launched.extend(std::iter::repeat_n(refused, failures));
+    exchanges.extend(grouped(launched, "launches"));
+    let mut stops = Vec::new();
     for _ in 0..launches - failures {
-        exchanges.extend_from_slice(&ex[stop..cleanup]);
+        stops.extend_from_slice(&ex[stop..cleanup]);
     }
+    exchanges.extend(grouped(stops, "stops"));
     exchanges.extend_from_slice(&ex[cleanup..]);
     let text = serde_json::to_string(&exchanges)
         .expect("exchanges serialize")

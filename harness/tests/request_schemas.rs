@@ -47,7 +47,9 @@ async fn every_request_of_every_replayed_scenario_matches_its_schema() {
                     pace: Pace::Instant,
                     volatiles: volatiles.clone(),
                     request_check: Some(Arc::new(move |request| checked.check_request(request))),
-                    ..ReplayOptions::default()
+                    credentials: (cloud.replay_credentials)(),
+                    matched_headers: cloud.matched_headers,
+                    cassette_path: Some(path.clone()),
                 },
             )
             .await

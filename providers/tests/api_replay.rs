@@ -40,6 +40,7 @@ fn exchange(
             reset_after_bytes: None,
         },
         repeat: false,
+        group: None,
     }
 }
 
@@ -60,7 +61,7 @@ async fn serve(c: Cassette, volatiles: Arc<Volatiles>) -> (ReplayServer, ApiClie
             pace: Pace::Instant,
             credentials: vec![fake_key()],
             volatiles: volatiles.clone(),
-            request_check: None,
+            ..ReplayOptions::default()
         },
     )
     .await
@@ -151,14 +152,16 @@ async fn serves_in_order_with_volatiles_and_flags_what_differs() {
     assert_eq!(err.kind, ErrorKind::Api);
     assert!(
         err.message.contains("418")
-            && err
-                .message
-                .contains("nearest recorded: #3 DELETE /sandboxes/sb-1"),
+            && err.message.contains(
+                "exchange #3: expected DELETE /sandboxes/sb-1, came DELETE /sandboxes/sb-2"
+            ),
         "{err}"
     );
     let problems = server.finish().unwrap_err().to_string();
     assert!(
-        problems.contains("unexpected request DELETE /sandboxes/sb-2"),
+        problems.contains(
+            "did not go as recorded: exchange #3: expected DELETE /sandboxes/sb-1, came DELETE /sandboxes/sb-2;"
+        ),
         "{problems}"
     );
     assert!(
@@ -399,4 +402,230 @@ async fn recording_writes_placeholders_and_replays_what_it_wrote() {
         original.exchanges[0].response.body
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Serves `exchanges`, each a GET of its path answering 200, grouped as `group` says.
+async fn paths(paths: &[&str], group: Option<&str>) -> (ReplayServer, ApiClient) {
+    let exchanges = paths
+        .iter()
+        .map(|path| Exchange {
+            group: group.map(str::to_owned),
+            ..exchange("GET", path, None, 200, Some(Body::Json(json!({}))))
+        })
+        .collect();
+    serve(cassette(exchanges), Arc::new(Volatiles::default())).await
+}
+
+async fn get(client: &ApiClient, path: &str) -> sandbox_providers::Result<u16> {
+    Ok(client
+        .call(ApiRequest::get(Target::Api, path))
+        .await?
+        .status)
+}
+
+#[tokio::test]
+async fn inside_a_group_either_order_passes() {
+    for order in [["/a", "/b"], ["/b", "/a"]] {
+        let (server, client) = paths(&["/a", "/b"], Some("pair")).await;
+        for path in order {
+            assert_eq!(get(&client, path).await.unwrap(), 200, "{order:?}");
+        }
+        server.finish().unwrap();
+    }
+    // At once, as concurrent launches would be.
+    let (server, client) = paths(&["/a", "/b"], Some("pair")).await;
+    let (a, b) = tokio::join!(get(&client, "/b"), get(&client, "/a"));
+    assert_eq!((a.unwrap(), b.unwrap()), (200, 200));
+    server.finish().unwrap();
+}
+
+#[tokio::test]
+async fn outside_a_group_the_wrong_order_fails_naming_the_exchange() {
+    let (server, client) = paths(&["/a", "/b"], None).await;
+    let err = get(&client, "/b").await.unwrap_err();
+    assert!(
+        err.message.contains(
+            "exchange #0: expected GET /a, came GET /b; it matches #1, later in the cassette"
+        ),
+        "{err}"
+    );
+    assert_eq!(get(&client, "/a").await.unwrap(), 200);
+    let problems = server.finish().unwrap_err().to_string();
+    assert!(
+        problems.contains("replay of the example unit cassette did not go as recorded")
+            && problems.contains("exchange #1 (GET /b) was never requested"),
+        "{problems}"
+    );
+    // The same two, ordered as recorded, pass.
+    let (server, client) = paths(&["/a", "/b"], None).await;
+    for path in ["/a", "/b"] {
+        get(&client, path).await.unwrap();
+    }
+    server.finish().unwrap();
+}
+
+#[tokio::test]
+async fn an_exchange_never_requested_fails_the_replay() {
+    let (server, client) = paths(&["/a", "/b"], None).await;
+    get(&client, "/a").await.unwrap();
+    let problems = server.finish().unwrap_err().to_string();
+    assert!(
+        problems.ends_with("exchange #1 (GET /b) was never requested"),
+        "{problems}"
+    );
+}
+
+#[tokio::test]
+async fn a_repeat_answers_again_only_until_the_next_exchange_is_served() {
+    let mut unhealthy = exchange("GET", "/health", None, 404, None);
+    unhealthy.repeat = true;
+    let (server, client) = serve(
+        cassette(vec![
+            unhealthy,
+            exchange("DELETE", "/sandboxes/sb-1", None, 204, None),
+        ]),
+        Arc::new(Volatiles::default()),
+    )
+    .await;
+    for _ in 0..3 {
+        let err = get(&client, "/health").await.unwrap_err();
+        assert_eq!(err.kind, ErrorKind::NotFound, "{err}");
+    }
+    client
+        .call(ApiRequest::delete(Target::Api, "/sandboxes/sb-1"))
+        .await
+        .unwrap();
+    let err = get(&client, "/health").await.unwrap_err();
+    assert!(
+        err.message
+            .contains("came GET /health after every exchange was served"),
+        "{err}"
+    );
+    assert!(server.finish().is_err());
+}
+
+#[tokio::test]
+async fn a_body_mismatch_is_a_short_diff_of_the_first_differing_keys() {
+    let long = "x".repeat(500);
+    let (server, client) = serve(
+        cassette(vec![exchange(
+            "POST",
+            "/execute",
+            Some(Body::Json(
+                json!({"code": "1+1", "context_id": "ctx-1", "env": {"LANG": "C.UTF-8"}, "note": long}),
+            )),
+            200,
+            None,
+        )]),
+        Arc::new(Volatiles::default()),
+    )
+    .await;
+    let err = client
+        .call(
+            ApiRequest::post(Target::Api, "/execute")
+                .json(json!({"code": "2+2", "context_id": "ctx-1", "env": {}, "note": "short"})),
+        )
+        .await
+        .unwrap_err();
+    let message = err.message;
+    assert!(
+        message.contains(r#"exchange #0, POST /execute: body /code: expected "1+1", came "2+2""#)
+            && message.contains(r#"body /env/LANG: expected "C.UTF-8", came none"#),
+        "{message}"
+    );
+    // A long value is cut, so the whole answer stays short.
+    assert!(message.contains("xxx…, came \"short\""), "{message}");
+    assert!(message.len() < 600, "{} bytes: {message}", message.len());
+    assert!(server.finish().is_err());
+}
+
+#[tokio::test]
+async fn the_recorder_groups_requests_in_flight_together_and_keeps_matched_headers() {
+    // Served slowly, so that two requests sent at once are in flight together.
+    let grouped = |e: Exchange| Exchange {
+        group: Some("pair".into()),
+        ..e
+    };
+    let original = cassette(vec![
+        grouped(exchange(
+            "GET",
+            "/a",
+            None,
+            200,
+            Some(Body::Json(json!({}))),
+        )),
+        grouped(exchange(
+            "GET",
+            "/b",
+            None,
+            200,
+            Some(Body::Json(json!({}))),
+        )),
+        exchange("POST", "/c", Some(Body::Json(json!({}))), 200, None),
+    ]);
+    let server = ReplayServer::start(
+        original,
+        ReplayOptions {
+            pace: Pace::Fixed(Duration::from_millis(150)),
+            credentials: vec![fake_key()],
+            ..ReplayOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("sm-record-groups-{}", std::process::id()));
+    let recorder = Arc::new(Recorder::new(
+        dir.join("unit.yaml"),
+        "recorded from a replay in a test",
+        "example",
+        "unit",
+    ));
+    let recording = ApiClient::new(ApiSettings {
+        endpoints: Endpoints {
+            api_base: server.url(),
+            sandbox_domain: "sandbox.invalid".into(),
+        },
+        mode: Mode::Record(recorder.clone()),
+        credentials: vec![fake_key()],
+        volatiles: Arc::new(Volatiles::default()),
+        call_timeout: Duration::from_secs(10),
+    })
+    .unwrap();
+    let (a, b) = tokio::join!(
+        recording.call(ApiRequest::get(Target::Api, "/a")),
+        recording.call(ApiRequest::get(Target::Api, "/b")),
+    );
+    a.unwrap();
+    b.unwrap();
+    // Every header either variant's replay matches, as the clients set them.
+    let mut matched: Vec<&str> = sandbox_providers::e2b::REPLAY_MATCHED_HEADERS
+        .iter()
+        .chain(sandbox_providers::daytona::REPLAY_MATCHED_HEADERS)
+        .copied()
+        .collect();
+    matched.sort_unstable();
+    matched.dedup();
+    let mut request = ApiRequest::post(Target::Api, "/c").json(json!({}));
+    for name in matched.iter().filter(|n| **n != "content-type") {
+        request = request.header(name, format!("Bearer {}", fake_key().expose()));
+    }
+    recording.call(request).await.unwrap();
+    server.finish().unwrap();
+    let written = Cassette::load(&recorder.finish().unwrap()).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let groups: Vec<Option<&str>> = written
+        .exchanges
+        .iter()
+        .map(|e| e.group.as_deref())
+        .collect();
+    assert_eq!(
+        groups,
+        vec![Some("concurrent-1"), Some("concurrent-1"), None],
+        "{written:#?}"
+    );
+    let kept = &written.exchanges[2].request.headers;
+    for name in &matched {
+        assert!(kept.contains_key(*name), "{name} not recorded: {kept:?}");
+    }
+    assert_eq!(kept["authorization"], "Bearer <redacted:EXAMPLE_API_KEY>");
 }

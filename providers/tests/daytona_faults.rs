@@ -61,6 +61,8 @@ async fn serve(name: &str, waits: Waits) -> (ReplayServer, DaytonaProvider) {
             credentials: vec![fake_key(), fake_canary()],
             volatiles: volatiles.clone(),
             request_check: None,
+            matched_headers: sandbox_providers::daytona::REPLAY_MATCHED_HEADERS,
+            cassette_path: Some(path),
         },
     )
     .await

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sandbox_providers::api::replay::{Pace, ReplayOptions, ReplayServer};
 use sandbox_providers::api::{Cassette, Mode, Volatiles};
-use sandbox_providers::e2b::E2bProvider;
+use sandbox_providers::e2b::{self, E2bProvider};
 use sandbox_providers::{
     Artifact, BuildRequest, ErrorKind, Provider, Resource, RunLabels, SandboxId, Secret,
 };
@@ -49,9 +49,11 @@ async fn serve(name: &str) -> (ReplayServer, E2bProvider) {
         cassette,
         ReplayOptions {
             pace: Pace::Instant,
-            credentials: vec![canary()],
+            credentials: [vec![canary()], e2b::replay_credentials()].concat(),
             volatiles: volatiles.clone(),
             request_check: None,
+            matched_headers: e2b::REPLAY_MATCHED_HEADERS,
+            cassette_path: Some(path),
         },
     )
     .await

@@ -165,6 +165,8 @@ pub async fn replay_e2b(
         ReplayOptions {
             pace,
             volatiles: volatiles.clone(),
+            credentials: sandbox_providers::e2b::replay_credentials(),
+            matched_headers: sandbox_providers::e2b::REPLAY_MATCHED_HEADERS,
             ..ReplayOptions::default()
         },
     )

@@ -40,6 +40,10 @@ pub struct Exchange {
     /// keeps answering the same).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub repeat: bool,
+    /// Consecutive exchanges with the same label were in flight together (concurrent
+    /// launches, contexts, polls): replay serves them in any order among themselves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 /// A request as cassettes hold it: canonical path, normalized body.
@@ -50,7 +54,8 @@ pub struct RecordedRequest {
     pub method: String,
     /// Canonical path with its query (see [`super::Target`]).
     pub path: String,
-    /// Selected headers, for a reader; replay does not match on them.
+    /// The headers the client set (credentials as placeholders) and the body's content
+    /// type; replay matches those its variant declares.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
     /// The body, if any.

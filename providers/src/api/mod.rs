@@ -10,6 +10,7 @@ mod poll;
 pub mod replay;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -331,8 +332,19 @@ pub struct Recorder {
     origin: String,
     variant: String,
     scenario: String,
-    exchanges: Mutex<Vec<Exchange>>,
+    /// Ticks once when a request is sent and once when its exchange is complete.
+    clock: AtomicU64,
+    exchanges: Mutex<Vec<InFlight>>,
     credentials: Mutex<Vec<Secret>>,
+}
+
+/// An exchange and when, on the recorder's clock, its request went out and its response
+/// ended.
+#[derive(Debug)]
+struct InFlight {
+    exchange: Exchange,
+    sent: u64,
+    done: u64,
 }
 
 impl Recorder {
@@ -349,14 +361,26 @@ impl Recorder {
             origin: origin.into(),
             variant: variant.into(),
             scenario: scenario.into(),
+            clock: AtomicU64::new(0),
             exchanges: Mutex::new(Vec::new()),
             credentials: Mutex::new(Vec::new()),
         }
     }
 
-    fn add(&self, exchange: Exchange, credentials: &[Secret]) {
+    /// Marks a request going out; the mark goes with its exchange to [`Self::add`].
+    fn send(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::SeqCst)
+    }
+
+    fn add(&self, exchange: Exchange, sent: u64, credentials: &[Secret]) {
         lock(&self.credentials).extend(credentials.iter().cloned());
-        lock(&self.exchanges).push(exchange);
+        let mut exchanges = lock(&self.exchanges);
+        let done = self.clock.fetch_add(1, Ordering::SeqCst);
+        exchanges.push(InFlight {
+            exchange,
+            sent,
+            done,
+        });
     }
 
     /// How many exchanges so far.
@@ -375,7 +399,7 @@ impl Recorder {
         // A token learned from a response (registered after that response was recorded)
         // is redacted everywhere, that response included.
         let late = Normalizer::new(&credentials, &Volatiles::default());
-        let exchanges = lock(&self.exchanges)
+        let exchanges = in_order_with_groups(&lock(&self.exchanges))
             .iter()
             .map(|e| redact_exchange(&late, e))
             .collect();
@@ -405,6 +429,31 @@ impl Recorder {
         cassette.save(&self.path)?;
         Ok(self.path.clone())
     }
+}
+
+/// The exchanges in the order their requests went out, those in flight together marked
+/// as one group (`concurrent-1`, `concurrent-2`…): a request sent before an earlier one's
+/// response ended joins that request's group, so replay serves them in any order.
+fn in_order_with_groups(recorded: &[InFlight]) -> Vec<Exchange> {
+    let mut order: Vec<&InFlight> = recorded.iter().collect();
+    order.sort_by_key(|r| r.sent);
+    let mut runs: Vec<(std::ops::Range<usize>, u64)> = Vec::new();
+    for (i, r) in order.iter().enumerate() {
+        match runs.last_mut() {
+            Some((run, end)) if r.sent < *end => {
+                run.end = i + 1;
+                *end = (*end).max(r.done);
+            }
+            _ => runs.push((i..i + 1, r.done)),
+        }
+    }
+    let mut out: Vec<Exchange> = order.iter().map(|r| r.exchange.clone()).collect();
+    for (n, (run, _)) in runs.iter().filter(|(run, _)| run.len() > 1).enumerate() {
+        for exchange in &mut out[run.clone()] {
+            exchange.group = Some(format!("concurrent-{}", n + 1));
+        }
+    }
+    out
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -561,9 +610,13 @@ impl ApiClient {
         let mut attempt = 0;
         loop {
             attempt += 1;
+            let sent = match &self.inner.mode {
+                Mode::Record(recorder) => recorder.send(),
+                Mode::Live | Mode::Replay { .. } => 0,
+            };
             let outcome = self.attempt(&req, &url, body.as_ref(), deadline).await;
             if let Mode::Record(recorder) = &self.inner.mode {
-                self.record(recorder, &req, body.as_ref(), &outcome);
+                self.record(recorder, &req, body.as_ref(), &outcome, sent);
             }
             let (retry_after, error) = match outcome {
                 Attempt::Response(response, _) if (200..300).contains(&response.status) => {
@@ -725,6 +778,7 @@ impl ApiClient {
         req: &ApiRequest,
         body: Option<&(String, Vec<u8>)>,
         outcome: &Attempt,
+        sent: u64,
     ) {
         let (status, headers, bytes, latency, reset) = match outcome {
             Attempt::Response(r, latency) => (r.status, &r.headers, &r.body, *latency, None),
@@ -772,7 +826,9 @@ impl ApiClient {
                 request,
                 response,
                 repeat: false,
+                group: None,
             },
+            sent,
             &lock(&self.inner.credentials),
         );
     }
@@ -799,6 +855,7 @@ fn redact_exchange(normalizer: &Normalizer, exchange: &Exchange) -> Exchange {
             ..response.clone()
         },
         repeat: exchange.repeat,
+        group: exchange.group.clone(),
     }
 }
 

@@ -1,19 +1,25 @@
 //! A local server that plays a cassette back to the same client code that recorded it.
 //!
-//! Built on wiremock: one catch-all mock whose responder serves, for each request, the
-//! first unused exchange that matches it (method, canonical path, normalized body), or
-//! else the last served exchange marked `repeat`. A request the cassette lacks gets status
-//! 418 with the nearest recorded exchange; [`ReplayServer::finish`] fails on those and on
-//! exchanges never requested. A response marked `reset_after_bytes` is redirected to a
-//! small TCP responder that sends that many bytes of it and resets the connection.
+//! Built on wiremock: one catch-all mock whose responder serves the cassette **in order**.
+//! Each request must match the next exchange (method, canonical path, normalized body and
+//! the headers its variant declares); exchanges marked with the same `group`, one after
+//! the other, were in flight together and match in any order among themselves. A served
+//! exchange marked `repeat` answers the same request again until the next expected one
+//! matches. Anything else gets status 418 naming the cassette, the exchange expected and
+//! how the request differs; [`ReplayServer::finish`] fails on those and on exchanges never
+//! requested. A response marked `reset_after_bytes` is redirected to a small TCP responder
+//! that sends that many bytes of it and resets the connection.
 
+use std::ops::Range;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use base64::Engine as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use wiremock::{Mock, MockServer, Respond, ResponseTemplate};
 
-use super::cassette::{Body, Cassette, Normalizer, RecordedRequest, Volatiles};
+use super::cassette::{Body, Cassette, Exchange, Normalizer, RecordedRequest, Volatiles};
 use crate::{ErrorKind, ProviderError, Result, Secret};
 
 /// How fast responses come back.
@@ -32,17 +38,30 @@ pub enum Pace {
 pub type RequestCheck =
     Arc<dyn Fn(&RecordedRequest) -> std::result::Result<(), String> + Send + Sync>;
 
+/// Most differences one mismatch lists.
+const MAX_DIFFERENCES: usize = 3;
+/// Most unexpected requests [`ReplayServer::finish`] lists.
+const MAX_PROBLEMS: usize = 3;
+/// Longest excerpt of a value in a difference, in characters.
+const EXCERPT: usize = 60;
+
 /// How to serve a cassette.
 #[derive(Clone)]
 pub struct ReplayOptions {
     /// Response pacing.
     pub pace: Pace,
-    /// Credentials the client uses (fake in replay); redacted before matching.
+    /// Credentials the client sends (fake in replay); redacted before matching, so that
+    /// they compare equal to the cassette's `<redacted:NAME>` placeholders.
     pub credentials: Vec<Secret>,
     /// The run's volatile values, replaced by placeholders before matching.
     pub volatiles: Arc<Volatiles>,
     /// Checked against every request.
     pub request_check: Option<RequestCheck>,
+    /// Request headers (lower case) whose presence and normalized value must equal the
+    /// recorded ones; each variant declares its set as `REPLAY_MATCHED_HEADERS`.
+    pub matched_headers: &'static [&'static str],
+    /// The cassette's file, named in every problem.
+    pub cassette_path: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for ReplayOptions {
@@ -51,6 +70,8 @@ impl std::fmt::Debug for ReplayOptions {
             .field("pace", &self.pace)
             .field("credentials", &self.credentials)
             .field("request_check", &self.request_check.is_some())
+            .field("matched_headers", &self.matched_headers)
+            .field("cassette_path", &self.cassette_path)
             .finish_non_exhaustive()
     }
 }
@@ -62,6 +83,8 @@ impl Default for ReplayOptions {
             credentials: Vec::new(),
             volatiles: Arc::new(Volatiles::default()),
             request_check: None,
+            matched_headers: &[],
+            cassette_path: None,
         }
     }
 }
@@ -82,8 +105,14 @@ pub struct Observed {
 #[derive(Debug)]
 struct State {
     cassette: Cassette,
+    /// How problems name the cassette: its file, else its variant and scenario.
+    name: String,
+    matched_headers: &'static [&'static str],
+    /// The cassette cut into what is served in order: a group, or a lone exchange.
+    segments: Vec<Range<usize>>,
+    /// The first segment with an exchange never served.
+    cursor: usize,
     served: Vec<u32>,
-    last_served: Option<usize>,
     observed: Vec<Observed>,
     problems: Vec<String>,
 }
@@ -120,11 +149,17 @@ impl ReplayServer {
         let reset_addr = reset_listener
             .local_addr()
             .map_err(|e| ProviderError::new(ErrorKind::Config, format!("no local address: {e}")))?;
-        let served = vec![0; cassette.exchanges.len()];
+        let name = match &options.cassette_path {
+            Some(path) => path.display().to_string(),
+            None => format!("the {} {} cassette", cassette.variant, cassette.scenario),
+        };
         let state = Arc::new(Mutex::new(State {
+            served: vec![0; cassette.exchanges.len()],
+            segments: segments(&cassette.exchanges),
+            cursor: 0,
+            name,
+            matched_headers: options.matched_headers,
             cassette,
-            served,
-            last_served: None,
             observed: Vec::new(),
             problems: Vec::new(),
         }));
@@ -156,10 +191,17 @@ impl ReplayServer {
     }
 
     /// Ok when every request matched and every exchange was served; otherwise an error
-    /// listing each unexpected request and each exchange never requested.
+    /// naming the cassette, the first unexpected requests (each with the exchange expected
+    /// and how it differs) and the exchanges never requested.
     pub fn finish(&self) -> Result<()> {
         let state = lock(&self.state);
-        let mut problems = state.problems.clone();
+        let mut problems: Vec<String> = state.problems.iter().take(MAX_PROBLEMS).cloned().collect();
+        if state.problems.len() > MAX_PROBLEMS {
+            problems.push(format!(
+                "{} more unexpected requests",
+                state.problems.len() - MAX_PROBLEMS
+            ));
+        }
         let unused: Vec<String> = state
             .cassette
             .exchanges
@@ -189,13 +231,329 @@ impl ReplayServer {
             Err(ProviderError::new(
                 ErrorKind::Protocol,
                 format!(
-                    "replay of the {} {} cassette did not go as recorded: {}",
-                    state.cassette.variant,
-                    state.cassette.scenario,
+                    "replay of {} did not go as recorded: {}",
+                    state.name,
                     problems.join("; ")
                 ),
             ))
         }
+    }
+}
+
+/// Consecutive exchanges with the same group label form one segment; any other exchange
+/// is a segment of its own.
+fn segments(exchanges: &[Exchange]) -> Vec<Range<usize>> {
+    let mut out: Vec<Range<usize>> = Vec::new();
+    for (i, exchange) in exchanges.iter().enumerate() {
+        match out.last_mut() {
+            Some(last)
+                if exchange.group.is_some() && exchanges[last.start].group == exchange.group =>
+            {
+                last.end = i + 1;
+            }
+            _ => out.push(i..i + 1),
+        }
+    }
+    out
+}
+
+impl State {
+    /// Whether `incoming` is the request `recorded` describes.
+    fn matches(&self, recorded: &RecordedRequest, incoming: &RecordedRequest) -> bool {
+        recorded.method.eq_ignore_ascii_case(&incoming.method)
+            && recorded.path == incoming.path
+            && recorded.body == incoming.body
+            && self
+                .matched_headers
+                .iter()
+                .all(|name| header(recorded, name) == header(incoming, name))
+    }
+
+    /// The exchange that answers `incoming`: an unserved one of the current segment, else
+    /// a served `repeat` exchange of the segment served last.
+    fn pick(&mut self, incoming: &RecordedRequest) -> Option<usize> {
+        while self
+            .segments
+            .get(self.cursor)
+            .is_some_and(|s| s.clone().all(|i| self.served[i] > 0))
+        {
+            self.cursor += 1;
+        }
+        let exchanges = &self.cassette.exchanges;
+        if let Some(segment) = self.segments.get(self.cursor)
+            && let Some(i) = segment
+                .clone()
+                .find(|&i| self.served[i] == 0 && self.matches(&exchanges[i].request, incoming))
+        {
+            return Some(i);
+        }
+        let last = match self.segments.get(self.cursor) {
+            Some(s) if s.clone().any(|i| self.served[i] > 0) => self.cursor,
+            _ => self.cursor.checked_sub(1)?,
+        };
+        self.segments[last].clone().rev().find(|&i| {
+            exchanges[i].repeat
+                && self.served[i] > 0
+                && self.matches(&exchanges[i].request, incoming)
+        })
+    }
+
+    /// Why `incoming` is refused: the exchange expected, how the request differs from it,
+    /// and whether it matches another exchange (out of order, or served already).
+    fn mismatch(&self, incoming: &RecordedRequest) -> String {
+        let exchanges = &self.cassette.exchanges;
+        let came = format!("{} {}", incoming.method, incoming.path);
+        let Some(segment) = self.segments.get(self.cursor) else {
+            return format!("came {came} after every exchange was served");
+        };
+        let score = |r: &RecordedRequest| {
+            u8::from(r.path == incoming.path) * 4
+                + u8::from(r.method.eq_ignore_ascii_case(&incoming.method)) * 2
+                + u8::from(r.body == incoming.body)
+        };
+        let expected = segment
+            .clone()
+            .filter(|&i| self.served[i] == 0)
+            .max_by_key(|&i| (score(&exchanges[i].request), std::cmp::Reverse(i)))
+            .unwrap_or(segment.start);
+        let recorded = &exchanges[expected].request;
+        let same_call = recorded.method.eq_ignore_ascii_case(&incoming.method)
+            && recorded.path == incoming.path;
+        let mut out = if same_call {
+            format!("exchange #{expected}, {came}")
+        } else {
+            format!(
+                "exchange #{expected}: expected {} {}, came {came}",
+                recorded.method, recorded.path
+            )
+        };
+        if segment.len() > 1 {
+            out.push_str(&format!(
+                " (group `{}`, #{}-#{})",
+                exchanges[segment.start]
+                    .group
+                    .as_deref()
+                    .unwrap_or_default(),
+                segment.start,
+                segment.end - 1
+            ));
+        }
+        let differences = differences(recorded, incoming, self.matched_headers);
+        if !differences.is_empty() {
+            out.push_str(if same_call { ": " } else { "; " });
+            out.push_str(&differences.join("; "));
+        }
+        let elsewhere = |i: usize| self.matches(&exchanges[i].request, incoming);
+        if let Some(later) = (segment.end..exchanges.len()).find(|&i| elsewhere(i)) {
+            out.push_str(&format!("; it matches #{later}, later in the cassette"));
+        } else if let Some(earlier) = (0..segment.start)
+            .rev()
+            .find(|&i| !exchanges[i].repeat && elsewhere(i))
+        {
+            out.push_str(&format!("; it matches #{earlier}, served already"));
+        }
+        out
+    }
+}
+
+/// A request header's value, looked up by its lower-case name.
+fn header<'a>(request: &'a RecordedRequest, name: &str) -> Option<&'a str> {
+    request
+        .headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+/// How `came` differs from `expected` in its matched headers and body (the mismatch's
+/// first words give method and path): at most [`MAX_DIFFERENCES`] items, each short.
+fn differences(
+    expected: &RecordedRequest,
+    came: &RecordedRequest,
+    headers: &[&str],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for name in headers {
+        let (e, c) = (header(expected, name), header(came, name));
+        if e != c {
+            out.push(format!(
+                "header {name}: expected {}, came {}",
+                header_value(e),
+                header_value(c)
+            ));
+        }
+    }
+    body_differences(expected.body.as_ref(), came.body.as_ref(), &mut out);
+    if out.len() > MAX_DIFFERENCES {
+        out.truncate(MAX_DIFFERENCES);
+        out.push("more differences".to_owned());
+    }
+    out
+}
+
+/// A header value as a difference shows it; a Basic credential's user is decoded (envd
+/// runs a process as that user).
+fn header_value(value: Option<&str>) -> String {
+    let Some(value) = value else {
+        return "none".to_owned();
+    };
+    let user = value
+        .strip_prefix("Basic ")
+        .and_then(|b| {
+            base64::engine::general_purpose::STANDARD
+                .decode(b.trim())
+                .ok()
+        })
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .and_then(|pair| pair.split_once(':').map(|(user, _)| user.to_owned()));
+    match user {
+        Some(user) => format!("`{}` (user {user})", excerpt(value)),
+        None => format!("`{}`", excerpt(value)),
+    }
+}
+
+/// How two bodies differ: the first differing line of text, the first differing JSON
+/// values (lines and Connect frames as arrays), or their forms.
+fn body_differences(expected: Option<&Body>, came: Option<&Body>, out: &mut Vec<String>) {
+    match (expected, came) {
+        (None, None) => {}
+        (Some(e), Some(c)) if e == c => {}
+        (Some(Body::Text(e)), Some(Body::Text(c))) => {
+            let (mut el, mut cl) = (e.lines(), c.lines());
+            let mut line = 1;
+            loop {
+                match (el.next(), cl.next()) {
+                    (Some(a), Some(b)) if a == b => line += 1,
+                    (None, None) => {
+                        out.push("body: differs in line endings".to_owned());
+                        return;
+                    }
+                    (a, b) => {
+                        out.push(format!(
+                            "body line {line}: expected {}, came {}",
+                            a.map_or("none".to_owned(), |a| format!("{:?}", excerpt(a))),
+                            b.map_or("none".to_owned(), |b| format!("{:?}", excerpt(b)))
+                        ));
+                        return;
+                    }
+                }
+            }
+        }
+        (Some(e), Some(c)) => match (json_form(e), json_form(c)) {
+            (Some(ev), Some(cv)) if form(e) == form(c) => json_differences("", &ev, &cv, out),
+            _ => out.push(format!(
+                "body: expected {} {}, came {} {}",
+                form(e),
+                excerpt(&short(e)),
+                form(c),
+                excerpt(&short(c))
+            )),
+        },
+        (e, c) => out.push(format!(
+            "body: expected {}, came {}",
+            e.map_or("none".to_owned(), |b| format!(
+                "{} {}",
+                form(b),
+                excerpt(&short(b))
+            )),
+            c.map_or("none".to_owned(), |b| format!(
+                "{} {}",
+                form(b),
+                excerpt(&short(b))
+            ))
+        )),
+    }
+}
+
+/// The body's form, as cassettes name it.
+fn form(body: &Body) -> &'static str {
+    match body {
+        Body::Json(_) => "json",
+        Body::JsonLines(_) => "json_lines",
+        Body::Connect(_) => "connect",
+        Body::Text(_) => "text",
+        Body::Base64(_) => "base64",
+    }
+}
+
+/// The body as one JSON document to compare: lines and Connect frames as arrays.
+fn json_form(body: &Body) -> Option<serde_json::Value> {
+    match body {
+        Body::Json(v) => Some(v.clone()),
+        Body::JsonLines(lines) => Some(serde_json::Value::Array(lines.clone())),
+        Body::Connect(frames) => serde_json::to_value(frames).ok(),
+        Body::Text(_) | Body::Base64(_) => None,
+    }
+}
+
+/// The first differences between two JSON documents, by JSON Pointer; stops once `out`
+/// holds more than [`MAX_DIFFERENCES`].
+fn json_differences(
+    at: &str,
+    expected: &serde_json::Value,
+    came: &serde_json::Value,
+    out: &mut Vec<String>,
+) {
+    use serde_json::Value;
+    if out.len() > MAX_DIFFERENCES {
+        return;
+    }
+    let pointer = |at: &str| {
+        if at.is_empty() {
+            "/".to_owned()
+        } else {
+            at.to_owned()
+        }
+    };
+    match (expected, came) {
+        (Value::Object(e), Value::Object(c)) => {
+            let mut keys: Vec<&String> = e.keys().chain(c.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for key in keys {
+                let here = format!("{at}/{}", key.replace('~', "~0").replace('/', "~1"));
+                match (e.get(key), c.get(key)) {
+                    (Some(ev), Some(cv)) => json_differences(&here, ev, cv, out),
+                    (ev, cv) => {
+                        out.push(format!(
+                            "body {here}: expected {}, came {}",
+                            ev.map_or("none".to_owned(), |v| excerpt(&v.to_string())),
+                            cv.map_or("none".to_owned(), |v| excerpt(&v.to_string()))
+                        ));
+                    }
+                }
+            }
+        }
+        (Value::Array(e), Value::Array(c)) => {
+            for (i, (ev, cv)) in e.iter().zip(c).enumerate() {
+                json_differences(&format!("{at}/{i}"), ev, cv, out);
+            }
+            if e.len() != c.len() {
+                out.push(format!(
+                    "body {}: expected {} items, came {}",
+                    pointer(at),
+                    e.len(),
+                    c.len()
+                ));
+            }
+        }
+        (e, c) if e != c => {
+            out.push(format!(
+                "body {}: expected {}, came {}",
+                pointer(at),
+                excerpt(&e.to_string()),
+                excerpt(&c.to_string())
+            ));
+        }
+        _ => {}
+    }
+}
+
+/// `text` cut to [`EXCERPT`] characters.
+fn excerpt(text: &str) -> String {
+    match text.char_indices().nth(EXCERPT) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
     }
 }
 
@@ -218,10 +576,29 @@ impl Respond for Responder {
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
+        let headers = self
+            .options
+            .matched_headers
+            .iter()
+            .filter_map(|name| {
+                let values: Vec<&str> = request
+                    .headers
+                    .get_all(*name)
+                    .iter()
+                    .map(|v| v.to_str().unwrap_or("(not UTF-8)"))
+                    .collect();
+                (!values.is_empty()).then(|| {
+                    (
+                        name.to_ascii_lowercase(),
+                        normalizer.text(&values.join(", ")),
+                    )
+                })
+            })
+            .collect();
         let incoming = RecordedRequest {
             method: request.method.to_string(),
             path: normalizer.text(&path),
-            headers: Default::default(),
+            headers,
             body: (!request.body.is_empty())
                 .then(|| normalizer.body(&Body::from_bytes(content_type, &request.body))),
         };
@@ -232,18 +609,11 @@ impl Respond for Responder {
             let problem = format!("{} {}: {why}", incoming.method, incoming.path);
             return refuse(&mut state, &incoming, problem);
         }
-        let Some(index) = pick(&state, &incoming) else {
-            let nearest = nearest(&state, &incoming);
-            let problem = format!(
-                "unexpected request {} {} {}; nearest recorded: {nearest}",
-                incoming.method,
-                incoming.path,
-                incoming.body.as_ref().map(short).unwrap_or_default()
-            );
+        let Some(index) = state.pick(&incoming) else {
+            let problem = state.mismatch(&incoming);
             return refuse(&mut state, &incoming, problem);
         };
         state.served[index] += 1;
-        state.last_served = Some(index);
         let response = state.cassette.exchanges[index].response.clone();
         state.observed.push(Observed {
             method: incoming.method,
@@ -286,87 +656,23 @@ impl Respond for Responder {
     }
 }
 
+/// Answers 418 with `problem`, naming the cassette, and keeps it for [`ReplayServer::finish`].
 fn refuse(state: &mut State, incoming: &RecordedRequest, problem: String) -> ResponseTemplate {
-    state.problems.push(problem.clone());
+    let answer = format!("sandbox-matrix replay of {}: {problem}", state.name);
+    state.problems.push(problem);
     state.observed.push(Observed {
         method: incoming.method.clone(),
         path: incoming.path.clone(),
         exchange: None,
         status: 418,
     });
-    ResponseTemplate::new(418).set_body_string(format!("sandbox-matrix replay: {problem}"))
-}
-
-/// The first unused exchange matching `incoming`, else the last served one if it repeats
-/// and matches.
-fn pick(state: &State, incoming: &RecordedRequest) -> Option<usize> {
-    let exchanges = &state.cassette.exchanges;
-    if let Some(i) = (0..exchanges.len())
-        .find(|&i| state.served[i] == 0 && matches(&exchanges[i].request, incoming))
-    {
-        return Some(i);
-    }
-    (0..exchanges.len()).rev().find(|&i| {
-        exchanges[i].repeat && state.served[i] > 0 && matches(&exchanges[i].request, incoming)
-    })
-}
-
-fn matches(recorded: &RecordedRequest, incoming: &RecordedRequest) -> bool {
-    recorded.method.eq_ignore_ascii_case(&incoming.method)
-        && recorded.path == incoming.path
-        && recorded.body == incoming.body
-}
-
-/// The recorded request most like `incoming`, described with what differs.
-fn nearest(state: &State, incoming: &RecordedRequest) -> String {
-    let score = |r: &RecordedRequest| {
-        u8::from(r.method.eq_ignore_ascii_case(&incoming.method)) * 2
-            + u8::from(r.path == incoming.path) * 4
-            + u8::from(r.body == incoming.body)
-    };
-    let candidate = state
-        .cassette
-        .exchanges
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| state.served[*i] == 0)
-        .max_by_key(|(i, e)| (score(&e.request), std::cmp::Reverse(*i)));
-    let Some((i, exchange)) = candidate else {
-        return "none: every exchange was already served".to_owned();
-    };
-    let r = &exchange.request;
-    let mut differs = Vec::new();
-    if !r.method.eq_ignore_ascii_case(&incoming.method) {
-        differs.push("method");
-    }
-    if r.path != incoming.path {
-        differs.push("path");
-    }
-    if r.body != incoming.body {
-        differs.push("body");
-    }
-    format!(
-        "#{i} {} {} {} (differs in {})",
-        r.method,
-        r.path,
-        r.body.as_ref().map(short).unwrap_or_default(),
-        differs.join(", ")
-    )
+    ResponseTemplate::new(418).set_body_string(answer)
 }
 
 fn short(body: &Body) -> String {
-    let text = match body {
+    match body {
         Body::Json(v) => v.to_string(),
         other => serde_json::to_string(other).unwrap_or_default(),
-    };
-    if text.len() > 240 {
-        let mut end = 240;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        format!("{}…", &text[..end])
-    } else {
-        text
     }
 }
 

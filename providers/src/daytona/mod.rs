@@ -31,6 +31,10 @@ pub const DEFAULT_API_URL: &str = "https://app.daytona.io/api";
 /// The API version this client was written against (the OpenAPI document's `info.version`).
 pub const API_VERSION: &str = "1.0";
 
+/// Request headers a replay compares with the cassette's, after redaction: the bearer
+/// credential (`Bearer <redacted:DAYTONA_API_KEY>`) and the body's content type.
+pub const REPLAY_MATCHED_HEADERS: &[&str] = &["authorization", "content-type"];
+
 /// Resource kind of a sandbox in [`Resource`].
 pub const KIND_SANDBOX: &str = "sandbox";
 /// Resource kind of a snapshot in [`Resource`].
@@ -119,17 +123,24 @@ fn credentials_from(lookup: impl Fn(&str) -> Option<String>) -> Result<(Secret, 
     }
 }
 
+/// The credentials this client sends in replay mode, for the replay server to redact
+/// as the cassette did.
+pub fn replay_credentials() -> Vec<Secret> {
+    vec![replay_key()]
+}
+
+/// A placeholder for replay, where nothing is authenticated; not a credential.
+fn replay_key() -> Secret {
+    Secret::new("DAYTONA_API_KEY", "replay-placeholder-key")
+}
+
 impl DaytonaProvider {
     /// Builds the provider from the environment: `DAYTONA_API_KEY`, or `DAYTONA_JWT_TOKEN`
     /// with `DAYTONA_ORGANIZATION_ID`; `DAYTONA_API_URL` overrides the base URL and
     /// `DAYTONA_TARGET` picks a region. Replay needs no credential.
     pub fn from_env(mode: Mode, volatiles: Arc<Volatiles>) -> Result<Self> {
         let (credential, organization) = if matches!(mode, Mode::Replay { .. }) {
-            // A placeholder for replay, where nothing is authenticated; not a credential.
-            (
-                Secret::new("DAYTONA_API_KEY", "replay-placeholder-key"),
-                None,
-            )
+            (replay_key(), None)
         } else {
             credentials_from(var)?
         };

@@ -47,6 +47,16 @@ pub const ENVD_PORT: u16 = 49983;
 /// Port of the code interpreter (`POST /execute`).
 pub const INTERPRETER_PORT: u16 = 49999;
 
+/// Request headers a replay compares with the cassette's, after redaction: the API key
+/// (`<redacted:E2B_API_KEY>`), envd's access token, the user envd runs a process as
+/// (`Authorization: Basic base64("user:")`) and the body's content type.
+pub const REPLAY_MATCHED_HEADERS: &[&str] = &[
+    "x-api-key",
+    "x-access-token",
+    "authorization",
+    "content-type",
+];
+
 /// Resource kind of a sandbox.
 const KIND_SANDBOX: &str = "sandbox";
 /// Resource kind of a template (with its builds, names and tags).
@@ -453,6 +463,12 @@ impl E2bProvider {
         });
         Ok(context)
     }
+}
+
+/// The credentials this client sends in replay mode, for the replay server to redact
+/// as the cassette did.
+pub fn replay_credentials() -> Vec<Secret> {
+    vec![replay_key()]
 }
 
 /// The credential used in replay mode, where nothing checks it.

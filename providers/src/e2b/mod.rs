@@ -31,7 +31,7 @@ use crate::api::{
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, ErrorKind,
     LogFn, Provider, ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId, Secret,
-    ShutdownEnding, ShutdownReport, Timing,
+    ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
 };
 
 /// The spec versions this client was written against.
@@ -688,6 +688,10 @@ impl Provider for E2bProvider {
             artifact_metadata: false,
             floor: false,
             concurrent_contexts: CONCURRENT_CONTEXTS,
+            stateful_code: true,
+            shutdown: ShutdownObservation::Api,
+            gpus: 0,
+            egress_policy: false,
         }
     }
 
@@ -967,7 +971,7 @@ impl Provider for E2bProvider {
             })
             .await?;
         Ok(ShutdownReport {
-            ending: ShutdownEnding::Unknown,
+            ending: ShutdownEnding::NotObservable,
             exit_code: None,
         })
     }

@@ -220,7 +220,7 @@ impl Runner {
                         reason: reason.clone(),
                     },
                 )
-            } else if let Some(reason) = unsupported(&capabilities, &step) {
+            } else if let Some(reason) = skip_reason(&capabilities, &step) {
                 skipped(&step, reason)
             } else {
                 let mut result = self
@@ -1071,9 +1071,10 @@ fn describe(output: &sandbox_providers::CodeOutput) -> String {
 /// What a shutdown through an API call says of how the sandbox ended.
 pub const NOT_OBSERVABLE: &str = "ended through the API; exit on SIGTERM not observable";
 
-/// Why a variant cannot run `step`, or why the step has nothing to test on it; `None`
-/// when it has something.
-fn unsupported(capabilities: &Capabilities, step: &Step) -> Option<String> {
+/// Why a variant that can do what `capabilities` say cannot run `step`, or why the step has
+/// nothing to test on it; `None` when it has something. Such a step is skipped with this
+/// reason, never passed.
+pub fn skip_reason(capabilities: &Capabilities, step: &Step) -> Option<String> {
     if let Expectation::Check(check, params) = &step.expect {
         return conformance::nothing_to_test(*check, params, capabilities);
     }

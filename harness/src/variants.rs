@@ -7,7 +7,7 @@ use std::sync::Arc;
 use sandbox_providers::api::replay::{Pace, ReplayOptions, ReplayServer};
 use sandbox_providers::api::{Cassette, Mode, Recorder, Volatiles};
 use sandbox_providers::docker::{BaseRecipe, DockerProvider, DoctorBinary};
-use sandbox_providers::{Provider, ProviderError};
+use sandbox_providers::{Capabilities, Provider, ProviderError};
 
 use crate::runner::SessionCheck;
 
@@ -30,6 +30,8 @@ pub struct CloudVariant {
     pub matched_headers: &'static [&'static str],
     /// The credentials its client sends in replay mode, redacted by the replay server.
     pub replay_credentials: fn() -> Vec<sandbox_providers::Secret>,
+    /// What it can do, known before connecting (the provider's `CAPABILITIES`).
+    pub capabilities: Capabilities,
 }
 
 /// The cloud variants, in report order.
@@ -42,6 +44,7 @@ pub const CLOUD: &[CloudVariant] = &[
         },
         matched_headers: sandbox_providers::e2b::REPLAY_MATCHED_HEADERS,
         replay_credentials: sandbox_providers::e2b::replay_credentials,
+        capabilities: sandbox_providers::e2b::CAPABILITIES,
     },
     CloudVariant {
         name: "daytona",
@@ -51,8 +54,17 @@ pub const CLOUD: &[CloudVariant] = &[
         },
         matched_headers: sandbox_providers::daytona::REPLAY_MATCHED_HEADERS,
         replay_credentials: sandbox_providers::daytona::replay_credentials,
+        capabilities: sandbox_providers::daytona::CAPABILITIES,
     },
 ];
+
+/// What the variant named `name` can do, known before connecting to it.
+pub fn capabilities(name: &str) -> Option<Capabilities> {
+    match name {
+        "docker" => Some(sandbox_providers::docker::CAPABILITIES),
+        _ => cloud(name).map(|c| c.capabilities.clone()),
+    }
+}
 
 /// Every variant name, in report order.
 pub fn known() -> Vec<&'static str> {

@@ -2,8 +2,10 @@
 //! step, named `variant::scenario::step`. A scenario runs once per process, the first time
 //! one of its steps is asked for; each test then reports its own step. Cloud variants run
 //! in replay, on every scenario they have a cassette for, with one more test,
-//! `variant::scenario::replay`, passing when the cassette went as recorded. Adding a
-//! variant adds it to `variants` and nothing here.
+//! `variant::scenario::replay`, passing when the cassette went as recorded. A step the
+//! variant's capabilities leave nothing to test (`runner::skip_reason`) is registered as
+//! ignored, its reason printed, as OpenDAL registers behaviour tests only where the
+//! capability exists. Adding a variant adds it to `variants` and nothing here.
 
 mod common;
 
@@ -13,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 use libtest_mimic::{Arguments, Failed, Trial};
 use sandbox_matrix::events::{EventSink, RunEvent};
 use sandbox_matrix::results::{ScenarioResult, StepStatus};
-use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
+use sandbox_matrix::runner::{Runner, fake_canary, new_run_id, skip_reason};
 use sandbox_matrix::scenario::{Scenario, StepKind};
 use sandbox_matrix::variants;
 use tokio_util::sync::CancellationToken;
@@ -119,15 +121,25 @@ fn main() {
                 .entry(((*variant).to_owned(), scenario.name.clone()))
                 .or_default()
                 .clone();
-            let mut steps: Vec<&'static str> = scenario.steps.iter().map(|s| s.name()).collect();
+            let capabilities = variants::capabilities(variant).expect("a known variant");
+            let mut steps: Vec<(&'static str, Option<String>)> = scenario
+                .steps
+                .iter()
+                .map(|s| (s.name(), skip_reason(&capabilities, s)))
+                .collect();
             if scenario.step(StepKind::Cleanup).is_none() {
-                steps.push(StepKind::Cleanup.name());
+                steps.push((StepKind::Cleanup.name(), None));
             }
             if cloud {
-                steps.push("replay");
+                steps.push(("replay", None));
             }
-            for step in steps {
-                let ignore = engine_missing && variant == "docker";
+            for (step, skip) in steps {
+                if let Some(reason) = &skip
+                    && !args.list
+                {
+                    eprintln!("{variant}::{}::{step}: ignored, {reason}", scenario.name);
+                }
+                let ignore = (engine_missing && variant == "docker") || skip.is_some();
                 let (variant, scenario, outcome) =
                     (variant.to_owned(), scenario.clone(), outcome.clone());
                 let name = format!("{variant}::{}::{step}", scenario.name);
@@ -153,6 +165,12 @@ fn main() {
                         }
                         StepStatus::Passed => Ok(()),
                         StepStatus::Failed { reason } => Err(reason.as_str().into()),
+                        // Run anyway (`--include-ignored`): the skip it was registered for.
+                        StepStatus::Skipped { reason }
+                            if skip.as_deref() == Some(reason.as_str()) =>
+                        {
+                            Ok(())
+                        }
                         StepStatus::Skipped { reason } => Err(format!("skipped: {reason}").into()),
                     }
                 })

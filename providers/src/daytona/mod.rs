@@ -616,6 +616,23 @@ impl DaytonaProvider {
     }
 }
 
+/// What the daytona variant can do.
+pub const CAPABILITIES: Capabilities = Capabilities {
+    build: true,
+    restart: RestartKind::Sandbox,
+    build_logs: BuildLogMode::Polled,
+    // process/execute takes no user: commands run as the sandbox's user.
+    exec_as_root: false,
+    artifact_metadata: false,
+    floor: false,
+    // code-run starts a fresh interpreter per call: one context, no state kept.
+    concurrent_contexts: 1,
+    stateful_code: false,
+    shutdown: ShutdownObservation::Api,
+    gpus: 0,
+    egress_policy: false,
+};
+
 #[async_trait]
 impl Provider for DaytonaProvider {
     fn variant(&self) -> &str {
@@ -623,21 +640,7 @@ impl Provider for DaytonaProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            build: true,
-            restart: RestartKind::Sandbox,
-            build_logs: BuildLogMode::Polled,
-            // process/execute takes no user: commands run as the sandbox's user.
-            exec_as_root: false,
-            artifact_metadata: false,
-            floor: false,
-            // code-run starts a fresh interpreter per call: one context, no state kept.
-            concurrent_contexts: 1,
-            stateful_code: false,
-            shutdown: ShutdownObservation::Api,
-            gpus: 0,
-            egress_policy: false,
-        }
+        CAPABILITIES
     }
 
     fn provider_version(&self) -> Option<String> {

@@ -206,6 +206,21 @@ impl DockerProvider {
     }
 }
 
+/// What the docker variant can do.
+pub const CAPABILITIES: Capabilities = Capabilities {
+    build: true,
+    restart: RestartKind::Kernel,
+    build_logs: BuildLogMode::Streamed,
+    exec_as_root: true,
+    artifact_metadata: true,
+    floor: true,
+    concurrent_contexts: 4,
+    stateful_code: true,
+    shutdown: ShutdownObservation::Signal,
+    gpus: 0,
+    egress_policy: false,
+};
+
 #[async_trait]
 impl Provider for DockerProvider {
     fn variant(&self) -> &str {
@@ -217,19 +232,7 @@ impl Provider for DockerProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            build: true,
-            restart: RestartKind::Kernel,
-            build_logs: BuildLogMode::Streamed,
-            exec_as_root: true,
-            artifact_metadata: true,
-            floor: true,
-            concurrent_contexts: 4,
-            stateful_code: true,
-            shutdown: ShutdownObservation::Signal,
-            gpus: 0,
-            egress_policy: false,
-        }
+        CAPABILITIES
     }
 
     async fn prepare(&self, progress: &LogFn) -> Result<()> {

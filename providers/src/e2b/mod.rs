@@ -689,6 +689,21 @@ struct Context {
     id: String,
 }
 
+/// What the e2b variant can do.
+pub const CAPABILITIES: Capabilities = Capabilities {
+    build: true,
+    restart: RestartKind::Kernel,
+    build_logs: BuildLogMode::Polled,
+    exec_as_root: true,
+    artifact_metadata: false,
+    floor: false,
+    concurrent_contexts: CONCURRENT_CONTEXTS,
+    stateful_code: true,
+    shutdown: ShutdownObservation::Api,
+    gpus: 0,
+    egress_policy: false,
+};
+
 #[async_trait]
 impl Provider for E2bProvider {
     fn variant(&self) -> &str {
@@ -696,19 +711,7 @@ impl Provider for E2bProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            build: true,
-            restart: RestartKind::Kernel,
-            build_logs: BuildLogMode::Polled,
-            exec_as_root: true,
-            artifact_metadata: false,
-            floor: false,
-            concurrent_contexts: CONCURRENT_CONTEXTS,
-            stateful_code: true,
-            shutdown: ShutdownObservation::Api,
-            gpus: 0,
-            egress_policy: false,
-        }
+        CAPABILITIES
     }
 
     fn provider_version(&self) -> Option<String> {

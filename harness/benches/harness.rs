@@ -163,6 +163,7 @@ fn replay(c: &mut Criterion) {
     };
     let cassette = Cassette {
         origin: "authored for the replay benchmark".into(),
+        written: None,
         variant: "bench".into(),
         scenario: "throughput".into(),
         note: None,

@@ -154,8 +154,14 @@ local_run() {
   for v in e2b daytona; do shard "$v" replay "$repeat" "$work/shards/$v" 2>/dev/null | tail -1; done
   merge "$work/shards" "$work/merged"
   compare "$work/merged" "$work/baseline/results.json" >/dev/null
+  # Replayed timings are not the services' (at instant pace they time the harness alone), and
+  # the gate holds a replayed variant asked for p90 budgets or a regression check: the local
+  # gate uses the nightly policy without those two sections, so it judges the required steps,
+  # success rates, leaks and secrets.
+  awk '/^[a-z_0-9]+:/ { skip = ($1 == "p90_budgets:" || $1 == "regression:") } !skip' \
+    policies/nightly.yaml >"$work/policy.yaml"
   local code=0
-  gate policies/nightly.yaml "$work/merged" "$work/baseline/results.json" >/dev/null || code=$?
+  gate "$work/policy.yaml" "$work/merged" >/dev/null || code=$?
   report "$work/merged" "$work/baseline"
   echo "== summary"
   summary "$work/merged"

@@ -9,7 +9,7 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use sandbox_matrix::report;
 use sandbox_matrix::results::{
-    Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, StepResult, StepStatus,
+    Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, Source, StepResult, StepStatus,
 };
 use sandbox_matrix::scenario::Scenario;
 use sandbox_providers::Timing;
@@ -54,6 +54,7 @@ fn nightly_results() -> RunResults {
                 scenarios.push(ScenarioResult {
                     variant: variant.into(),
                     scenario: scenario.into(),
+                    source: Source::Live,
                     scenario_hash: "0".repeat(64),
                     artifact_id: Some(format!("sha256:{}", "ab".repeat(32))),
                     provider_version: Some("v1".into()),
@@ -164,6 +165,7 @@ fn replay(c: &mut Criterion) {
     };
     let cassette = Cassette {
         origin: "authored for the replay benchmark".into(),
+        written: None,
         variant: "bench".into(),
         scenario: "throughput".into(),
         note: None,
@@ -266,7 +268,14 @@ fn replayed_matrix(c: &mut Criterion) {
                     .await
                     .expect("a cassette");
                     let result = runner
-                        .run_scenario_checked(session.provider, scenario, None, session.check, 1)
+                        .run_scenario_checked(
+                            session.provider,
+                            scenario,
+                            None,
+                            session.check,
+                            session.source,
+                            1,
+                        )
                         .await;
                     assert!(
                         result.passed(),

@@ -58,6 +58,7 @@ async fn harness_once(cassette: &Cassette, scenario: &Scenario) -> Duration {
 async fn bare_once(exchanges: &[Exchange], http: &reqwest::Client) -> Duration {
     let cassette = Cassette {
         origin: "the create-to-first-result exchanges of the e2b lifecycle cassette".into(),
+        written: None,
         variant: "e2b".into(),
         scenario: "lifecycle".into(),
         note: None,

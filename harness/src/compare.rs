@@ -15,10 +15,13 @@
 //!
 //! When both medians are failures the ratio is undefined and nothing is flagged: the success
 //! rates beside the medians say what happened.
+//!
+//! A measured (live or recorded) metric is never compared with a replayed one: the replay's
+//! timings are the cassette's, or the harness's own at instant pace.
 
 use std::fmt;
 
-use crate::results::RunResults;
+use crate::results::{Modes, RunResults};
 use crate::stats::{Metric, Summary, Value, metrics};
 
 /// Significance level of the U test.
@@ -64,6 +67,8 @@ pub struct Row {
     pub scenario: String,
     /// Metric name, as [`crate::stats::metrics`] names it.
     pub metric: String,
+    /// How both runs obtained it: measured, or replayed.
+    pub modes: Modes,
     /// The baseline's summary.
     pub baseline: Summary,
     /// The current run's summary.
@@ -88,13 +93,55 @@ pub struct Comparison {
     pub only_current: Vec<String>,
 }
 
-/// Compares every metric `baseline` and `current` share.
-pub fn compare(baseline: &RunResults, current: &RunResults) -> Comparison {
+/// A metric measured in one run and replayed in the other, which [`compare`] refuses.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "cannot compare {variant} × {scenario} × {metric}: it is {baseline} in the baseline and {current} in the current run; a replayed timing is not a measurement of the provider (compare live with live, replay with replay)"
+)]
+pub struct MixedModes {
+    /// Variant name.
+    pub variant: String,
+    /// Scenario name.
+    pub scenario: String,
+    /// Metric name.
+    pub metric: String,
+    /// The baseline's modes.
+    pub baseline: Modes,
+    /// The current run's modes.
+    pub current: Modes,
+}
+
+/// Compares every metric `baseline` and `current` share; refuses, naming the first, when a
+/// metric is measured in one and replayed in the other.
+pub fn compare(baseline: &RunResults, current: &RunResults) -> Result<Comparison, MixedModes> {
     let before = metrics(baseline);
     let now = metrics(current);
     let key = |m: &Metric| format!("{} / {} / {}", m.variant, m.scenario, m.name);
-    let same = |a: &Metric, b: &Metric| {
+    let same_name = |a: &Metric, b: &Metric| {
         a.variant == b.variant && a.scenario == b.scenario && a.name == b.name
+    };
+    let modes_of = |all: &[Metric], m: &Metric| -> Modes {
+        all.iter()
+            .filter(|other| same_name(other, m))
+            .flat_map(|other| other.modes.iter())
+            .collect()
+    };
+    for current in &now {
+        if let Some(baseline) = before.iter().find(|b| same_name(b, current)) {
+            let (b, c) = (modes_of(&before, baseline), modes_of(&now, current));
+            if b.any_replayed() != c.any_replayed() || b.any_measured() != c.any_measured() {
+                return Err(MixedModes {
+                    variant: current.variant.clone(),
+                    scenario: current.scenario.clone(),
+                    metric: current.name.clone(),
+                    baseline: b,
+                    current: c,
+                });
+            }
+        }
+    }
+    let same = |a: &Metric, b: &Metric| {
+        same_name(a, b) && a.modes.any_replayed() == b.modes.any_replayed()
     };
     let rows = now
         .iter()
@@ -103,7 +150,7 @@ pub fn compare(baseline: &RunResults, current: &RunResults) -> Comparison {
             Some(judge(baseline, current))
         })
         .collect();
-    Comparison {
+    Ok(Comparison {
         rows,
         only_baseline: before
             .iter()
@@ -115,7 +162,7 @@ pub fn compare(baseline: &RunResults, current: &RunResults) -> Comparison {
             .filter(|c| !before.iter().any(|b| same(b, c)))
             .map(key)
             .collect(),
-    }
+    })
 }
 
 /// Judges one metric by the module's rule.
@@ -155,6 +202,7 @@ pub fn judge(baseline: &Metric, current: &Metric) -> Row {
         variant: current.variant.clone(),
         scenario: current.scenario.clone(),
         metric: current.name.clone(),
+        modes: current.modes.clone(),
         baseline: b,
         current: c,
         ratio,
@@ -331,7 +379,7 @@ pub fn render(comparison: &Comparison) -> String {
         };
         lines.push(format!(
             "| {} | {} | {} | {} → {} | {} | {} | {} | {} | {} |",
-            cell(&row.variant),
+            cell(&variant_cell(row)),
             cell(&row.scenario),
             cell(&row.metric),
             row.baseline.n,
@@ -356,6 +404,15 @@ pub fn render(comparison: &Comparison) -> String {
     lines.join("\n")
 }
 
+/// The variant, followed by ` · replay` when its metric was replayed in both runs.
+fn variant_cell(row: &Row) -> String {
+    if row.modes.any_replayed() {
+        format!("{} · {}", row.variant, row.modes)
+    } else {
+        row.variant.clone()
+    }
+}
+
 /// `text` as a markdown table cell.
 fn cell(text: &str) -> String {
     text.replace('|', r"\|")
@@ -374,6 +431,7 @@ pub(crate) mod tests {
             variant: "docker".to_owned(),
             scenario: "lifecycle".to_owned(),
             name: "create-to-first-result".to_owned(),
+            modes: Modes::of([&crate::results::Source::Live]),
             attempts: attempts
                 .iter()
                 .map(|a| a.map(Duration::from_secs_f64))
@@ -548,7 +606,7 @@ pub(crate) mod tests {
 
     #[test]
     fn compare_flags_a_doubling_and_not_three_percent_across_runs() {
-        let comparison = compare(&five(60.0, 2.0), &five(61.8, 4.0));
+        let comparison = compare(&five(60.0, 2.0), &five(61.8, 4.0)).expect("both live");
         let verdicts: Vec<(&str, usize, usize, Change)> = comparison
             .rows
             .iter()
@@ -579,5 +637,46 @@ pub(crate) mod tests {
         );
         assert!(text.contains("Only in the baseline: docker / lifecycle / step:restart."));
         assert!(!text.contains("Only in the current run"));
+    }
+
+    /// [`five`] with every repetition replayed at `pace`.
+    fn replayed(mut results: RunResults, pace: crate::results::ReplayPace) -> RunResults {
+        for s in &mut results.scenarios {
+            s.source = crate::report::fixture::replay_source(pace);
+        }
+        results
+    }
+
+    #[test]
+    fn a_live_metric_is_never_compared_with_a_replayed_one() {
+        use crate::results::ReplayPace;
+        let live = five(60.0, 2.0);
+        let replay = replayed(five(60.0, 2.0), ReplayPace::Instant);
+        let refused = compare(&live, &replay).expect_err("live against replay");
+        assert_eq!(
+            refused.to_string(),
+            "cannot compare docker × lifecycle × step:build: it is live in the baseline and replay in the current run; a replayed timing is not a measurement of the provider (compare live with live, replay with replay)"
+        );
+        let backwards = compare(&replay, &live).expect_err("replay against live");
+        assert_eq!(
+            (
+                backwards.baseline.to_string(),
+                backwards.current.to_string()
+            ),
+            ("replay".to_owned(), "live".to_owned())
+        );
+        let mut merged = five(60.0, 2.0);
+        merged.scenarios[4].source = crate::report::fixture::replay_source(ReplayPace::Instant);
+        let mixed = compare(&live, &merged).expect_err("live against live+replay");
+        assert_eq!(mixed.current.to_string(), "live+replay");
+
+        let both = compare(&replay, &replayed(five(60.0, 2.0), ReplayPace::Recorded))
+            .expect("replay against replay");
+        assert_eq!(both.rows.len(), 2);
+        assert!(
+            render(&both).contains("| docker · replay | lifecycle | step:build |"),
+            "{}",
+            render(&both)
+        );
     }
 }

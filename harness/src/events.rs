@@ -1,6 +1,6 @@
 //! The one event stream the runner emits; reporters only read it.
 
-use crate::results::{ScenarioResult, StepResult};
+use crate::results::{ScenarioResult, Source, StepResult};
 
 /// Something that happened during a run.
 #[derive(Debug, Clone)]
@@ -18,6 +18,8 @@ pub enum RunEvent {
         variant: String,
         /// The scenario.
         scenario: String,
+        /// Where its numbers come from.
+        source: Source,
     },
     /// A step starts.
     StepStarted {

@@ -5,6 +5,10 @@
 //! budget or failed, a metric is slower than the baseline beyond noise (the rule of
 //! [`crate::compare`]) and beyond the policy's tolerance, a resource leaked, or a secret was
 //! found. Leaks and secrets always hold; the policy cannot allow them.
+//!
+//! Budgets and the regression rule are for measured timings: a variant whose timings there
+//! are replayed holds with `no live measurement for <variant>`, unless the policy sets
+//! `allow_replayed_timings` (for tests of the gate itself).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -29,6 +33,8 @@ struct PolicyFile {
     #[serde(default)]
     p90_budgets: BTreeMap<String, Spanned<String>>,
     regression: Option<RegressionFile>,
+    #[serde(default)]
+    allow_replayed_timings: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -51,6 +57,9 @@ pub struct Policy {
     /// How much slower than the baseline's median a metric may be, as a fraction (0.25 is
     /// 25%), when the difference is beyond noise; `None` when the policy does not compare.
     pub regression_tolerance: Option<f64>,
+    /// Whether budgets and the regression rule may judge replayed timings; when not, a
+    /// variant they would judge on replayed timings alone holds.
+    pub allow_replayed_timings: bool,
 }
 
 /// `scenario/step`: a step (or check, by its step name) that must pass; `scenario/*`: no
@@ -194,6 +203,7 @@ impl Policy {
             success_rate: file.success_rate.map(|r| r.value),
             p90_budgets,
             regression_tolerance: file.regression.map(|r| r.tolerance.value),
+            allow_replayed_timings: file.allow_replayed_timings,
         })
     }
 }
@@ -231,7 +241,13 @@ pub fn gate(policy: &Policy, results: &RunResults, baseline: Option<&RunResults>
         }
     }
     let metrics = stats::metrics(results);
-    let comparison = baseline.map(|b| compare::compare(b, results));
+    let comparison = baseline.map(|b| {
+        if policy.allow_replayed_timings {
+            compare::compare(b, results)
+        } else {
+            compare::compare(&measured(b), &measured(results))
+        }
+    });
     variants
         .into_iter()
         .map(|variant| {
@@ -273,21 +289,79 @@ pub fn gate(policy: &Policy, results: &RunResults, baseline: Option<&RunResults>
                     }
                 }
             }
+            let timed: Vec<&stats::Metric> = own
+                .iter()
+                .filter(|m| policy.allow_replayed_timings || !m.modes.any_replayed())
+                .copied()
+                .collect();
+            let mut replayed_budgets = Vec::new();
             for budget in &policy.p90_budgets {
-                verdict.reasons.extend(over_budget(budget, &own));
+                let is =
+                    |m: &stats::Metric| m.scenario == budget.scenario && m.name == budget.metric;
+                if !timed.iter().any(|m| is(m)) && own.iter().any(|m| is(m)) {
+                    replayed_budgets.push(format!("{}/{}", budget.scenario, budget.metric));
+                } else {
+                    verdict.reasons.extend(over_budget(budget, &timed));
+                }
             }
+            let replayed_regression = policy.regression_tolerance.is_some()
+                && comparison.is_some()
+                && !policy.allow_replayed_timings
+                && !scenarios.iter().any(|s| s.source.is_measured());
             match (policy.regression_tolerance, &comparison) {
                 (None, _) => {}
                 (Some(_), None) => verdict
                     .notes
                     .push("regression not checked: no --baseline".to_owned()),
-                (Some(tolerance), Some(comparison)) => {
+                (Some(_), Some(_)) if replayed_regression => {}
+                (Some(_), Some(Err(mixed))) => verdict
+                    .notes
+                    .push(format!("regression not checked: {mixed}")),
+                (Some(tolerance), Some(Ok(comparison))) => {
                     regressions(variant, tolerance, comparison, &mut verdict)
                 }
             }
+            verdict.reasons.extend(no_live_measurement(
+                variant,
+                &replayed_budgets,
+                replayed_regression,
+            ));
             verdict
         })
         .collect()
+}
+
+/// The reason a variant holds when the policy asks `budgets` (`scenario/metric`) or a
+/// regression check of timings it only has replayed, if it asks any.
+fn no_live_measurement(variant: &str, budgets: &[String], regression: bool) -> Option<String> {
+    let mut asks = Vec::new();
+    match budgets {
+        [] => {}
+        [one] => asks.push(format!("a p90 budget of {one}")),
+        many => asks.push(format!("p90 budgets of {}", many.join(", "))),
+    }
+    if regression {
+        asks.push("a regression check".to_owned());
+    }
+    (!asks.is_empty()).then(|| {
+        format!(
+            "no live measurement for {variant}: its timings are replayed, and the policy asks {} (allow_replayed_timings: true gates replayed timings)",
+            asks.join(" and ")
+        )
+    })
+}
+
+/// `results` with only its measured (live or recorded) scenario results.
+fn measured(results: &RunResults) -> RunResults {
+    RunResults {
+        scenarios: results
+            .scenarios
+            .iter()
+            .filter(|s| s.source.is_measured())
+            .cloned()
+            .collect(),
+        ..results.clone()
+    }
 }
 
 /// Reasons for every leaked resource and every secret found.
@@ -429,7 +503,8 @@ mod tests {
     use sandbox_providers::Resource;
 
     use super::*;
-    use crate::report::fixture::{failed, run, scenario, step, timing};
+    use crate::report::fixture::{failed, replay_source, run, scenario, step, timing};
+    use crate::results::ReplayPace;
 
     fn policy(text: &str) -> Result<Policy, String> {
         Policy::parse(Path::new("policy.yaml"), text).map_err(|e| e.to_string())
@@ -649,5 +724,85 @@ mod tests {
             unchecked[0].notes,
             ["regression not checked: no --baseline"]
         );
+    }
+
+    /// `results` with every scenario result replayed at instant pace.
+    fn replayed(mut results: RunResults) -> RunResults {
+        for s in &mut results.scenarios {
+            s.source = replay_source(ReplayPace::Instant);
+        }
+        results
+    }
+
+    #[test]
+    fn replayed_timings_meet_no_budget_and_no_regression_rule_unless_allowed() {
+        let strict = policy(
+            "success_rate: 0.5\np90_budgets:\n  lifecycle/create-to-first-result: 1h\nregression:\n  tolerance: 0.25\n",
+        )
+        .expect("parses");
+        let replay = replayed(lifecycle(0));
+        let verdicts = gate(&strict, &replay, Some(&replay));
+        assert_eq!(
+            verdicts[0].reasons,
+            [
+                "no live measurement for docker: its timings are replayed, and the policy asks a p90 budget of lifecycle/create-to-first-result and a regression check (allow_replayed_timings: true gates replayed timings)"
+            ]
+        );
+        let budget_only =
+            policy("p90_budgets:\n  lifecycle/create-to-first-result: 1h\n").expect("parses");
+        assert_eq!(
+            gate(&budget_only, &replay, None)[0].reasons,
+            [
+                "no live measurement for docker: its timings are replayed, and the policy asks a p90 budget of lifecycle/create-to-first-result (allow_replayed_timings: true gates replayed timings)"
+            ]
+        );
+        let floor_only = policy("success_rate: 0.9\n").expect("parses");
+        assert_eq!(
+            gate(&floor_only, &replayed(seventy_percent()), None)[0].reasons,
+            [
+                "lifecycle/step:first-result succeeded 7/10 (70%), under the floor of 90%",
+                "lifecycle/create-to-first-result succeeded 7/10 (70%), under the floor of 90%",
+            ],
+            "success rates are not timings: they hold a replay too"
+        );
+
+        let allowing = policy(
+            "p90_budgets:\n  lifecycle/create-to-first-result: 1h\nregression:\n  tolerance: 0.25\nallow_replayed_timings: true\n",
+        )
+        .expect("parses");
+        assert!(allowing.allow_replayed_timings);
+        let verdicts = gate(&allowing, &replay, Some(&replay));
+        assert!(verdicts[0].ships(), "{verdicts:?}");
+        let tight = policy(
+            "p90_budgets:\n  lifecycle/create-to-first-result: 1s\nallow_replayed_timings: true\n",
+        )
+        .expect("parses");
+        assert_eq!(
+            gate(&tight, &replay, None)[0].reasons,
+            ["p90 of lifecycle/create-to-first-result is 1.80 s (10/10 ok), over its budget of 1s"]
+        );
+        let against_live = gate(&allowing, &replay, Some(&lifecycle(0)));
+        assert!(
+            against_live[0].notes[0].starts_with(
+                "regression not checked: cannot compare docker × lifecycle × step:build: it is live in the baseline and replay in the current run"
+            ),
+            "{against_live:?}"
+        );
+    }
+
+    #[test]
+    fn a_live_variant_is_judged_on_its_live_timings_only() {
+        let budget =
+            policy("p90_budgets:\n  lifecycle/create-to-first-result: 1500ms\n").expect("parses");
+        // Replayed repetitions, first and over the budget, do not count against the live ones.
+        let mut merged = replayed(lifecycle(0));
+        for s in &mut merged.scenarios {
+            s.timings[0].duration *= 10;
+        }
+        merged
+            .scenarios
+            .extend(lifecycle(0).scenarios.into_iter().take(4));
+        let verdicts = gate(&budget, &merged, None);
+        assert!(verdicts[0].ships(), "{verdicts:?}");
     }
 }

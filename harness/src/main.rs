@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use clap::{Args, Parser, Subcommand};
 use sandbox_matrix::events::{EventSink, Fanout, RunEvent};
-use sandbox_matrix::results::{Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult};
+use sandbox_matrix::results::{
+    Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, Source,
+};
 use sandbox_matrix::runner::{Runner, fake_canary, new_run_id, unreachable_variant};
 use sandbox_matrix::scenario::{Scenario, StepKind};
 use sandbox_matrix::terminal::Terminal;
@@ -99,7 +101,8 @@ enum Command {
     ///
     /// Beyond noise: with 4+ attempts a side, a Mann-Whitney U test at p < 0.05 and a ratio
     /// of medians of at least 1.10 (or at most 1/1.10); with fewer, a ratio of at least 2 (or
-    /// at most 1/2) and no overlap. A failed attempt counts as +∞.
+    /// at most 1/2) and no overlap. A failed attempt counts as +∞. A metric measured live in
+    /// one run and replayed from a cassette in the other is refused (exit 2).
     Compare {
         /// The results.json to compare against.
         #[arg(long, value_name = "RESULTS_JSON")]
@@ -115,6 +118,9 @@ enum Command {
     /// (`scenario/step`, or `scenario/*` for no failed step), a `success_rate` floor per
     /// metric, `p90_budgets` per `scenario/metric`, and a `regression` `tolerance` checked
     /// against --baseline with compare's rule. Leaked resources and secrets always hold.
+    /// Budgets and the regression rule judge live timings only: a variant they would judge on
+    /// replayed timings holds with `no live measurement for <variant>`, unless the policy sets
+    /// `allow_replayed_timings: true`.
     Gate {
         /// The policy file.
         #[arg(long, value_name = "POLICY_YAML")]
@@ -386,11 +392,16 @@ fn merge(files: &[PathBuf], out: &Path) -> u8 {
 fn compare(baseline: &Path, current: &Path) -> u8 {
     let loaded = results::load(baseline).and_then(|b| Ok((b, results::load(current)?)));
     match loaded {
-        Ok((baseline, current)) => {
-            let comparison = sandbox_matrix::compare::compare(&baseline, &current);
-            print!("{}", sandbox_matrix::compare::render(&comparison));
-            EXIT_PASSED
-        }
+        Ok((baseline, current)) => match sandbox_matrix::compare::compare(&baseline, &current) {
+            Ok(comparison) => {
+                print!("{}", sandbox_matrix::compare::render(&comparison));
+                EXIT_PASSED
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                EXIT_BAD_INPUT
+            }
+        },
         Err(e) => {
             eprintln!("error: {e}");
             EXIT_BAD_INPUT
@@ -716,8 +727,10 @@ async fn run(args: RunArgs) -> u8 {
                 }
                 continue;
             }
-            let (provider, not_ready, check) = match (&plan, variants::cloud(name)) {
-                (Some((provider, not_ready)), _) => (provider.clone(), not_ready.clone(), None),
+            let (provider, not_ready, check, source) = match (&plan, variants::cloud(name)) {
+                (Some((provider, not_ready)), _) => {
+                    (provider.clone(), not_ready.clone(), None, Source::Live)
+                }
                 (None, Some(cloud)) => {
                     match variants::open_cloud(
                         cloud,
@@ -729,23 +742,33 @@ async fn run(args: RunArgs) -> u8 {
                     {
                         Ok(session) => {
                             let not_ready = runner.prepare(&session.provider).await.err();
-                            (Some(session.provider), not_ready, session.check)
+                            (
+                                Some(session.provider),
+                                not_ready,
+                                session.check,
+                                session.source,
+                            )
                         }
-                        Err(e) => (None, Some(e), None),
+                        Err(e) => (None, Some(e), None, cloud_mode.source(name, &scenario.name)),
                     }
                 }
-                (None, None) => (None, Some(format!("unknown variant `{name}`")), None),
+                (None, None) => (
+                    None,
+                    Some(format!("unknown variant `{name}`")),
+                    None,
+                    Source::Live,
+                ),
             };
             match provider {
                 Some(p) => {
                     runner
-                        .run_scenario_checked(p, scenario, not_ready, check, repetition)
+                        .run_scenario_checked(p, scenario, not_ready, check, source, repetition)
                         .await;
                 }
                 None => {
                     let reason = not_ready.as_deref().unwrap_or("unreachable");
                     eprintln!("{name}::{}: not run: {reason}", scenario.name);
-                    let mut result = unreachable_variant(name, scenario, reason);
+                    let mut result = unreachable_variant(name, scenario, source, reason);
                     result.repetition = repetition;
                     sink.emit(&RunEvent::ScenarioFinished {
                         result: Box::new(result),

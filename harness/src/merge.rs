@@ -134,6 +134,8 @@ mod tests {
         let b = shard("run-b", "2025-11-29T12:05:00Z", "docker", 2);
         let mut c = shard("run-c", "2025-11-29T12:20:00Z", "e2b", 1);
         c.provenance.shards = vec![a.provenance.clone()];
+        let replayed = crate::report::fixture::replay_source(crate::results::ReplayPace::Instant);
+        c.scenarios[0].source = replayed.clone();
         let paths = [
             file("keep", "a.json", &json(&a)),
             file("keep", "b.json", &json(&b)),
@@ -166,6 +168,16 @@ mod tests {
                 ("e2b", 1)
             ]
         );
+        let sources: Vec<&crate::results::Source> =
+            merged.scenarios.iter().map(|s| &s.source).collect();
+        assert_eq!(
+            sources,
+            [&crate::results::Source::Live; 4]
+                .into_iter()
+                .chain([&replayed])
+                .collect::<Vec<_>>(),
+            "each result keeps its mode and cassette"
+        );
     }
 
     #[test]
@@ -174,7 +186,7 @@ mod tests {
         let b = file(
             "mixed",
             "b.json",
-            r#"{"schema_version": "sandbox-matrix/results/v2", "scenarios": []}"#,
+            r#"{"schema_version": "sandbox-matrix/results/v3", "scenarios": []}"#,
         );
         let error = merge(&[a.clone(), b.clone()], "m".to_owned(), "h".to_owned())
             .expect_err("refused")
@@ -183,7 +195,7 @@ mod tests {
         assert_eq!(
             error,
             format!(
-                "{}: schema_version is `sandbox-matrix/results/v2`, but {} is `sandbox-matrix/results/v1`: merge refuses mixed schema versions",
+                "{}: schema_version is `sandbox-matrix/results/v3`, but {} is `sandbox-matrix/results/v2`: merge refuses mixed schema versions",
                 b.display(),
                 a.display()
             )

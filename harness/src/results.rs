@@ -7,7 +7,7 @@ use sandbox_providers::{Timing, duration_ms};
 use serde::{Deserialize, Serialize};
 
 /// Version of the `results.json` schema; bump it on any incompatible change.
-pub const RESULTS_SCHEMA_VERSION: &str = "sandbox-matrix/results/v1";
+pub const RESULTS_SCHEMA_VERSION: &str = "sandbox-matrix/results/v2";
 
 /// Why a `results.json` could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -120,6 +120,10 @@ pub struct ScenarioResult {
     pub variant: String,
     /// Scenario name, such as `lifecycle`.
     pub scenario: String,
+    /// Where its numbers come from: `mode` (`live`, `record`, `replay`) and, for a replay,
+    /// the cassette.
+    #[serde(flatten)]
+    pub source: Source,
     /// sha256 of the scenario file's bytes.
     pub scenario_hash: String,
     /// The immutable id of the artifact built or launched, once known.
@@ -150,6 +154,165 @@ pub struct ScenarioResult {
 
 fn first_repetition() -> u32 {
     1
+}
+
+/// Where a scenario result's numbers come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "kebab-case")]
+pub enum Source {
+    /// Measured against the provider (or the local engine).
+    Live,
+    /// Measured against the provider while writing a cassette.
+    Record,
+    /// Served from a cassette on loopback: its timings are not the provider's.
+    Replay {
+        /// The cassette and how it was paced.
+        replay: Replay,
+    },
+}
+
+impl Source {
+    /// The mode alone.
+    pub fn mode(&self) -> Mode {
+        match self {
+            Source::Live => Mode::Live,
+            Source::Record => Mode::Record,
+            Source::Replay { .. } => Mode::Replay,
+        }
+    }
+
+    /// True when the numbers were measured against the provider: live or recording.
+    pub fn is_measured(&self) -> bool {
+        !matches!(self, Source::Replay { .. })
+    }
+
+    /// The cassette, when the result was replayed.
+    pub fn replay(&self) -> Option<&Replay> {
+        match self {
+            Source::Replay { replay } => Some(replay),
+            Source::Live | Source::Record => None,
+        }
+    }
+}
+
+/// How a result was obtained, without the cassette: what reports name in headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mode {
+    /// Measured against the provider.
+    Live,
+    /// Measured against the provider while writing a cassette.
+    Record,
+    /// Served from a cassette.
+    Replay,
+}
+
+impl std::fmt::Display for Mode {
+    /// `live`, `record` or `replay`, as `results.json` names it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mode::Live => "live",
+            Mode::Record => "record",
+            Mode::Replay => "replay",
+        })
+    }
+}
+
+/// The modes of several results pooled together, shown as `live`, `replay` or
+/// `live+replay`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Modes(std::collections::BTreeSet<Mode>);
+
+impl Modes {
+    /// The modes of `sources`.
+    pub fn of<'a>(sources: impl IntoIterator<Item = &'a Source>) -> Modes {
+        sources.into_iter().map(Source::mode).collect()
+    }
+
+    /// Each mode, in the order live, record, replay.
+    pub fn iter(&self) -> impl Iterator<Item = Mode> + '_ {
+        self.0.iter().copied()
+    }
+
+    /// True when some result was replayed.
+    pub fn any_replayed(&self) -> bool {
+        self.0.contains(&Mode::Replay)
+    }
+
+    /// True when some result was measured (live or recording).
+    pub fn any_measured(&self) -> bool {
+        self.0.iter().any(|mode| *mode != Mode::Replay)
+    }
+}
+
+impl FromIterator<Mode> for Modes {
+    fn from_iter<I: IntoIterator<Item = Mode>>(modes: I) -> Self {
+        Modes(modes.into_iter().collect())
+    }
+}
+
+impl std::fmt::Display for Modes {
+    /// The modes in the order live, record, replay, joined by `+`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<String> = self.0.iter().map(Mode::to_string).collect();
+        f.write_str(&names.join("+"))
+    }
+}
+
+/// The cassette a result was replayed from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replay {
+    /// The cassette's path: relative to the project root for the default cassettes folder,
+    /// else as given.
+    pub cassette: String,
+    /// The cassette header's `origin:`; `None` when the cassette could not be read.
+    pub origin: Option<String>,
+    /// The cassette header's `written:` (`YYYY-MM-DD` or RFC 3339); `None` when unknown.
+    pub written: Option<String>,
+    /// How responses were paced.
+    pub pace: ReplayPace,
+}
+
+impl Replay {
+    /// The date the cassette was written (`YYYY-MM-DD`); `None` when it does not say.
+    pub fn written_date(&self) -> Option<&str> {
+        self.written
+            .as_deref()
+            .map(|written| written.get(..10).unwrap_or(written))
+    }
+}
+
+/// How a replay paced its responses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReplayPace {
+    /// Every response at once: timings measure the harness, not the provider.
+    Instant,
+    /// Each response after its recorded latency: timings are the recording's.
+    Recorded,
+    /// Each response after one fixed delay, to measure the harness's overhead.
+    Fixed,
+}
+
+impl std::fmt::Display for ReplayPace {
+    /// `instant`, `recorded` or `fixed`, as `results.json` names it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ReplayPace::Instant => "instant",
+            ReplayPace::Recorded => "recorded",
+            ReplayPace::Fixed => "fixed",
+        })
+    }
+}
+
+impl From<sandbox_providers::api::replay::Pace> for ReplayPace {
+    fn from(pace: sandbox_providers::api::replay::Pace) -> Self {
+        use sandbox_providers::api::replay::Pace;
+        match pace {
+            Pace::Instant => ReplayPace::Instant,
+            Pace::Recorded => ReplayPace::Recorded,
+            Pace::Fixed(_) => ReplayPace::Fixed,
+        }
+    }
 }
 
 /// One attempt at a timing inside a scenario: its value, or why it failed. A failed
@@ -262,8 +425,9 @@ mod tests {
             .map(|e| format!("{e:#}"))
     }
 
-    /// The fixture run, with what it lacks: a merged provenance, a region, a second
-    /// repetition with samples (one failed), and a variant the runner could not reach.
+    /// The fixture run (docker live, e2b replayed), with what it lacks: a merged provenance,
+    /// a region, a second repetition with samples (one failed), a replay at recorded pace
+    /// from a cassette with no date, a recording, and a variant the runner could not reach.
     fn everything() -> RunResults {
         let mut results = two_variants();
         let shard = results.provenance.clone();
@@ -284,11 +448,32 @@ mod tests {
             },
         ];
         results.scenarios.push(second);
+        let mut undated = results.scenarios[1].clone();
+        undated.repetition = 2;
+        undated.source = Source::Replay {
+            replay: Replay {
+                written: None,
+                pace: ReplayPace::Recorded,
+                ..results.scenarios[1]
+                    .source
+                    .replay()
+                    .expect("the fixture's e2b is replayed")
+                    .clone()
+            },
+        };
+        results.scenarios.push(undated);
+        let mut recorded = results.scenarios[1].clone();
+        recorded.variant = "daytona".to_owned();
+        recorded.source = Source::Record;
+        results.scenarios.push(recorded);
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/t.yaml");
         let text = "name: t\nenvironment: ../fixtures/environments/reference\nsteps:\n  - step: build\n    budget: 5s\n  - step: launch\n    budget: 5s\n";
         let parsed = crate::scenario::Scenario::parse(&path, text).expect("scenario parses");
         results.scenarios.push(crate::runner::unreachable_variant(
-            "modal", &parsed, "no token",
+            "modal",
+            &parsed,
+            Source::Live,
+            "no token",
         ));
         results
     }
@@ -336,6 +521,36 @@ mod tests {
         let why = violations(&wrong_type).expect("a string repetition is rejected");
         assert!(why.contains("/scenarios/0/repetition"), "{why}");
 
+        assert_eq!(good["scenarios"][0]["mode"], "live");
+        assert_eq!(good["scenarios"][1]["mode"], "replay");
+        assert_eq!(
+            good["scenarios"][1]["replay"]["cassette"],
+            "fixtures/cassettes/e2b/lifecycle.yaml"
+        );
+        let mut no_mode = good.clone();
+        no_mode["scenarios"][0]
+            .as_object_mut()
+            .expect("an object")
+            .remove("mode");
+        let why = violations(&no_mode).expect("a result without mode is rejected");
+        assert!(why.contains("mode"), "{why}");
+        let mut no_cassette = good.clone();
+        no_cassette["scenarios"][1]
+            .as_object_mut()
+            .expect("an object")
+            .remove("replay");
+        let why = violations(&no_cassette).expect("a replay without its cassette is rejected");
+        assert!(why.contains("replay"), "{why}");
+        let mut live_with_cassette = good.clone();
+        live_with_cassette["scenarios"][0]["replay"] = good["scenarios"][1]["replay"].clone();
+        assert!(
+            violations(&live_with_cassette).is_some(),
+            "a live result names no cassette"
+        );
+        let mut bad_date = good.clone();
+        bad_date["scenarios"][1]["replay"]["written"] = Value::from("last week");
+        assert!(violations(&bad_date).is_some(), "written is a date");
+
         let mut missing = good.clone();
         missing["provenance"]
             .as_object_mut()
@@ -364,19 +579,19 @@ mod tests {
             std::fs::write(&path, text).expect("writable");
             path
         };
-        let v2 = write(
-            "v2.json",
-            r#"{"schema_version": "sandbox-matrix/results/v2"}"#,
+        let v1 = write(
+            "v1.json",
+            r#"{"schema_version": "sandbox-matrix/results/v1"}"#,
         );
         let none = write("none.json", r#"{"scenarios": []}"#);
         let broken = write("broken.json", "{\n  \"schema_version\": 1,\n");
-        let errors = [&v2, &none, &broken].map(|p| load(p).expect_err("refused").to_string());
+        let errors = [&v1, &none, &broken].map(|p| load(p).expect_err("refused").to_string());
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(
             errors[0],
             format!(
-                "{}: schema_version is `sandbox-matrix/results/v2`, and this sandbox-matrix reads `sandbox-matrix/results/v1`",
-                v2.display()
+                "{}: schema_version is `sandbox-matrix/results/v1`, and this sandbox-matrix reads `sandbox-matrix/results/v2`",
+                v1.display()
             )
         );
         assert!(errors[1].starts_with(&format!("{}: no `schema_version`", none.display())));

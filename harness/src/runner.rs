@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::conformance::{self, Check, CheckParams, Verdict};
 use crate::events::{EventSink, RunEvent};
-use crate::results::{Sample, ScenarioResult, StepResult, StepStatus};
+use crate::results::{Sample, ScenarioResult, Source, StepResult, StepStatus};
 use crate::scenario::{Expectation, Scenario, Step, StepKind};
 use crate::secrets;
 
@@ -155,32 +155,35 @@ impl Runner {
         }
     }
 
-    /// Runs `scenario` on `provider`. `not_ready` fails the first step with that reason
-    /// (a variant that could not be prepared); cleanup runs in every case.
+    /// Runs `scenario` on `provider`, its result marked [`Source::Live`]. `not_ready` fails
+    /// the first step with that reason (a variant that could not be prepared); cleanup runs
+    /// in every case.
     pub async fn run_scenario(
         &self,
         provider: Arc<dyn Provider>,
         scenario: &Scenario,
         not_ready: Option<String>,
     ) -> ScenarioResult {
-        self.run_scenario_checked(provider, scenario, not_ready, None, 1)
+        self.run_scenario_checked(provider, scenario, not_ready, None, Source::Live, 1)
             .await
     }
 
-    /// [`Runner::run_scenario`] as repetition `repetition` (from 1), then `session`,
-    /// reported as one more step.
+    /// [`Runner::run_scenario`] as repetition `repetition` (from 1), its numbers coming from
+    /// `source`, then `session`, reported as one more step.
     pub async fn run_scenario_checked(
         &self,
         provider: Arc<dyn Provider>,
         scenario: &Scenario,
         not_ready: Option<String>,
         session: Option<SessionCheck>,
+        source: Source,
         repetition: u32,
     ) -> ScenarioResult {
         let variant = provider.variant().to_owned();
         self.sink.emit(&RunEvent::ScenarioStarted {
             variant: variant.clone(),
             scenario: scenario.name.clone(),
+            source: source.clone(),
         });
         let labels = RunLabels {
             run_id: self.run_id.clone(),
@@ -286,6 +289,7 @@ impl Runner {
         let result = ScenarioResult {
             variant,
             scenario: scenario.name.clone(),
+            source,
             scenario_hash: scenario.hash.clone(),
             artifact_id: state.artifact.map(|a| a.id),
             provider_version: provider.provider_version(),
@@ -1090,9 +1094,15 @@ pub fn skip_reason(capabilities: &Capabilities, step: &Step) -> Option<String> {
     }
 }
 
-/// The result of `scenario` on a variant that could not be reached: the first step fails
-/// with `reason`, the rest are skipped, and there was nothing to clean up.
-pub fn unreachable_variant(variant: &str, scenario: &Scenario, reason: &str) -> ScenarioResult {
+/// The result of `scenario` on a variant that could not be reached in the mode `source`
+/// says: the first step fails with `reason`, the rest are skipped, and there was nothing to
+/// clean up.
+pub fn unreachable_variant(
+    variant: &str,
+    scenario: &Scenario,
+    source: Source,
+    reason: &str,
+) -> ScenarioResult {
     let steps = scenario
         .steps
         .iter()
@@ -1113,6 +1123,7 @@ pub fn unreachable_variant(variant: &str, scenario: &Scenario, reason: &str) -> 
     ScenarioResult {
         variant: variant.to_owned(),
         scenario: scenario.name.clone(),
+        source,
         scenario_hash: scenario.hash.clone(),
         artifact_id: None,
         provider_version: None,

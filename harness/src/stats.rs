@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use crate::results::{RunResults, ScenarioResult, StepStatus};
+use crate::results::{Modes, RunResults, ScenarioResult, StepStatus};
 
 /// Significant decimal digits the histogram keeps.
 pub const SIGNIFICANT_DIGITS: u8 = 3;
@@ -120,7 +120,7 @@ fn micros(value: Duration) -> u64 {
     u64::try_from((value.as_nanos() + 500) / 1_000).unwrap_or(u64::MAX)
 }
 
-/// Every attempt at one metric of one variant × scenario.
+/// Every attempt at one metric of one variant × scenario, measured or replayed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Metric {
     /// Variant name.
@@ -129,6 +129,8 @@ pub struct Metric {
     pub scenario: String,
     /// A cross-step timing or sample name, or `step:<name>` for a step's duration.
     pub name: String,
+    /// How the attempts were obtained: measured (live, record) or replayed, never both.
+    pub modes: Modes,
     /// Each attempt's value; `None` is a failed attempt.
     pub attempts: Vec<Option<Duration>>,
 }
@@ -141,23 +143,30 @@ impl Metric {
 }
 
 /// Every metric of `results`, grouped by variant × scenario in order of first appearance,
-/// each group's repetitions pooled.
+/// each group's repetitions pooled; a group's measured and replayed repetitions are two
+/// groups, so that replayed timings never mix with measured ones.
 ///
 /// A group's metrics are, in order: `step:<name>` for each step that passed or failed in
 /// some repetition (a repetition where it did not pass has a failed attempt), then each name
 /// recorded as a cross-step timing or a sample. For those, a repetition contributes its
 /// timing and its samples of that name, or one failed attempt when it recorded neither.
 pub fn metrics(results: &RunResults) -> Vec<Metric> {
-    let mut groups: Vec<((&str, &str), Vec<&ScenarioResult>)> = Vec::new();
+    type Key<'a> = (&'a str, &'a str, bool);
+    let mut groups: Vec<(Key, Vec<&ScenarioResult>)> = Vec::new();
     for result in &results.scenarios {
-        let key = (result.variant.as_str(), result.scenario.as_str());
+        let key = (
+            result.variant.as_str(),
+            result.scenario.as_str(),
+            result.source.is_measured(),
+        );
         match groups.iter_mut().find(|(k, _)| *k == key) {
             Some((_, reps)) => reps.push(result),
             None => groups.push((key, vec![result])),
         }
     }
     let mut metrics = Vec::new();
-    for ((variant, scenario), reps) in groups {
+    for ((variant, scenario, _), reps) in groups {
+        let modes = Modes::of(reps.iter().map(|rep| &rep.source));
         let mut names: Vec<String> = Vec::new();
         let mut named: Vec<String> = Vec::new();
         for rep in &reps {
@@ -182,6 +191,7 @@ pub fn metrics(results: &RunResults) -> Vec<Metric> {
                     variant: variant.to_owned(),
                     scenario: scenario.to_owned(),
                     name,
+                    modes: modes.clone(),
                     attempts,
                 });
             }
@@ -361,6 +371,7 @@ mod tests {
         ScenarioResult {
             variant: "docker".to_owned(),
             scenario: "lifecycle".to_owned(),
+            source: crate::results::Source::Live,
             scenario_hash: "0".repeat(64),
             artifact_id: None,
             provider_version: None,

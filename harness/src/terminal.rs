@@ -7,11 +7,12 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::events::{EventSink, RunEvent};
-use crate::results::StepStatus;
+use crate::results::{ReplayPace, Source, StepResult, StepStatus};
 
 /// Prints progress to stderr; the spinner hides itself when stderr is not a terminal.
 pub struct Terminal {
     spinner: Mutex<Option<ProgressBar>>,
+    source: Mutex<Source>,
 }
 
 impl Default for Terminal {
@@ -25,6 +26,7 @@ impl Terminal {
     pub fn new() -> Self {
         Self {
             spinner: Mutex::new(None),
+            source: Mutex::new(Source::Live),
         }
     }
 
@@ -71,9 +73,14 @@ impl EventSink for Terminal {
                 self.message(line);
                 self.println(&format!("  [{variant}] {line}"));
             }
-            RunEvent::ScenarioStarted { variant, scenario } => {
+            RunEvent::ScenarioStarted {
+                variant,
+                scenario,
+                source,
+            } => {
                 self.finish();
-                eprintln!("{variant} · {scenario}");
+                eprintln!("{}", scenario_line(variant, scenario, source));
+                *self.source.lock().expect("source lock") = source.clone();
             }
             RunEvent::StepStarted { step, .. } => {
                 self.start(step.clone());
@@ -91,19 +98,77 @@ impl EventSink for Terminal {
             RunEvent::StepLog { line, .. } => self.message(line),
             RunEvent::StepFinished { result, .. } => {
                 self.finish();
-                let secs = format!("{:>7.2} s", result.duration.as_secs_f64());
-                let line = match &result.status {
-                    StepStatus::Passed => format!("  ✓ {:<32}{secs}", result.step),
-                    StepStatus::Failed { reason } => {
-                        format!("  ✗ {:<32}{secs}  {reason}", result.step)
-                    }
-                    StepStatus::Skipped { reason } => {
-                        format!("  - {:<32}{:>9}  skipped: {reason}", result.step, "")
-                    }
-                };
-                eprintln!("{line}");
+                let source = self.source.lock().expect("source lock").clone();
+                eprintln!("{}", step_line(result, &source));
             }
             RunEvent::ScenarioFinished { .. } => self.finish(),
         }
+    }
+}
+
+/// The line that opens a scenario: `variant · scenario`, with the mode when it is not live.
+fn scenario_line(variant: &str, scenario: &str, source: &Source) -> String {
+    match source {
+        Source::Live => format!("{variant} · {scenario}"),
+        Source::Record => format!("{variant} · {scenario} · record"),
+        Source::Replay { replay } => {
+            format!("{variant} · {scenario} · replay of {}", replay.cassette)
+        }
+    }
+}
+
+/// The line of a finished step: its mark, name and duration, and the reason when it did not
+/// pass. A replayed step's duration is not the provider's: at instant pace it reads
+/// `replayed`, at recorded pace it is marked `(replay)`.
+fn step_line(result: &StepResult, source: &Source) -> String {
+    let seconds = format!("{:>7.2} s", result.duration.as_secs_f64());
+    let took = match source.replay().map(|replay| replay.pace) {
+        None => seconds,
+        Some(ReplayPace::Recorded) => format!("{seconds} (replay)"),
+        Some(ReplayPace::Instant | ReplayPace::Fixed) => format!("{:>9}", "replayed"),
+    };
+    match &result.status {
+        StepStatus::Passed => format!("  ✓ {:<32}{took}", result.step),
+        StepStatus::Failed { reason } => format!("  ✗ {:<32}{took}  {reason}", result.step),
+        StepStatus::Skipped { reason } => {
+            format!("  - {:<32}{:>9}  skipped: {reason}", result.step, "")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixture::{failed, replay_source, step};
+
+    #[test]
+    fn a_replayed_step_never_shows_a_bare_duration() {
+        let launch = step("launch", StepStatus::Passed, 640, 30, vec![], &[]);
+        let wrong = step("first-result", failed("got `3`"), 1_904, 60, vec![], &[]);
+        assert_eq!(
+            step_line(&launch, &Source::Live),
+            format!("  ✓ {:<32}   0.64 s", "launch")
+        );
+        let instant = replay_source(ReplayPace::Instant);
+        assert_eq!(
+            step_line(&launch, &instant),
+            format!("  ✓ {:<32} replayed", "launch")
+        );
+        assert_eq!(
+            step_line(&wrong, &instant),
+            format!("  ✗ {:<32} replayed  got `3`", "first-result")
+        );
+        assert_eq!(
+            step_line(&launch, &replay_source(ReplayPace::Recorded)),
+            format!("  ✓ {:<32}   0.64 s (replay)", "launch")
+        );
+        assert_eq!(
+            scenario_line("e2b", "lifecycle", &instant),
+            "e2b · lifecycle · replay of fixtures/cassettes/e2b/lifecycle.yaml"
+        );
+        assert_eq!(
+            scenario_line("docker", "lifecycle", &Source::Live),
+            "docker · lifecycle"
+        );
     }
 }

@@ -9,6 +9,7 @@ use sandbox_providers::api::{Cassette, Mode, Recorder, Volatiles};
 use sandbox_providers::docker::{BaseRecipe, DockerProvider, DoctorBinary};
 use sandbox_providers::{Capabilities, Provider, ProviderError};
 
+use crate::results::{Replay, Source};
 use crate::runner::SessionCheck;
 
 /// Where, under the project root, the docker variant's base image recipe lives.
@@ -97,15 +98,56 @@ pub enum CloudMode {
     },
 }
 
+impl CloudMode {
+    /// Where the numbers of `variant` × `scenario` come from in this mode, for a scenario
+    /// that could not be opened: for a replay, the cassette's origin and date are read from
+    /// its header, and stay unknown when it cannot be read.
+    pub fn source(&self, variant: &str, scenario: &str) -> Source {
+        match self {
+            CloudMode::Live => Source::Live,
+            CloudMode::Record { .. } => Source::Record,
+            CloudMode::Replay { dir, pace } => {
+                let path = cassette_path(dir, variant, scenario);
+                replay_source(dir, &path, *pace, Cassette::load(&path).ok().as_ref())
+            }
+        }
+    }
+}
+
 /// The cassette of `variant` × `scenario` under `dir`.
 pub fn cassette_path(dir: &Path, variant: &str, scenario: &str) -> PathBuf {
     dir.join(variant).join(format!("{scenario}.yaml"))
+}
+
+/// A replay of the cassette at `path` under `dir`, at `pace`, with `cassette`'s header when
+/// it was read. The path is shown from the project root when `dir` is the project's
+/// cassettes folder (`<root>/fixtures/cassettes`), else as given.
+fn replay_source(dir: &Path, path: &Path, pace: Pace, cassette: Option<&Cassette>) -> Source {
+    let root = if dir.ends_with(CASSETTES_DIR) {
+        dir.ancestors()
+            .nth(Path::new(CASSETTES_DIR).components().count())
+    } else {
+        None
+    };
+    let shown = root
+        .and_then(|root| path.strip_prefix(root).ok())
+        .unwrap_or(path);
+    Source::Replay {
+        replay: Replay {
+            cassette: shown.display().to_string(),
+            origin: cassette.map(|c| c.origin.clone()),
+            written: cassette.and_then(|c| c.written.clone()),
+            pace: pace.into(),
+        },
+    }
 }
 
 /// A cloud variant ready for one scenario, and the check of its transport afterwards.
 pub struct CloudSession {
     /// The provider, pointed where the mode says.
     pub provider: Arc<dyn Provider>,
+    /// Where the scenario's numbers come from: live, record, or the replayed cassette.
+    pub source: Source,
     /// Run after the scenario: the replay went as recorded, or the cassette was written.
     pub check: Option<SessionCheck>,
 }
@@ -123,6 +165,7 @@ pub async fn open_cloud(
         CloudMode::Live => Ok(CloudSession {
             provider: (variant.connect)(Mode::Live, volatiles)
                 .map_err(|e| format!("the {name} variant cannot run live: {e}"))?,
+            source: Source::Live,
             check: None,
         }),
         CloudMode::Record { dir } => {
@@ -137,6 +180,7 @@ pub async fn open_cloud(
                 .map_err(|e| format!("the {name} variant cannot record: {e}"))?;
             Ok(CloudSession {
                 provider,
+                source: Source::Record,
                 check: Some(SessionCheck {
                     name: "record",
                     check: Box::new(move || {
@@ -160,6 +204,7 @@ pub async fn open_cloud(
                 ));
             }
             let cassette = Cassette::load(&path).map_err(|e| e.to_string())?;
+            let source = replay_source(dir, &path, *pace, Some(&cassette));
             let server = ReplayServer::start(
                 cassette,
                 ReplayOptions {
@@ -184,6 +229,7 @@ pub async fn open_cloud(
             let origin = path.display().to_string();
             Ok(CloudSession {
                 provider,
+                source,
                 check: Some(SessionCheck {
                     name: "replay",
                     check: Box::new(move || {
@@ -224,4 +270,56 @@ pub async fn connect_docker(root: &Path, harness: &Path) -> Result<Arc<dyn Provi
     .await
     .map(|p| Arc::new(p) as Arc<dyn Provider>)
     .map_err(|e| format!("the docker variant needs a Docker engine: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replay_names_its_cassette_from_the_project_root_and_reads_its_header() {
+        let cassette = Cassette::parse(
+            "origin: authored from a spec\nwritten: 2026-11-29\nvariant: e2b\nscenario: lifecycle\nexchanges: []\n",
+        )
+        .expect("parses");
+        let shown = |dir: &str| {
+            let dir = Path::new(dir);
+            let path = cassette_path(dir, "e2b", "lifecycle");
+            match replay_source(dir, &path, Pace::Recorded, Some(&cassette)) {
+                Source::Replay { replay } => replay,
+                other => panic!("not a replay: {other:?}"),
+            }
+        };
+        for dir in [
+            "./fixtures/cassettes",
+            "fixtures/cassettes",
+            "/work/checkout/fixtures/cassettes",
+        ] {
+            assert_eq!(
+                shown(dir).cassette,
+                "fixtures/cassettes/e2b/lifecycle.yaml",
+                "{dir}"
+            );
+        }
+        assert_eq!(shown("/tmp/mine").cassette, "/tmp/mine/e2b/lifecycle.yaml");
+        let replay = shown("fixtures/cassettes");
+        assert_eq!(replay.origin.as_deref(), Some("authored from a spec"));
+        assert_eq!(replay.written.as_deref(), Some("2026-11-29"));
+        assert_eq!(replay.pace, crate::results::ReplayPace::Recorded);
+
+        let missing = CloudMode::Replay {
+            dir: PathBuf::from("/nonexistent/fixtures/cassettes"),
+            pace: Pace::Instant,
+        }
+        .source("e2b", "lifecycle");
+        let Source::Replay { replay } = missing else {
+            panic!("not a replay: {missing:?}")
+        };
+        assert_eq!(
+            (replay.cassette.as_str(), replay.origin, replay.written),
+            ("fixtures/cassettes/e2b/lifecycle.yaml", None, None),
+            "an unreadable cassette's origin and date stay unknown"
+        );
+        assert_eq!(CloudMode::Live.source("e2b", "lifecycle"), Source::Live);
+    }
 }

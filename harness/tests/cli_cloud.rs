@@ -132,3 +132,127 @@ fn a_cassette_that_does_not_parse_is_bad_input_naming_file_and_line() {
     );
     assert!(!dir.join("out").exists(), "nothing should run");
 }
+
+/// True when `text` holds a duration such as `0.01 s` or `12.3 s`.
+fn holds_seconds(text: &str) -> bool {
+    text.match_indices(" s").any(|(at, _)| {
+        text[..at].ends_with(|c: char| c.is_ascii_digit())
+            && text[at + 2..]
+                .chars()
+                .next()
+                .is_none_or(|c| !c.is_alphanumeric())
+    })
+}
+
+#[test]
+fn a_replayed_run_names_its_mode_and_prints_no_bare_timing() {
+    let out = common::out_dir("cli-replay-provenance");
+    let output = sandbox_matrix(&[
+        "run",
+        "--variant",
+        "e2b",
+        "--variant",
+        "daytona",
+        "--scenario",
+        "lifecycle",
+        "--out",
+        out.to_str().expect("utf-8 path"),
+    ]);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{err}");
+    assert!(
+        err.lines()
+            .next()
+            .is_some_and(|l| l.ends_with("cloud variants replayed from ./fixtures/cassettes")),
+        "{err}"
+    );
+    assert!(
+        err.contains("e2b · lifecycle · replay of fixtures/cassettes/e2b/lifecycle.yaml"),
+        "{err}"
+    );
+    let steps: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("  ✓ ") || l.starts_with("  ✗ "))
+        .collect();
+    assert!(!steps.is_empty(), "{err}");
+    for line in &steps {
+        assert!(
+            line.trim_end().ends_with("replayed") && !holds_seconds(line),
+            "a replayed step shows a bare duration: {line}"
+        );
+    }
+
+    let summary = std::fs::read_to_string(out.join("latest/summary.md")).expect("summary.md");
+    let header = summary
+        .lines()
+        .find(|l| l.starts_with("|  "))
+        .expect("a table");
+    assert!(
+        header.contains("| e2b · replay ") && header.contains("| daytona · replay "),
+        "{summary}"
+    );
+    for label in [
+        "Build",
+        "Create to first 1+1",
+        "Floor: python3 in a fresh container",
+        "Floor: kernel's first answer",
+        "Burst: create to first 1+1",
+        "Restart",
+        "Shutdown",
+    ] {
+        let row = summary
+            .lines()
+            .find(|l| l.starts_with(&format!("| {label} ")))
+            .unwrap_or_else(|| panic!("no row {label} in\n{summary}"));
+        assert!(!holds_seconds(row), "a bare timing: {row}");
+    }
+    assert!(
+        summary.contains("| Build ") && summary.contains("| replayed "),
+        "{summary}"
+    );
+    for variant in ["e2b", "daytona"] {
+        let cassette = std::fs::read_to_string(
+            common::root().join(format!("fixtures/cassettes/{variant}/lifecycle.yaml")),
+        )
+        .expect("the cassette");
+        let origin = sandbox_providers::api::Cassette::parse(&cassette)
+            .expect("parses")
+            .origin;
+        assert!(
+            summary.contains(&format!(
+                "{variant} · replay: replayed, not measured, from:\n- `fixtures/cassettes/{variant}/lifecycle.yaml`, written 2026-11-29, instant pace, timings read `replayed`: {origin}"
+            )),
+            "{summary}"
+        );
+    }
+
+    let results: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("latest/results.json")).expect("results.json"),
+    )
+    .expect("results.json parses");
+    assert_eq!(results["schema_version"], "sandbox-matrix/results/v2");
+    for scenario in results["scenarios"].as_array().expect("scenarios") {
+        let variant = scenario["variant"].as_str().expect("a variant");
+        assert_eq!(scenario["mode"], "replay", "{scenario}");
+        let replay = &scenario["replay"];
+        assert_eq!(
+            replay["cassette"],
+            format!("fixtures/cassettes/{variant}/lifecycle.yaml")
+        );
+        assert_eq!(replay["written"], "2026-11-29");
+        assert_eq!(replay["pace"], "instant");
+        assert!(
+            replay["origin"]
+                .as_str()
+                .is_some_and(|o| o.starts_with("authored from ")),
+            "{replay}"
+        );
+    }
+    let junit = std::fs::read_to_string(out.join("latest/junit.xml")).expect("junit.xml");
+    assert!(
+        junit.contains(r#"<property name="mode" value="replay"/>"#)
+            && junit
+                .contains(r#"<property name="lifecycle.cassette-origin" value="authored from "#),
+        "{junit}"
+    );
+}

@@ -7,7 +7,8 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use sandbox_matrix::results::{
-    Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, StepResult, StepStatus,
+    Provenance, RESULTS_SCHEMA_VERSION, Replay, ReplayPace, RunResults, ScenarioResult, Source,
+    StepResult, StepStatus,
 };
 use sandbox_providers::{BuildLogMode, Capabilities, RestartKind, ShutdownObservation, Timing};
 
@@ -88,6 +89,7 @@ fn example_results() -> RunResults {
     let base = |scenario: &str, hash: &str, repetition: u32| ScenarioResult {
         variant: "docker".to_owned(),
         scenario: scenario.to_owned(),
+        source: Source::Live,
         scenario_hash: hash.repeat(64 / hash.len()),
         artifact_id: Some(image.to_owned()),
         provider_version: Some("Docker Engine 28.3.2 (API 1.51)".to_owned()),
@@ -330,6 +332,100 @@ fn compare_prints_a_table_and_exits_0() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The example as if e2b had run it replayed from its cassettes at instant pace, written
+/// into `dir`.
+fn replayed(dir: &Path) -> PathBuf {
+    let mut results = example_results();
+    for s in &mut results.scenarios {
+        s.variant = "e2b".to_owned();
+        s.source = Source::Replay {
+            replay: Replay {
+                cassette: format!("fixtures/cassettes/e2b/{}.yaml", s.scenario),
+                origin: Some("authored from e2b/openapi.yml@0.1.0".to_owned()),
+                written: Some("2026-11-29".to_owned()),
+                pace: ReplayPace::Instant,
+            },
+        };
+    }
+    let path = dir.join("replayed.json");
+    std::fs::write(&path, serde_json::to_string(&results).expect("serializes")).expect("writable");
+    path
+}
+
+#[test]
+fn compare_refuses_a_live_run_against_a_replayed_one() {
+    let dir = scratch("compare-modes");
+    let replay = replayed(&dir);
+    let mut live = example_results();
+    for s in &mut live.scenarios {
+        s.variant = "e2b".to_owned();
+    }
+    let live_path = dir.join("live.json");
+    std::fs::write(
+        &live_path,
+        serde_json::to_string(&live).expect("serializes"),
+    )
+    .expect("writable");
+    let output = sandbox_matrix(&[
+        Path::new("compare"),
+        Path::new("--baseline"),
+        &live_path,
+        &replay,
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", stdout(&output));
+    assert_eq!(stdout(&output), "", "no table is printed");
+    assert_eq!(
+        stderr(&output),
+        "error: cannot compare e2b × lifecycle × step:build: it is live in the baseline and replay in the current run; a replayed timing is not a measurement of the provider (compare live with live, replay with replay)\n"
+    );
+    let output = sandbox_matrix(&[
+        Path::new("compare"),
+        Path::new("--baseline"),
+        &replay,
+        &replay,
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("| e2b · replay | lifecycle | step:build | 3 → 3 |"),
+        "{}",
+        stdout(&output)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn gate_holds_budgets_asked_of_replayed_timings_unless_the_policy_allows_them() {
+    let dir = scratch("gate-replayed");
+    let replay = replayed(&dir);
+    let output = sandbox_matrix(&[
+        Path::new("gate"),
+        Path::new("--policy"),
+        &example("ship.yaml"),
+        &replay,
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert_eq!(
+        stdout(&output),
+        "docker: hold (1 reason)\n\
+         \x20 - the policy requires it and the results have none\n\
+         e2b: hold (1 reason)\n\
+         \x20 - no live measurement for e2b: its timings are replayed, and the policy asks p90 budgets of core-tier/step:core-1-doctor, lifecycle/create-to-first-result, lifecycle/step:build (allow_replayed_timings: true gates replayed timings)\n"
+    );
+    let allowing = dir.join("allowing.yaml");
+    std::fs::write(
+        &allowing,
+        std::fs::read_to_string(example("ship.yaml"))
+            .expect("ship.yaml")
+            .replace("variants: [docker]", "variants: [e2b]")
+            + "allow_replayed_timings: true\n",
+    )
+    .expect("writable");
+    let output = sandbox_matrix(&[Path::new("gate"), Path::new("--policy"), &allowing, &replay]);
+    assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
+    assert_eq!(stdout(&output), "e2b: ship\n");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn merge_writes_one_run_folder_and_refuses_mixed_versions() {
     let dir = scratch("merge");
@@ -361,24 +457,24 @@ fn merge_writes_one_run_folder_and_refuses_mixed_versions() {
         assert!(out.join(file).is_file(), "{file}");
     }
 
-    let v2 = dir.join("v2.json");
+    let v1 = dir.join("v1.json");
     std::fs::write(
-        &v2,
-        r#"{"schema_version": "sandbox-matrix/results/v2", "provenance": {}, "scenarios": []}"#,
+        &v1,
+        r#"{"schema_version": "sandbox-matrix/results/v1", "provenance": {}, "scenarios": []}"#,
     )
     .expect("writable");
     let output = sandbox_matrix(&[
         Path::new("merge"),
         &example("results.json"),
-        &v2,
+        &v1,
         Path::new("--out"),
         &dir.join("refused"),
     ]);
     assert_eq!(output.status.code(), Some(2));
     assert!(
         stderr(&output).starts_with(&format!(
-            "error: {}: schema_version is `sandbox-matrix/results/v2`",
-            v2.display()
+            "error: {}: schema_version is `sandbox-matrix/results/v1`",
+            v1.display()
         )),
         "{}",
         stderr(&output)

@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock};
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use sandbox_matrix::events::{EventSink, RunEvent};
-use sandbox_matrix::results::{ScenarioResult, StepStatus};
+use sandbox_matrix::results::{ScenarioResult, Source, StepStatus};
 use sandbox_matrix::runner::{Runner, fake_canary, new_run_id, skip_reason};
 use sandbox_matrix::scenario::{Scenario, StepKind};
 use sandbox_matrix::variants;
@@ -52,7 +52,7 @@ fn run_once(variant: &str, scenario: &Scenario) -> Result<(String, ScenarioResul
             Arc::new(Print),
             CancellationToken::new(),
         );
-        let (provider, check) = match variants::cloud(variant) {
+        let (provider, check, source) = match variants::cloud(variant) {
             Some(cloud) => {
                 let session = variants::open_cloud(
                     cloud,
@@ -61,7 +61,7 @@ fn run_once(variant: &str, scenario: &Scenario) -> Result<(String, ScenarioResul
                     runner.scenario_volatiles(),
                 )
                 .await?;
-                (session.provider, session.check)
+                (session.provider, session.check, session.source)
             }
             None => (
                 variants::connect_docker(
@@ -70,13 +70,14 @@ fn run_once(variant: &str, scenario: &Scenario) -> Result<(String, ScenarioResul
                 )
                 .await?,
                 None,
+                Source::Live,
             ),
         };
         let not_ready = runner.prepare(&provider).await.err();
         Ok((
             run_id,
             runner
-                .run_scenario_checked(provider, scenario, not_ready, check, 1)
+                .run_scenario_checked(provider, scenario, not_ready, check, source, 1)
                 .await,
         ))
     })

@@ -63,6 +63,7 @@ impl Cut {
 fn cassette(exchanges: Vec<Exchange>, note: &str) -> Cassette {
     Cassette {
         origin: "cut from the e2b lifecycle cassette".into(),
+        written: None,
         variant: "e2b".into(),
         scenario: "lifecycle".into(),
         note: Some(note.into()),

@@ -60,6 +60,7 @@ fn burst_cassette(launches: usize, failures: usize) -> Cassette {
         .replace("lifecycle", "burst");
     Cassette {
         origin: format!("cut from the e2b lifecycle cassette ({})", lifecycle.origin),
+        written: None,
         variant: "e2b".into(),
         scenario: "burst".into(),
         note: Some(format!("{launches} launches, {failures} refused at create")),

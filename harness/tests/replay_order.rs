@@ -39,7 +39,14 @@ async fn core_tier(dir: &Path) -> ScenarioResult {
     .expect("the cassette opens");
     let not_ready = runner.prepare(&session.provider).await.err();
     runner
-        .run_scenario_checked(session.provider, &scenario, not_ready, session.check, 1)
+        .run_scenario_checked(
+            session.provider,
+            &scenario,
+            not_ready,
+            session.check,
+            session.source,
+            1,
+        )
         .await
 }
 

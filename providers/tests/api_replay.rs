@@ -47,6 +47,7 @@ fn exchange(
 fn cassette(exchanges: Vec<Exchange>) -> Cassette {
     Cassette {
         origin: "authored for the api_replay tests".into(),
+        written: None,
         variant: "example".into(),
         scenario: "unit".into(),
         note: None,
@@ -393,6 +394,15 @@ async fn recording_writes_placeholders_and_replays_what_it_wrote() {
         "{text}"
     );
     let written = Cassette::load(&path).unwrap();
+    let dated = humantime::parse_rfc3339(written.written.as_deref().expect("dated"))
+        .expect("an RFC 3339 time");
+    let age = std::time::SystemTime::now()
+        .duration_since(dated)
+        .expect("not in the future");
+    assert!(
+        age.as_secs() < 60,
+        "the recorder dates what it writes: {age:?} ago"
+    );
     assert_eq!(
         written.exchanges[0].request.body,
         original.exchanges[0].request.body

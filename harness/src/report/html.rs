@@ -241,20 +241,31 @@ fn at_a_glance(page: &mut String, results: &RunResults) {
     if results.scenarios.is_empty() {
         return;
     }
-    let (variants, rows) = super::table::grid(results);
+    let grid = super::table::grid(results);
     page.push_str("<h2>At a glance</h2>\n<table>\n<tr><th></th>");
-    for variant in &variants {
-        let _ = write!(page, "<th>{}</th>", esc(variant));
+    for column in &grid.columns {
+        let _ = write!(page, "<th>{}</th>", esc(column));
     }
     page.push_str("</tr>\n");
-    for (label, cells) in rows {
+    for (label, cells) in &grid.rows {
         let _ = write!(page, "<tr><th>{}</th>", esc(label));
         for cell in cells {
-            let _ = write!(page, "<td>{}</td>", esc(&cell));
+            let _ = write!(page, "<td>{}</td>", esc(cell));
         }
         page.push_str("</tr>\n");
     }
     page.push_str("</table>\n");
+    for note in &grid.notes {
+        let _ = writeln!(
+            page,
+            "<p class=\"note\">{}:</p>\n<ul class=\"note\">",
+            esc(&note.heading)
+        );
+        for cassette in &note.cassettes {
+            let _ = writeln!(page, "<li>{}</li>", esc(cassette));
+        }
+        page.push_str("</ul>\n");
+    }
 }
 
 /// Each failed or skipped step with its reason, each secret found and each leaked resource.
@@ -313,7 +324,7 @@ fn distributions(page: &mut String, results: &RunResults) {
     if metrics.is_empty() {
         return;
     }
-    page.push_str("<h2>Distributions</h2>\n<p class=\"note\">Every attempt is a dot; the solid mark is p50, the dashed one p90. Failed attempts count as +∞ and sit in the failed column.</p>\n");
+    page.push_str("<h2>Distributions</h2>\n<p class=\"note\">Every attempt is a dot; the solid mark is p50, the dashed one p90. Failed attempts count as +∞ and sit in the failed column. A row marked <code>replay</code> timed the harness against a cassette, not the provider.</p>\n");
     let mut scenario = None;
     for (key, rows) in by_scenario_metric(&metrics) {
         if scenario != Some(key.0) {
@@ -347,6 +358,12 @@ fn by_scenario_metric(metrics: &[stats::Metric]) -> Vec<((&str, &str), Vec<&stat
         ordered.extend(grouped.iter().filter(|(k, _)| k.0 == scenario).cloned());
     }
     ordered
+}
+
+/// What a metric's row or chart is called: `variant · mode`, so that a replayed series is
+/// never read as the provider's, nor drawn with a measured one.
+fn series_name(metric: &stats::Metric) -> String {
+    format!("{} · {}", metric.variant, metric.modes)
 }
 
 const STRIP_WIDTH: f64 = 960.0;
@@ -431,7 +448,7 @@ fn strip_plot(page: &mut String, name: &str, rows: &[&stats::Metric]) {
             page,
             "<text x=\"{STRIP_LABEL_END}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
             y + 4.0,
-            esc(&metric.variant)
+            esc(&series_name(metric))
         );
         let mut failed = 0;
         for (j, attempt) in metric.attempts.iter().enumerate() {
@@ -521,7 +538,7 @@ fn trends(page: &mut String, results: &RunResults, history: &History) {
                 .into_iter()
                 .map(|m| {
                     let summary = m.summary();
-                    ((m.variant, m.scenario, m.name), summary)
+                    ((series_name(&m), m.scenario, m.name), summary)
                 })
                 .collect()
         })
@@ -531,12 +548,13 @@ fn trends(page: &mut String, results: &RunResults, history: &History) {
     let mut variants: Vec<String> = Vec::new();
     for run in runs.iter().rev() {
         for metric in stats::metrics(run) {
+            let series = series_name(&metric);
             let key = (metric.scenario, metric.name);
             if !keys.contains(&key) {
                 keys.push(key);
             }
-            if !variants.contains(&metric.variant) {
-                variants.push(metric.variant);
+            if !variants.contains(&series) {
+                variants.push(series);
             }
         }
     }
@@ -1089,6 +1107,27 @@ mod tests {
         for attribute in ["src=", "href=", "@import", "url("] {
             assert!(!page.contains(attribute), "{attribute} in the page");
         }
+    }
+
+    #[test]
+    fn replayed_columns_and_rows_say_so() {
+        let page = render(&two_variants(), &History::default());
+        assert!(
+            page.contains("<tr><th></th><th>docker · live</th><th>e2b · replay</th></tr>"),
+            "{page}"
+        );
+        assert!(
+            page.contains("<tr><th>Build</th><td>12.3 s</td><td>replayed</td></tr>"),
+            "{page}"
+        );
+        assert!(
+            page.contains("<p class=\"note\">e2b · replay: replayed, not measured, from:</p>\n<ul class=\"note\">\n<li>`fixtures/cassettes/e2b/lifecycle.yaml`, written 2026-11-29, instant pace, timings read `replayed`: authored from e2b/openapi.yml@0.1.0, answered by an emulator</li>"),
+            "{page}"
+        );
+        assert!(
+            page.contains("text-anchor=\"end\">e2b · replay</text>"),
+            "the strip plots name the replayed row"
+        );
     }
 
     #[test]

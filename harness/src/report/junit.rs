@@ -7,7 +7,7 @@ use std::{fs, io};
 use quick_junit::{NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestSuite};
 use sandbox_providers::Timing;
 
-use crate::results::{RunResults, ScenarioResult, StepResult, StepStatus};
+use crate::results::{Modes, RunResults, ScenarioResult, StepResult, StepStatus};
 
 /// The JUnit report's name.
 pub const REPORT_NAME: &str = "sandbox-matrix";
@@ -23,8 +23,11 @@ pub const FAILURE_TYPE: &str = "step-failed";
 /// A scenario that ran more than once has one case per step per repetition,
 /// named `<step> (repetition <k>)`: repetitions are separate measurements, not
 /// retries, so they are not written as reruns.
-/// Suite properties hold the provenance and, per scenario (`<scenario>`, or
-/// `<scenario>[<k>]` for repetition k of a repeated one), `<scenario>.scenario_hash`,
+/// Suite properties hold the provenance, `mode` (the variant's modes: `live`, `replay`,
+/// `live+replay`…) and, per scenario (`<scenario>`, or `<scenario>[<k>]` for repetition k of
+/// a repeated one), `<scenario>.mode`, for a replay `<scenario>.cassette`,
+/// `<scenario>.cassette-origin`, `<scenario>.cassette-written` (when known) and
+/// `<scenario>.pace`, then `<scenario>.scenario_hash`,
 /// `<scenario>.artifact_id`, `<scenario>.provider_version` and `<scenario>.region`
 /// (when known) and the cross-step timings as `<scenario>.timing.<name>_ms`. Case
 /// properties hold `budget_ms`, `duration_ms` and the step's timings as
@@ -62,6 +65,10 @@ fn suite(results: &RunResults, variant: &str, scenarios: &[&ScenarioResult]) -> 
         Property::new("harness_version", &provenance.harness_version),
         Property::new("host", &provenance.host),
         Property::new("started_at", &provenance.started_at),
+        Property::new(
+            "mode",
+            Modes::of(scenarios.iter().map(|s| &s.source)).to_string(),
+        ),
     ]);
     let mut time = Duration::ZERO;
     for scenario in scenarios {
@@ -75,6 +82,23 @@ fn suite(results: &RunResults, variant: &str, scenarios: &[&ScenarioResult]) -> 
         } else {
             scenario.scenario.clone()
         };
+        suite.add_property(Property::new(
+            format!("{name}.mode"),
+            scenario.source.mode().to_string(),
+        ));
+        if let Some(replay) = scenario.source.replay() {
+            suite.add_property(Property::new(format!("{name}.cassette"), &replay.cassette));
+            if let Some(origin) = &replay.origin {
+                suite.add_property(Property::new(format!("{name}.cassette-origin"), origin));
+            }
+            if let Some(written) = &replay.written {
+                suite.add_property(Property::new(format!("{name}.cassette-written"), written));
+            }
+            suite.add_property(Property::new(
+                format!("{name}.pace"),
+                replay.pace.to_string(),
+            ));
+        }
         suite.add_property(Property::new(
             format!("{name}.scenario_hash"),
             &scenario.scenario_hash,
@@ -356,6 +380,45 @@ mod tests {
             property(docker, "lifecycle.timing.create-to-first-result_ms"),
             Some("2310")
         );
+    }
+
+    #[test]
+    fn suites_say_where_their_numbers_come_from() {
+        let xml = render(&two_variants());
+        let document = Document::parse(&xml).expect("well-formed XML");
+        let suites = elements(document.root_element(), "testsuite");
+        let (docker, e2b) = (suites[0], suites[1]);
+        assert_eq!(property(docker, "mode"), Some("live"));
+        assert_eq!(property(docker, "lifecycle.mode"), Some("live"));
+        assert_eq!(property(docker, "lifecycle.cassette"), None);
+        assert_eq!(property(e2b, "mode"), Some("replay"));
+        assert_eq!(property(e2b, "lifecycle.mode"), Some("replay"));
+        assert_eq!(
+            property(e2b, "lifecycle.cassette"),
+            Some("fixtures/cassettes/e2b/lifecycle.yaml")
+        );
+        assert_eq!(
+            property(e2b, "lifecycle.cassette-origin"),
+            Some("authored from e2b/openapi.yml@0.1.0, answered by an emulator")
+        );
+        assert_eq!(
+            property(e2b, "lifecycle.cassette-written"),
+            Some("2026-11-29")
+        );
+        assert_eq!(property(e2b, "lifecycle.pace"), Some("instant"));
+
+        let mut merged = two_variants();
+        let mut live = merged.scenarios[1].clone();
+        live.source = crate::results::Source::Live;
+        live.repetition = 2;
+        merged.scenarios.push(live);
+        let xml = render(&merged);
+        let document = Document::parse(&xml).expect("well-formed XML");
+        let e2b = elements(document.root_element(), "testsuite")[1];
+        assert_eq!(property(e2b, "mode"), Some("live+replay"));
+        assert_eq!(property(e2b, "lifecycle[1].mode"), Some("replay"));
+        assert_eq!(property(e2b, "lifecycle[2].mode"), Some("live"));
+        assert_eq!(property(e2b, "lifecycle[2].cassette"), None);
     }
 
     #[test]

@@ -33,7 +33,8 @@ pub(crate) mod fixture {
     use sandbox_providers::{BuildLogMode, Capabilities, RestartKind, ShutdownObservation, Timing};
 
     use crate::results::{
-        Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, StepResult, StepStatus,
+        Provenance, RESULTS_SCHEMA_VERSION, Replay, ReplayPace, RunResults, ScenarioResult, Source,
+        StepResult, StepStatus,
     };
 
     const SKIPPED: &str = "an earlier step failed: first-result";
@@ -98,11 +99,26 @@ pub(crate) mod fixture {
         })
     }
 
-    /// A scenario result with no capabilities, steps, timings, leaks or secrets.
+    /// The source of a result replayed at `pace` from the e2b lifecycle cassette.
+    pub(crate) fn replay_source(pace: ReplayPace) -> Source {
+        Source::Replay {
+            replay: Replay {
+                cassette: "fixtures/cassettes/e2b/lifecycle.yaml".to_owned(),
+                origin: Some(
+                    "authored from e2b/openapi.yml@0.1.0, answered by an emulator".to_owned(),
+                ),
+                written: Some("2026-11-29".to_owned()),
+                pace,
+            },
+        }
+    }
+
+    /// A live scenario result with no capabilities, steps, timings, leaks or secrets.
     pub(crate) fn scenario(variant: &str, scenario: &str) -> ScenarioResult {
         ScenarioResult {
             variant: variant.to_owned(),
             scenario: scenario.to_owned(),
+            source: Source::Live,
             scenario_hash: "5d41402abc4b2a76b9719d911017c5925d41402abc4b2a76b9719d911017c592"
                 .to_owned(),
             artifact_id: None,
@@ -133,8 +149,8 @@ pub(crate) mod fixture {
         }
     }
 
-    /// An all-pass docker lifecycle, then an e2b lifecycle whose first
-    /// result was wrong, so that every later step but cleanup was skipped.
+    /// An all-pass docker lifecycle, live, then an e2b lifecycle replayed at instant pace
+    /// whose first result was wrong, so that every later step but cleanup was skipped.
     pub(crate) fn two_variants() -> RunResults {
         let image = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
         let docker = ScenarioResult {
@@ -253,6 +269,7 @@ pub(crate) mod fixture {
                     &["killed sandbox i7tq2v0dm3w5"],
                 ),
             ],
+            source: replay_source(ReplayPace::Instant),
             ..scenario("e2b", "lifecycle")
         };
         run(vec![docker, e2b])

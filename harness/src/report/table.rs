@@ -6,7 +6,7 @@ use comfy_table::Table;
 use comfy_table::presets::ASCII_MARKDOWN;
 use sandbox_providers::{BuildLogMode, Timing};
 
-use crate::results::{RunResults, ScenarioResult, StepResult, StepStatus};
+use crate::results::{Modes, ReplayPace, RunResults, ScenarioResult, StepResult, StepStatus};
 use crate::stats;
 
 /// What a cell holds when the run has nothing to put in it.
@@ -22,30 +22,87 @@ const SHUTDOWN_FAILURE_CHARS: usize = 60;
 const ARTIFACT_ID_CHARS: usize = 19;
 
 /// How one variant's scenarios fill a row's cell.
-type Fill = fn(&[&ScenarioResult]) -> String;
+#[derive(Clone, Copy)]
+enum Fill {
+    /// A cell that is not a timing: every scenario counts, whatever its mode.
+    Plain(fn(&[&ScenarioResult]) -> String),
+    /// A timing cell: from the measured scenarios when the column has any, and marked when
+    /// it comes from a replay.
+    Timed(for<'a> fn(&[&'a ScenarioResult]) -> Timed<'a>),
+}
+
+/// A timing row's cell before its source is applied.
+enum Timed<'a> {
+    /// No number: `—`, `failed`, `skipped`, a failure.
+    Text(String),
+    /// A number, measured in `from`: `value`, then `rest`, which is not a timing (a success
+    /// count, how a sandbox ended).
+    Value {
+        /// The scenario the number comes from.
+        from: &'a ScenarioResult,
+        /// The number, such as `2.31 s` or `p50 2.48 s · p90 failed`.
+        value: String,
+        /// What follows it, such as ` · 2/3 ok`.
+        rest: String,
+    },
+}
+
+impl Timed<'_> {
+    /// A number from `from`, with nothing after it.
+    fn value(from: &ScenarioResult, value: String) -> Timed<'_> {
+        Timed::Value {
+            from,
+            value,
+            rest: String::new(),
+        }
+    }
+
+    /// The cell's text: a replayed number reads `replayed` at instant pace, and is marked
+    /// `(recorded <date>)` at recorded pace.
+    fn show(self) -> String {
+        match self {
+            Timed::Text(text) => text,
+            Timed::Value { from, value, rest } => match from.source.replay() {
+                None => format!("{value}{rest}"),
+                Some(replay) => match replay.pace {
+                    ReplayPace::Recorded => format!(
+                        "{value} (recorded {}){rest}",
+                        replay.written_date().unwrap_or("at an unknown date")
+                    ),
+                    ReplayPace::Instant | ReplayPace::Fixed => format!("replayed{rest}"),
+                },
+            },
+        }
+    }
+}
 
 /// Every row: its label and how its cells are filled.
 const ROWS: [(&str, Fill); 14] = [
-    ("Artifact launched", artifact),
-    ("Build", build),
-    ("Build logs", build_logs),
-    ("Create to first 1+1", create_to_first_result),
-    ("Floor: python3 in a fresh container", |s| {
-        floor(s, "floor-python3")
-    }),
-    ("Floor: kernel's first answer", |s| floor(s, "floor-kernel")),
-    ("Burst: create to first 1+1", burst),
-    ("Restart", restart),
-    ("Shutdown", shutdown),
-    ("Doctor and core tier", core_tier),
-    ("Extended tier", extended_tier),
-    ("Secrets found", secrets),
-    ("Resources leaked", leaked),
-    ("Scenario", outcome),
+    ("Artifact launched", Fill::Plain(artifact)),
+    ("Build", Fill::Timed(build)),
+    ("Build logs", Fill::Plain(build_logs)),
+    ("Create to first 1+1", Fill::Timed(create_to_first_result)),
+    (
+        "Floor: python3 in a fresh container",
+        Fill::Timed(|s| floor(s, "floor-python3")),
+    ),
+    (
+        "Floor: kernel's first answer",
+        Fill::Timed(|s| floor(s, "floor-kernel")),
+    ),
+    ("Burst: create to first 1+1", Fill::Timed(burst)),
+    ("Restart", Fill::Timed(restart)),
+    ("Shutdown", Fill::Timed(shutdown)),
+    ("Doctor and core tier", Fill::Plain(core_tier)),
+    ("Extended tier", Fill::Plain(extended_tier)),
+    ("Secrets found", Fill::Plain(secrets)),
+    ("Resources leaked", Fill::Plain(leaked)),
+    ("Scenario", Fill::Plain(outcome)),
 ];
 
 /// Renders a markdown table with one column per variant, in order of first
-/// appearance, and one row per measurement.
+/// appearance, headed `variant · mode`, and one row per measurement, then a note for each
+/// column with replayed results naming their cassettes.
 ///
 /// Where a variant ran several scenarios, each cell comes from the first of
 /// them that has the step or timing the row shows; "Secrets found",
@@ -54,36 +111,130 @@ const ROWS: [(&str, Fill); 14] = [
 /// Where that scenario ran more than once, the build, create-to-first-1+1, restart and
 /// shutdown cells show p50, p90 and the success count over its repetitions, a failed
 /// attempt counting as +∞ (see [`crate::stats`]).
+///
+/// A replayed timing is never shown as the provider's: at instant pace it reads
+/// `replayed`, at recorded pace it is marked `(recorded <date>)`. A column that mixes live
+/// and replayed results (`live+replay`, from a merge) takes its timings from the live ones.
 pub fn render(results: &RunResults) -> String {
-    let (variants, rows) = grid(results);
+    let grid = grid(results);
     let mut table = Table::new();
     table.load_preset(ASCII_MARKDOWN).force_no_tty();
-    table.set_header(std::iter::once(String::new()).chain(variants.iter().map(|v| cell(v))));
-    for (label, cells) in rows {
-        table.add_row(std::iter::once(label.to_owned()).chain(cells.iter().map(|c| cell(c))));
+    table.set_header(std::iter::once(String::new()).chain(grid.columns.iter().map(|v| cell(v))));
+    for (label, cells) in &grid.rows {
+        table.add_row(std::iter::once((*label).to_owned()).chain(cells.iter().map(|c| cell(c))));
     }
-    table.to_string()
+    let mut text = table.to_string();
+    for note in &grid.notes {
+        text.push_str(&format!("\n\n{}:", note.heading));
+        for cassette in &note.cassettes {
+            text.push_str(&format!("\n- {}", one_line(cassette)));
+        }
+    }
+    text
 }
 
-/// What [`render`] shows, before markdown: the variants in order of first appearance, and
-/// each row's label with one cell per variant, as plain text.
-pub(crate) fn grid(results: &RunResults) -> (Vec<String>, Vec<(&'static str, Vec<String>)>) {
+/// What [`render`] shows, before markdown.
+pub(crate) struct Grid {
+    /// Each column's header, `variant · mode`, in order of first appearance.
+    pub(crate) columns: Vec<String>,
+    /// Each row's label with one cell per column, as plain text.
+    pub(crate) rows: Vec<(&'static str, Vec<String>)>,
+    /// A note per column with replayed results.
+    pub(crate) notes: Vec<Note>,
+}
+
+/// What a column's replayed results were replayed from.
+pub(crate) struct Note {
+    /// Such as `e2b · replay: replayed from cassettes, not measured`.
+    pub(crate) heading: String,
+    /// Each distinct cassette: path, date, pace and origin.
+    pub(crate) cassettes: Vec<String>,
+}
+
+/// The table of `results` as plain text: headers, rows and notes.
+pub(crate) fn grid(results: &RunResults) -> Grid {
     let variants = super::by_variant(results);
     let rows = ROWS
         .iter()
         .map(|(label, fill)| {
             let cells = variants
                 .iter()
-                .map(|(_, scenarios)| fill(scenarios))
+                .map(|(_, scenarios)| match fill {
+                    Fill::Plain(fill) => fill(scenarios),
+                    Fill::Timed(fill) => {
+                        let measured: Vec<&ScenarioResult> = scenarios
+                            .iter()
+                            .filter(|s| s.source.is_measured())
+                            .copied()
+                            .collect();
+                        if measured.is_empty() {
+                            fill(scenarios).show()
+                        } else {
+                            fill(&measured).show()
+                        }
+                    }
+                })
                 .collect();
             (*label, cells)
         })
         .collect();
-    let names = variants
-        .into_iter()
-        .map(|(variant, _)| variant.to_owned())
+    let columns = variants
+        .iter()
+        .map(|(variant, scenarios)| column(variant, scenarios))
         .collect();
-    (names, rows)
+    let notes = variants
+        .iter()
+        .filter_map(|(variant, scenarios)| note(variant, scenarios))
+        .collect();
+    Grid {
+        columns,
+        rows,
+        notes,
+    }
+}
+
+/// A column's header: `variant · mode`, modes joined by `+` when they are mixed.
+fn column(variant: &str, scenarios: &[&ScenarioResult]) -> String {
+    format!(
+        "{variant} · {}",
+        Modes::of(scenarios.iter().map(|s| &s.source))
+    )
+}
+
+/// The note of a column with replayed results: what they were replayed from.
+fn note(variant: &str, scenarios: &[&ScenarioResult]) -> Option<Note> {
+    let mut cassettes: Vec<String> = Vec::new();
+    for replay in scenarios.iter().filter_map(|s| s.source.replay()) {
+        let pace = match replay.pace {
+            ReplayPace::Instant => "instant pace, timings read `replayed`",
+            ReplayPace::Recorded => "recorded pace, timings are its recorded latencies",
+            ReplayPace::Fixed => "a fixed pace, timings read `replayed`",
+        };
+        let line = format!(
+            "`{}`, written {}, {pace}: {}",
+            replay.cassette,
+            replay.written_date().unwrap_or("at an unknown date"),
+            replay
+                .origin
+                .as_deref()
+                .unwrap_or("origin unknown (the cassette could not be read)")
+        );
+        if !cassettes.contains(&line) {
+            cassettes.push(line);
+        }
+    }
+    if cassettes.is_empty() {
+        return None;
+    }
+    let header = column(variant, scenarios);
+    let heading = if scenarios.iter().any(|s| s.source.is_measured()) {
+        format!(
+            "{header}: timings from its measured results only; the others replayed, not measured, from"
+        )
+    } else {
+        format!("{header}: replayed, not measured, from")
+    };
+    Some(Note { heading, cassettes })
 }
 
 /// Renders a markdown document: a title naming the run, its provenance, the
@@ -172,18 +323,17 @@ fn artifact(scenarios: &[&ScenarioResult]) -> String {
 }
 
 /// The build step's duration, to a tenth of a second.
-fn build(scenarios: &[&ScenarioResult]) -> String {
-    repeated_step(scenarios, "build")
-        .unwrap_or_else(|| step_cell(scenarios, "build", |step| seconds(step.duration, 1)))
+fn build<'a>(scenarios: &[&'a ScenarioResult]) -> Timed<'a> {
+    repeated_step(scenarios, "build").unwrap_or_else(|| step_duration(scenarios, "build", 1))
 }
 
 /// Where the first scenario with `has` ran more than once and measured `metric` more than
 /// once: `p50 6.30 s · p90 failed · 7/10 ok` over all its repetitions.
-fn repeated(
-    scenarios: &[&ScenarioResult],
+fn repeated<'a>(
+    scenarios: &[&'a ScenarioResult],
     has: impl Fn(&ScenarioResult) -> bool,
     metric: &str,
-) -> Option<String> {
+) -> Option<Timed<'a>> {
     let first = scenarios.iter().find(|scenario| has(scenario))?;
     let reps: Vec<&ScenarioResult> = scenarios
         .iter()
@@ -195,14 +345,15 @@ fn repeated(
         return None;
     }
     let summary = stats::Summary::of(&attempts)?;
-    Some(format!(
-        "p50 {} · p90 {} · {}/{} ok",
-        summary.p50, summary.p90, summary.successes, summary.n
-    ))
+    Some(Timed::Value {
+        from: first,
+        value: format!("p50 {} · p90 {}", summary.p50, summary.p90),
+        rest: format!(" · {}/{} ok", summary.successes, summary.n),
+    })
 }
 
 /// [`repeated`] for the duration of the step `name`.
-fn repeated_step(scenarios: &[&ScenarioResult], name: &str) -> Option<String> {
+fn repeated_step<'a>(scenarios: &[&'a ScenarioResult], name: &str) -> Option<Timed<'a>> {
     repeated(
         scenarios,
         |scenario| scenario.step(name).is_some(),
@@ -212,14 +363,14 @@ fn repeated_step(scenarios: &[&ScenarioResult], name: &str) -> Option<String> {
 
 /// A burst's launches, each timed from create to first 1+1, over every repetition of the
 /// first scenario that burst: `p50 · p90 · p99 · k/n ok`, a failed launch counting as +∞.
-fn burst(scenarios: &[&ScenarioResult]) -> String {
+fn burst<'a>(scenarios: &[&'a ScenarioResult]) -> Timed<'a> {
     let Some(first) = scenarios.iter().find(|scenario| {
         scenario
             .samples
             .iter()
             .any(|sample| sample.name == CREATE_TO_FIRST_RESULT)
     }) else {
-        return NOTHING.to_owned();
+        return Timed::Text(NOTHING.to_owned());
     };
     let reps: Vec<&ScenarioResult> = scenarios
         .iter()
@@ -227,11 +378,15 @@ fn burst(scenarios: &[&ScenarioResult]) -> String {
         .copied()
         .collect();
     match stats::Summary::of(&stats::attempts(&reps, CREATE_TO_FIRST_RESULT)) {
-        Some(summary) => format!(
-            "p50 {} · p90 {} · p99 {} · {}/{} ok",
-            summary.p50, summary.p90, summary.p99, summary.successes, summary.n
-        ),
-        None => NOTHING.to_owned(),
+        Some(summary) => Timed::Value {
+            from: first,
+            value: format!(
+                "p50 {} · p90 {} · p99 {}",
+                summary.p50, summary.p90, summary.p99
+            ),
+            rest: format!(" · {}/{} ok", summary.successes, summary.n),
+        },
+        None => Timed::Text(NOTHING.to_owned()),
     }
 }
 
@@ -249,7 +404,7 @@ fn build_logs(scenarios: &[&ScenarioResult]) -> String {
 }
 
 /// The create-to-first-result timing, or "failed" when the first result was wrong.
-fn create_to_first_result(scenarios: &[&ScenarioResult]) -> String {
+fn create_to_first_result<'a>(scenarios: &[&'a ScenarioResult]) -> Timed<'a> {
     let has = |scenario: &ScenarioResult| {
         scenario.step("first-result").is_some() || scenario.timing(CREATE_TO_FIRST_RESULT).is_some()
     };
@@ -259,61 +414,59 @@ fn create_to_first_result(scenarios: &[&ScenarioResult]) -> String {
     let cell = scenarios.iter().find_map(|scenario| {
         let status = scenario.step("first-result").map(|step| &step.status);
         match (status, scenario.timing(CREATE_TO_FIRST_RESULT)) {
-            (Some(StepStatus::Failed { .. }), _) => Some("failed".to_owned()),
-            (_, Some(timing)) => Some(timing_cell(timing)),
-            (Some(StepStatus::Skipped { .. }), None) => Some("skipped".to_owned()),
+            (Some(StepStatus::Failed { .. }), _) => Some(Timed::Text("failed".to_owned())),
+            (_, Some(timing)) => Some(Timed::value(scenario, timing_cell(timing))),
+            (Some(StepStatus::Skipped { .. }), None) => Some(Timed::Text("skipped".to_owned())),
             (Some(StepStatus::Passed) | None, None) => None,
         }
     });
-    cell.unwrap_or_else(|| NOTHING.to_owned())
+    cell.unwrap_or_else(|| Timed::Text(NOTHING.to_owned()))
 }
 
 /// The first-result step's timing `name`.
-fn floor(scenarios: &[&ScenarioResult], name: &str) -> String {
+fn floor<'a>(scenarios: &[&'a ScenarioResult], name: &str) -> Timed<'a> {
     scenarios
         .iter()
-        .filter_map(|scenario| scenario.step("first-result"))
-        .find_map(|step| step.timings.iter().find(|timing| timing.name == name))
-        .map_or_else(|| NOTHING.to_owned(), timing_cell)
+        .find_map(|scenario| {
+            let step = scenario.step("first-result")?;
+            let timing = step.timings.iter().find(|timing| timing.name == name)?;
+            Some(Timed::value(scenario, timing_cell(timing)))
+        })
+        .unwrap_or_else(|| Timed::Text(NOTHING.to_owned()))
 }
 
 /// The restart step's duration.
-fn restart(scenarios: &[&ScenarioResult]) -> String {
-    repeated_step(scenarios, "restart")
-        .unwrap_or_else(|| step_cell(scenarios, "restart", |step| seconds(step.duration, 2)))
+fn restart<'a>(scenarios: &[&'a ScenarioResult]) -> Timed<'a> {
+    repeated_step(scenarios, "restart").unwrap_or_else(|| step_duration(scenarios, "restart", 2))
 }
 
 /// The shutdown step's duration and, from its log, how the sandbox ended.
-fn shutdown(scenarios: &[&ScenarioResult]) -> String {
+fn shutdown<'a>(scenarios: &[&'a ScenarioResult]) -> Timed<'a> {
     if let Some(cell) = repeated_step(scenarios, "shutdown") {
         return cell;
     }
-    let Some(step) = scenarios
+    let Some((scenario, step)) = scenarios
         .iter()
-        .find_map(|scenario| scenario.step("shutdown"))
+        .find_map(|scenario| Some((*scenario, scenario.step("shutdown")?)))
     else {
-        return NOTHING.to_owned();
+        return Timed::Text(NOTHING.to_owned());
     };
     match &step.status {
-        StepStatus::Passed => {
-            let duration = seconds(step.duration, 2);
-            match step
+        StepStatus::Passed => Timed::Value {
+            from: scenario,
+            value: seconds(step.duration, 2),
+            rest: step
                 .log
                 .iter()
                 .find_map(|line| line.strip_prefix("ending: "))
-            {
-                // Never shown as a graceful exit: only the API call's end was seen.
-                Some(crate::runner::NOT_OBSERVABLE) => {
-                    format!("ended through the API in {duration}; exit on SIGTERM not observable")
-                }
-                Some(ending) => format!("{duration}, {ending}"),
-                None => duration,
-            }
-        }
-        StepStatus::Failed { reason } => {
-            shorten(&format!("failed: {reason}"), SHUTDOWN_FAILURE_CHARS)
-        }
-        StepStatus::Skipped { .. } => "skipped".to_owned(),
+                .map(|ending| format!(", {ending}"))
+                .unwrap_or_default(),
+        },
+        StepStatus::Failed { reason } => Timed::Text(shorten(
+            &format!("failed: {reason}"),
+            SHUTDOWN_FAILURE_CHARS,
+        )),
+        StepStatus::Skipped { .. } => Timed::Text("skipped".to_owned()),
     }
 }
 
@@ -501,6 +654,22 @@ fn step_cell(
     }
 }
 
+/// The duration of the first step named `name`, in seconds to `decimals` decimals, when it
+/// passed; else "failed" or "skipped"; "—" when no scenario has it.
+fn step_duration<'a>(scenarios: &[&'a ScenarioResult], name: &str, decimals: usize) -> Timed<'a> {
+    match scenarios
+        .iter()
+        .find_map(|scenario| Some((*scenario, scenario.step(name)?)))
+    {
+        None => Timed::Text(NOTHING.to_owned()),
+        Some((scenario, step)) => match step.status {
+            StepStatus::Passed => Timed::value(scenario, seconds(step.duration, decimals)),
+            StepStatus::Failed { .. } => Timed::Text("failed".to_owned()),
+            StepStatus::Skipped { .. } => Timed::Text("skipped".to_owned()),
+        },
+    }
+}
+
 /// A timing in seconds to two decimals, with its poll interval when it was polled.
 fn timing_cell(timing: &Timing) -> String {
     let duration = seconds(timing.duration, 2);
@@ -539,8 +708,9 @@ mod tests {
 
     use super::*;
     use crate::report::fixture::{
-        failed, run, scenario, skipped, step, timing, two_variants, with_repetitions,
+        failed, replay_source, run, scenario, skipped, step, timing, two_variants, with_repetitions,
     };
+    use crate::results::Source;
 
     /// The cells of a markdown table row, split on unescaped `|`, trimmed.
     fn cells(line: &str) -> Vec<String> {
@@ -593,7 +763,7 @@ mod tests {
         );
         assert_eq!(
             row(&table, "Build"),
-            ["p50 12.35 s · p90 12.36 s · 3/3 ok", "48.7 s"]
+            ["p50 12.35 s · p90 12.36 s · 3/3 ok", "replayed"]
         );
         assert_eq!(
             row(&table, "Restart"),
@@ -612,9 +782,11 @@ mod tests {
         results.scenarios[1].scenario = "pipe|name".to_owned();
         results.scenarios[1].variant = "e2b|x".to_owned();
         let table = render(&results);
+        let (table, notes) = table.split_once("\n\n").expect("a note on the replay");
+        assert!(notes.starts_with(r"e2b|x · replay: "), "{notes}");
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 2 + ROWS.len(), "{table}");
-        assert_eq!(cells(lines[0]), ["", r"docker", r"e2b\|x"]);
+        assert_eq!(cells(lines[0]), ["", r"docker · live", r"e2b\|x · replay"]);
         assert!(
             cells(lines[1])
                 .iter()
@@ -638,7 +810,7 @@ mod tests {
                 "Artifact launched",
                 ["sha256:0123456789ab…", "tpl_k3x9w2m1q8v5z7r…"],
             ),
-            ("Build", ["12.3 s", "48.7 s"]),
+            ("Build", ["12.3 s", "replayed"]),
             ("Build logs", ["streamed", "polled"]),
             ("Create to first 1+1", ["2.31 s", "failed"]),
             ("Floor: python3 in a fresh container", ["0.48 s", "—"]),
@@ -836,6 +1008,141 @@ mod tests {
         );
     }
 
+    /// A passed lifecycle of `variant` from `source`: build 30 s, launch 2 s, create to
+    /// first 1+1 4.5 s (polled every 250 ms), restart 2.2 s, a shutdown of 1.1 s on SIGTERM.
+    fn lifecycle(variant: &str, source: Source) -> ScenarioResult {
+        let passed =
+            |name: &str, ms, log: &[&str]| step(name, StepStatus::Passed, ms, 60, vec![], log);
+        ScenarioResult {
+            steps: vec![
+                passed("build", 30_000, &[]),
+                passed("launch", 2_000, &[]),
+                step(
+                    "first-result",
+                    StepStatus::Passed,
+                    2_500,
+                    60,
+                    vec![timing("floor-kernel", 1_500, None)],
+                    &[],
+                ),
+                passed("restart", 2_200, &[]),
+                passed(
+                    "shutdown",
+                    1_100,
+                    &["ending: exited on SIGTERM, exit code 0"],
+                ),
+                passed("cleanup", 100, &[]),
+            ],
+            timings: vec![timing(CREATE_TO_FIRST_RESULT, 4_500, Some(250))],
+            source,
+            ..scenario(variant, "lifecycle")
+        }
+    }
+
+    /// The timing rows of `table`'s first column.
+    fn timing_cells(table: &str) -> Vec<String> {
+        [
+            "Build",
+            "Create to first 1+1",
+            "Floor: kernel's first answer",
+            "Restart",
+            "Shutdown",
+        ]
+        .iter()
+        .map(|label| row(table, label).remove(0))
+        .collect()
+    }
+
+    #[test]
+    fn replayed_timings_read_replayed_or_carry_their_recording_date() {
+        let instant = render(&run(vec![lifecycle(
+            "e2b",
+            replay_source(ReplayPace::Instant),
+        )]));
+        assert_eq!(
+            cells(instant.lines().next().expect("a header")),
+            ["", "e2b · replay"]
+        );
+        assert_eq!(
+            timing_cells(&instant),
+            [
+                "replayed",
+                "replayed",
+                "replayed",
+                "replayed",
+                "replayed, exited on SIGTERM, exit code 0"
+            ]
+        );
+        assert_eq!(row(&instant, "Scenario"), ["pass"]);
+        assert_eq!(row(&instant, "Resources leaked"), ["0"]);
+        assert!(
+            instant.ends_with(
+                "\n\ne2b · replay: replayed, not measured, from:\n- `fixtures/cassettes/e2b/lifecycle.yaml`, written 2026-11-29, instant pace, timings read `replayed`: authored from e2b/openapi.yml@0.1.0, answered by an emulator"
+            ),
+            "{instant}"
+        );
+
+        let recorded = render(&run(vec![lifecycle(
+            "e2b",
+            replay_source(ReplayPace::Recorded),
+        )]));
+        assert_eq!(
+            timing_cells(&recorded),
+            [
+                "30.0 s (recorded 2026-11-29)",
+                "4.50 s (polled every 250 ms) (recorded 2026-11-29)",
+                "1.50 s (recorded 2026-11-29)",
+                "2.20 s (recorded 2026-11-29)",
+                "1.10 s (recorded 2026-11-29), exited on SIGTERM, exit code 0"
+            ]
+        );
+        let mut undated = lifecycle("e2b", replay_source(ReplayPace::Recorded));
+        if let Source::Replay { replay } = &mut undated.source {
+            replay.written = None;
+        }
+        let undated = render(&run(vec![undated]));
+        assert_eq!(
+            row(&undated, "Restart"),
+            ["2.20 s (recorded at an unknown date)"]
+        );
+        assert!(undated.contains("written at an unknown date"), "{undated}");
+
+        let mut repeated = lifecycle("e2b", replay_source(ReplayPace::Instant));
+        repeated.repetition = 2;
+        let repeated = render(&run(vec![
+            lifecycle("e2b", replay_source(ReplayPace::Instant)),
+            repeated,
+        ]));
+        assert_eq!(row(&repeated, "Build"), ["replayed · 2/2 ok"]);
+    }
+
+    #[test]
+    fn a_column_mixing_live_and_replay_says_so_and_times_only_the_live() {
+        let mut live = lifecycle("e2b", Source::Live);
+        live.steps[0].duration = Duration::from_millis(61_000);
+        live.steps.retain(|step| step.step != "restart");
+        let table = render(&run(vec![
+            lifecycle("e2b", replay_source(ReplayPace::Instant)),
+            live,
+        ]));
+        assert_eq!(
+            cells(table.lines().next().expect("a header")),
+            ["", "e2b · live+replay"]
+        );
+        assert_eq!(row(&table, "Build"), ["61.0 s"]);
+        assert_eq!(
+            row(&table, "Restart"),
+            ["—"],
+            "the replay's restart is not shown as live"
+        );
+        assert!(
+            table.contains(
+                "e2b · live+replay: timings from its measured results only; the others replayed, not measured, from:\n- `fixtures/cassettes/e2b/lifecycle.yaml`"
+            ),
+            "{table}"
+        );
+    }
+
     #[test]
     fn a_shutdown_through_the_api_never_reads_as_a_graceful_exit() {
         let ending = format!("ending: {}", crate::runner::NOT_OBSERVABLE);
@@ -854,7 +1161,7 @@ mod tests {
         let cell = &row(&table, "Shutdown")[0];
         assert_eq!(
             cell,
-            "ended through the API in 0.52 s; exit on SIGTERM not observable"
+            "0.52 s, ended through the API; exit on SIGTERM not observable"
         );
         assert!(!cell.contains("exited on SIGTERM"), "{cell}");
     }

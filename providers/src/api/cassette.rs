@@ -17,6 +17,14 @@ pub struct Cassette {
     /// Where the exchanges come from: `recorded live <date>` or
     /// `authored from <spec>@<version>`.
     pub origin: String,
+    /// When the exchanges were written: `YYYY-MM-DD` or an RFC 3339 time; `None` when the
+    /// cassette does not say, and then the date is unknown.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "written_date"
+    )]
+    pub written: Option<String>,
     /// The variant the exchanges belong to.
     pub variant: String,
     /// The scenario that produced them.
@@ -26,6 +34,41 @@ pub struct Cassette {
     pub note: Option<String>,
     /// The exchanges, in the order they happened.
     pub exchanges: Vec<Exchange>,
+}
+
+/// Reads a cassette's `written:`, refusing what is neither `YYYY-MM-DD` nor an RFC 3339 time.
+fn written_date<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> std::result::Result<Option<String>, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    if is_date_or_time(&text) {
+        Ok(Some(text))
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "written: `{text}` is neither YYYY-MM-DD nor an RFC 3339 time"
+        )))
+    }
+}
+
+/// True for `YYYY-MM-DD` and for RFC 3339 times (`Z` or a numeric offset).
+fn is_date_or_time(text: &str) -> bool {
+    if text.len() == "YYYY-MM-DD".len() {
+        return humantime::parse_rfc3339_weak(&format!("{text}T00:00:00")).is_ok();
+    }
+    let bytes = text.as_bytes();
+    let offset = bytes.len().checked_sub(6).filter(|&at| {
+        matches!(bytes[at], b'+' | b'-')
+            && bytes[at + 3] == b':'
+            && [1, 2, 4, 5].iter().all(|i| bytes[at + i].is_ascii_digit())
+    });
+    let local = match offset {
+        Some(at) => &text[..at],
+        None => match text.strip_suffix('Z') {
+            Some(local) => local,
+            None => return false,
+        },
+    };
+    local.as_bytes().get(10) == Some(&b'T') && humantime::parse_rfc3339_weak(local).is_ok()
 }
 
 /// One request and the response it got.
@@ -569,5 +612,38 @@ mod tests {
         assert!(err.to_string().contains("exchange 0"), "{err}");
         let err = Cassette::parse("origin: a\nvariant: e2b\n").unwrap_err();
         assert!(err.to_string().contains("not a cassette"), "{err}");
+    }
+
+    #[test]
+    fn written_is_a_date_or_an_rfc3339_time_and_may_be_absent() {
+        let header = |written: &str| {
+            Cassette::parse(&format!(
+                "origin: a\n{written}variant: e2b\nscenario: x\nexchanges: []\n"
+            ))
+            .map(|c| c.written)
+        };
+        assert_eq!(header("").unwrap(), None);
+        for ok in [
+            "2026-11-29",
+            "2026-11-29T12:13:14Z",
+            "2026-11-29T12:13:14.5+01:00",
+        ] {
+            assert_eq!(
+                header(&format!("written: {ok}\n")).unwrap().as_deref(),
+                Some(ok)
+            );
+        }
+        for bad in [
+            "yesterday",
+            "2026-13-01",
+            "2026-11-29 12:13:14",
+            "2026-11-29T12:13",
+        ] {
+            let err = header(&format!("written: {bad}\n")).unwrap_err();
+            assert!(
+                err.to_string().contains("neither YYYY-MM-DD"),
+                "{bad}: {err}"
+            );
+        }
     }
 }

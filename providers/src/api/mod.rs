@@ -405,6 +405,9 @@ impl Recorder {
             .collect();
         let cassette = Cassette {
             origin: self.origin.clone(),
+            written: Some(
+                humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            ),
             variant: self.variant.clone(),
             scenario: self.scenario.clone(),
             note: None,

@@ -203,4 +203,26 @@ mod tests {
             "FROM x AS a\nFROM y\nCOPY --from=a /o /o\n"
         );
     }
+
+    /// The Dockerfile recorded in the daytona lifecycle cassette, which replay checks body
+    /// for body: the reference environment's inlined Dockerfile must stay exactly that.
+    #[test]
+    fn the_reference_dockerfile_is_the_recorded_one() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
+        let inlined = inline_context(&fixtures.join("environments/reference")).unwrap();
+        let text =
+            std::fs::read_to_string(fixtures.join("cassettes/daytona/lifecycle.yaml")).unwrap();
+        let cassette: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+        let recorded = cassette["exchanges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|exchange| &exchange["request"])
+            .find(|r| r["method"] == "POST" && r["path"] == "/snapshots")
+            .unwrap();
+        assert_eq!(
+            recorded["body"]["json"]["buildInfo"]["dockerfileContent"],
+            inlined.as_str()
+        );
+    }
 }

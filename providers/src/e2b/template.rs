@@ -324,4 +324,32 @@ mod tests {
                 .contains("leaves the build context")
         );
     }
+
+    /// The build request and upload recorded in the e2b lifecycle cassette, which replay
+    /// checks body for body: the reference environment's plan must stay exactly that.
+    #[test]
+    fn the_reference_plan_is_the_recorded_one() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
+        let plan = plan(&fixtures.join("environments/reference")).unwrap();
+        let text = std::fs::read_to_string(fixtures.join("cassettes/e2b/lifecycle.yaml")).unwrap();
+        let cassette: Value = serde_saphyr::from_str(&text).unwrap();
+        let requests: Vec<&Value> = cassette["exchanges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|exchange| &exchange["request"])
+            .collect();
+        let build = requests
+            .iter()
+            .find(|r| r["method"] == "POST" && r["path"].as_str().unwrap().starts_with("/v2/"))
+            .unwrap();
+        assert_eq!(build["body"]["json"]["fromImage"], json!(plan.from_image));
+        assert_eq!(build["body"]["json"]["steps"], json!(plan.steps));
+        let upload = requests.iter().find(|r| r["method"] == "PUT").unwrap();
+        assert_eq!(plan.uploads.len(), 1);
+        assert_eq!(
+            upload["body"]["text"].as_str().unwrap().as_bytes(),
+            plan.uploads[0].tar
+        );
+    }
 }

@@ -1,8 +1,11 @@
 //! What an environment's Dockerfile may not do under sandbox-contract/v1: each refusal names
 //! something at least one provider's builder cannot honour. The linter in `sandbox-matrix`
-//! reports them before any build.
+//! reports them before any build, reading the Dockerfile with [`parse`], as the providers'
+//! builders do.
 
 use std::fmt;
+
+pub mod parse;
 
 /// Repositories an environment may start `FROM`, with any tag or `@sha256:` digest.
 pub const APPROVED_BASES: &[&str] = &["sandbox-matrix/contract-base"];

@@ -1,12 +1,6 @@
-//! The Dockerfile linter: reads a Dockerfile the way BuildKit's parser does and reports every
+//! The Dockerfile linter: reads a Dockerfile the way BuildKit's parser does (through
+//! [`sandbox_contract::dockerfile::parse`], which says what that covers) and reports every
 //! instruction sandbox-contract/v1 refuses ([`Refusal`]), by file and line, before any build.
-//!
-//! What is read as BuildKit reads it: parser directives at the top (`# escape=` switches the
-//! escape character to a backtick), comments, line continuations (comment and blank lines
-//! inside a continuation are skipped), heredoc bodies of `RUN`, `COPY` and `ADD` (never read
-//! as instructions), case-insensitive instruction names, JSON-array forms and leading
-//! `--flag=value` words, quoted or not. A value-taking flag written without `=` takes the
-//! next word as its value, as newer parsers do; BuildKit's own rejects it.
 //!
 //! What is refused, beyond the instructions `VOLUME`, `ONBUILD` and `STOPSIGNAL`:
 //! - `FROM`: a base that is neither in [`dockerfile::APPROVED_BASES`] nor an earlier stage of
@@ -33,13 +27,11 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use sandbox_contract::dockerfile::parse::{Instruction, parse};
 use sandbox_contract::dockerfile::{self, Refusal};
 
 /// Longest instruction excerpt a rendered finding shows, in characters.
 const EXCERPT_CHARS: usize = 80;
-
-/// Flags that take a value, so `--flag value` reads the next word as the value.
-const VALUE_FLAGS: &[&str] = &["mount", "network", "platform", "security"];
 
 /// One refused instruction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,11 +93,10 @@ pub fn lint_file(path: &Path) -> Result<Vec<Finding>, LintError> {
 /// Lints Dockerfile `text`, naming `path` in the findings. Findings come in file order, at
 /// most one per refusal and instruction.
 pub fn lint_str(path: &Path, text: &str) -> Vec<Finding> {
-    let (escape, instructions) = parse(text);
     let mut stages = Vec::new();
     let mut findings = Vec::new();
-    for instruction in &instructions {
-        for refusal in check(instruction, escape, &mut stages) {
+    for instruction in &parse(text) {
+        for refusal in check(instruction, &mut stages) {
             findings.push(Finding {
                 path: path.to_path_buf(),
                 line: instruction.line,
@@ -121,322 +112,16 @@ pub fn lint_str(path: &Path, text: &str) -> Vec<Finding> {
     findings
 }
 
-/// A logical instruction: continuation lines joined, heredoc bodies apart.
-struct Instruction {
-    /// 1-based line of its first line.
-    line: usize,
-    /// The joined text, instruction name first.
-    text: String,
-    /// Heredoc bodies, in order.
-    heredocs: Vec<String>,
-}
-
-/// Parser directives as BuildKit reads them: only before the first line that is not one.
-struct Directives {
-    escape: char,
-    done: bool,
-    seen: Vec<String>,
-}
-
-impl Directives {
-    /// Reads `line` (leading whitespace trimmed) as a possible directive.
-    fn read(&mut self, line: &str) {
-        if self.done {
-            return;
-        }
-        let Some((key, value)) = directive(line) else {
-            self.done = true;
-            return;
-        };
-        let key = key.to_ascii_lowercase();
-        if !matches!(key.as_str(), "escape" | "syntax" | "check") {
-            self.done = true;
-            return;
-        }
-        // A repeated directive or an escape other than ` or \ fails the build; keep the first.
-        if self.seen.contains(&key) {
-            return;
-        }
-        if key == "escape" {
-            match value {
-                "`" => self.escape = '`',
-                "\\" => self.escape = '\\',
-                _ => return,
-            }
-        }
-        self.seen.push(key);
-    }
-}
-
-/// `# key = value`: BuildKit's `^#\s*([a-zA-Z][a-zA-Z0-9]*)\s*=\s*(.+?)\s*$`.
-fn directive(line: &str) -> Option<(&str, &str)> {
-    let rest = line.strip_prefix('#')?.trim_start_matches(is_re_space);
-    let key_end = rest
-        .find(|c: char| !c.is_ascii_alphanumeric())
-        .unwrap_or(rest.len());
-    let key = &rest[..key_end];
-    if !key.starts_with(|c: char| c.is_ascii_alphabetic()) {
-        return None;
-    }
-    let value = rest[key_end..]
-        .trim_start_matches(is_re_space)
-        .strip_prefix('=')?
-        .trim_matches(is_re_space);
-    (!value.is_empty()).then_some((key, value))
-}
-
-/// Go's `\s`.
-fn is_re_space(c: char) -> bool {
-    matches!(c, '\t' | '\n' | '\x0c' | '\r' | ' ')
-}
-
-/// Splits `text` into instructions, returning them with the escape character in force.
-fn parse(text: &str) -> (char, Vec<Instruction>) {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut lines = text
-        .split('\n')
-        .map(|line| line.trim_end_matches('\r'))
-        .enumerate()
-        .map(|(index, line)| (index + 1, line));
-    let mut directives = Directives {
-        escape: '\\',
-        done: false,
-        seen: Vec::new(),
-    };
-    let mut instructions = Vec::new();
-    while let Some((number, raw)) = lines.next() {
-        let first = raw.trim_start();
-        directives.read(first);
-        if first.starts_with('#') {
-            continue;
-        }
-        let escape = directives.escape;
-        let (start, mut ended) = trim_continuation(first, escape);
-        if ended && start.is_empty() {
-            continue;
-        }
-        let mut text = start.to_string();
-        while !ended {
-            let Some((_, raw)) = lines.next() else { break };
-            let trimmed = raw.trim_start();
-            if trimmed.starts_with('#') || trimmed.is_empty() {
-                continue;
-            }
-            let (more, end) = trim_continuation(raw, escape);
-            text.push_str(more);
-            ended = end;
-        }
-        let mut heredocs = Vec::new();
-        for (name, chomp) in heredoc_markers(&text) {
-            let mut body = String::new();
-            for (_, raw) in lines.by_ref() {
-                let candidate = if chomp {
-                    raw.trim_start_matches('\t')
-                } else {
-                    raw
-                };
-                if candidate == name {
-                    break;
-                }
-                body.push_str(raw);
-                body.push('\n');
-            }
-            heredocs.push(body);
-        }
-        instructions.push(Instruction {
-            line: number,
-            text,
-            heredocs,
-        });
-    }
-    (directives.escape, instructions)
-}
-
-/// Removes a trailing continuation (the escape character, then spaces or tabs, not itself
-/// escaped); returns the line and whether the instruction ends on it.
-fn trim_continuation(line: &str, escape: char) -> (&str, bool) {
-    match line.trim_end_matches([' ', '\t']).strip_suffix(escape) {
-        Some(rest) if !rest.ends_with(escape) => (rest, false),
-        _ => (line, true),
-    }
-}
-
-/// The instruction name, lowercased, and the rest of the line.
-fn split_command(line: &str) -> (String, &str) {
-    let line = line.trim();
-    match line.find(['\t', '\x0b', '\x0c', '\r', ' ']) {
-        Some(end) => (line[..end].to_ascii_lowercase(), line[end..].trim()),
-        None => (line.to_ascii_lowercase(), ""),
-    }
-}
-
-/// Heredoc names (and whether `<<-` strips leading tabs) an instruction reads after its line:
-/// only `RUN`, `COPY` and `ADD` (also under `ONBUILD`), and not in their JSON form.
-fn heredoc_markers(line: &str) -> Vec<(String, bool)> {
-    let (command, args) = split_command(line);
-    let (command, args) = if command == "onbuild" {
-        split_command(args)
-    } else {
-        (command, args)
-    };
-    if !matches!(command.as_str(), "run" | "copy" | "add") || is_json_array(extract_flags(args).1) {
-        return Vec::new();
-    }
-    raw_words(line)
-        .iter()
-        .filter_map(|word| heredoc_marker(word))
-        .collect()
-}
-
-/// BuildKit's `^(\d*)<<(-?)([^<]*)$` on one raw word; the name is unquoted.
-fn heredoc_marker(word: &str) -> Option<(String, bool)> {
-    let rest = word
-        .trim_start_matches(|c: char| c.is_ascii_digit())
-        .strip_prefix("<<")?;
-    let (chomp, rest) = match rest.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, rest),
-    };
-    if rest.contains('<') {
-        return None;
-    }
-    let name = unquote(rest, '\\');
-    (!name.is_empty()).then_some((name, chomp))
-}
-
-/// Whether `args` is an exec-form JSON array.
-fn is_json_array(args: &str) -> bool {
-    args.starts_with('[') && serde_json::from_str::<Vec<serde_json::Value>>(args).is_ok()
-}
-
-/// Whitespace-separated words with quotes and backslash escapes kept as written.
-fn raw_words(line: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut word = String::new();
-    let mut quote = None;
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        match quote {
-            Some(q) => {
-                word.push(c);
-                if c == q {
-                    quote = None;
-                } else if c == '\\' && q == '"' {
-                    word.extend(chars.next());
-                }
-            }
-            None if c.is_whitespace() => {
-                if !word.is_empty() {
-                    words.push(std::mem::take(&mut word));
-                }
-            }
-            None => {
-                word.push(c);
-                if c == '\'' || c == '"' {
-                    quote = Some(c);
-                } else if c == '\\' {
-                    word.extend(chars.next());
-                }
-            }
-        }
-    }
-    if !word.is_empty() {
-        words.push(word);
-    }
-    words
-}
-
-/// A shell word with its quotes and escapes removed.
-fn unquote(word: &str, escape: char) -> String {
-    let mut out = String::new();
-    let mut quote = None;
-    let mut chars = word.chars().peekable();
-    while let Some(c) = chars.next() {
-        match quote {
-            Some(q) if c == q => quote = None,
-            Some('"') if c == escape => match chars.peek() {
-                Some(&next) if next == '"' || next == '$' || next == escape => {
-                    out.push(next);
-                    chars.next();
-                }
-                _ => out.push(c),
-            },
-            Some(_) => out.push(c),
-            None if c == '\'' || c == '"' => quote = Some(c),
-            None if c == escape => out.extend(chars.next()),
-            None => out.push(c),
-        }
-    }
-    out
-}
-
-/// Leading `--name[=value]` words as (lowercased name, value) and the rest of the line, as
-/// BuildKit's `extractBuilderFlags` splits them: quotes removed, `\` escaping, `--` ending.
-fn extract_flags(args: &str) -> (Vec<(String, String)>, &str) {
-    let mut flags = Vec::new();
-    let mut pending: Option<String> = None;
-    let mut pos = 0;
-    loop {
-        let rest = args[pos..].trim_start();
-        let start = args.len() - rest.len();
-        if rest.is_empty() || (pending.is_none() && !rest.starts_with("--")) {
-            if let Some(name) = pending {
-                flags.push((name, String::new()));
-            }
-            return (flags, rest);
-        }
-        let (word, end) = flag_word(args, start);
-        pos = end;
-        if let Some(name) = pending.take() {
-            flags.push((name, word));
-            continue;
-        }
-        if word == "--" {
-            return (flags, args[end..].trim_start());
-        }
-        let body = word.strip_prefix("--").unwrap_or(&word);
-        match body.split_once('=') {
-            Some((name, value)) => flags.push((name.to_ascii_lowercase(), value.to_string())),
-            None => {
-                let name = body.to_ascii_lowercase();
-                if VALUE_FLAGS.contains(&name.as_str()) {
-                    pending = Some(name);
-                } else {
-                    flags.push((name, String::new()));
-                }
-            }
-        }
-    }
-}
-
-/// The flag word starting at byte `start`, unquoted, and the byte offset after it.
-fn flag_word(args: &str, start: usize) -> (String, usize) {
-    let mut word = String::new();
-    let mut quote = None;
-    let mut chars = args[start..].char_indices();
-    while let Some((offset, c)) = chars.next() {
-        match quote {
-            Some(q) if c == q => quote = None,
-            None if c.is_whitespace() => return (word, start + offset),
-            None if c == '\'' || c == '"' => quote = Some(c),
-            _ if c == '\\' => word.extend(chars.next().map(|(_, next)| next)),
-            _ => word.push(c),
-        }
-    }
-    (word, args.len())
-}
-
 /// The refusals of one instruction, each once, in the order found. `stages` holds the
 /// lowercased stage names declared so far; a `FROM ... AS name` adds one.
-fn check(instruction: &Instruction, escape: char, stages: &mut Vec<String>) -> Vec<Refusal> {
-    let (command, args) = split_command(&instruction.text);
+fn check(instruction: &Instruction, stages: &mut Vec<String>) -> Vec<Refusal> {
     let mut refusals = Vec::new();
-    match command.as_str() {
-        "volume" => refusals.push(Refusal::Volume),
-        "onbuild" => refusals.push(Refusal::Onbuild),
-        "stopsignal" => refusals.push(Refusal::Stopsignal),
-        "from" => check_from(args, escape, stages, &mut refusals),
-        "run" => check_run(instruction, args, &mut refusals),
+    match instruction.keyword.as_str() {
+        "VOLUME" => refusals.push(Refusal::Volume),
+        "ONBUILD" => refusals.push(Refusal::Onbuild),
+        "STOPSIGNAL" => refusals.push(Refusal::Stopsignal),
+        "FROM" => check_from(instruction, stages, &mut refusals),
+        "RUN" => check_run(instruction, &mut refusals),
         _ => {}
     }
     let mut unique = Vec::new();
@@ -449,27 +134,25 @@ fn check(instruction: &Instruction, escape: char, stages: &mut Vec<String>) -> V
 }
 
 /// `FROM [--platform=P] base [AS name]`.
-fn check_from(args: &str, escape: char, stages: &mut Vec<String>, refusals: &mut Vec<Refusal>) {
-    let (flags, rest) = extract_flags(args);
-    for (name, value) in &flags {
-        if name == "platform"
-            && (value.contains('$') || !value.eq_ignore_ascii_case(dockerfile::PLATFORM))
+fn check_from(instruction: &Instruction, stages: &mut Vec<String>, refusals: &mut Vec<Refusal>) {
+    for flag in &instruction.flags {
+        if flag.name == "platform"
+            && (flag.value.contains('$') || !flag.value.eq_ignore_ascii_case(dockerfile::PLATFORM))
         {
             refusals.push(Refusal::Platform);
         }
     }
-    let words: Vec<&str> = rest.split_whitespace().collect();
+    let words = instruction.args.words();
     match words.first() {
         Some(base) if base.contains('$') => refusals.push(Refusal::BaseFromBuildArg),
         Some(base) => {
-            let base = unquote(base, escape);
-            if !stages.contains(&base.to_lowercase()) && !dockerfile::is_approved_base(&base) {
+            if !stages.contains(&base.to_lowercase()) && !dockerfile::is_approved_base(base) {
                 refusals.push(Refusal::UnapprovedBase);
             }
         }
         None => refusals.push(Refusal::UnapprovedBase),
     }
-    if let [_, keyword, name, ..] = words.as_slice()
+    if let [_, keyword, name, ..] = words
         && keyword.eq_ignore_ascii_case("as")
     {
         stages.push(name.to_lowercase());
@@ -477,17 +160,18 @@ fn check_from(args: &str, escape: char, stages: &mut Vec<String>, refusals: &mut
 }
 
 /// `RUN [--network=N] [--security=S] [--mount=M]... command`.
-fn check_run(instruction: &Instruction, args: &str, refusals: &mut Vec<Refusal>) {
-    for (name, value) in extract_flags(args).0 {
+fn check_run(instruction: &Instruction, refusals: &mut Vec<Refusal>) {
+    for flag in &instruction.flags {
+        let value = &flag.value;
         let unknown = value.contains('$');
-        match name.as_str() {
+        match flag.name.as_str() {
             "network" if unknown || value.eq_ignore_ascii_case("host") => {
                 refusals.push(Refusal::NetworkHost);
             }
             "security" if unknown || value.eq_ignore_ascii_case("insecure") => {
                 refusals.push(Refusal::Privileged);
             }
-            "mount" => refusals.extend(mount_refusal(&value)),
+            "mount" => refusals.extend(mount_refusal(value)),
             _ => {}
         }
     }
@@ -495,7 +179,7 @@ fn check_run(instruction: &Instruction, args: &str, refusals: &mut Vec<Refusal>)
         || instruction
             .heredocs
             .iter()
-            .any(|body| mentions_privileged(body))
+            .any(|heredoc| mentions_privileged(&heredoc.body))
     {
         refusals.push(Refusal::Privileged);
     }

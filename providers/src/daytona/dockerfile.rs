@@ -7,55 +7,42 @@
 
 use std::path::{Component, Path};
 
+use sandbox_contract::dockerfile::parse::parse;
+
 use crate::{ErrorKind, ProviderError, Result};
 
 /// Largest context file inlined into the Dockerfile.
 const MAX_INLINE_BYTES: usize = 64 * 1024;
 
-/// Reads `dir/Dockerfile` and returns it with every context `COPY` inlined.
+/// Reads `dir/Dockerfile` and returns it with every context `COPY` inlined; every other
+/// line stays as written.
 pub fn inline_context(dir: &Path) -> Result<String> {
     let path = dir.join("Dockerfile");
     let text = crate::read_dockerfile(dir)?;
+    let lines: Vec<&str> = text.lines().collect();
     let mut out = String::with_capacity(text.len());
+    // Lines before this index are in `out` or replaced.
+    let mut copied = 0;
     let mut inlined = 0usize;
-    for (index, line) in text.lines().enumerate() {
-        let trimmed = line.trim_start();
-        let first = trimmed.split_whitespace().next().unwrap_or_default();
-        let is_copy = first.eq_ignore_ascii_case("COPY") || first.eq_ignore_ascii_case("ADD");
-        if !is_copy {
-            out.push_str(line);
-            out.push('\n');
+    for instruction in parse(&text) {
+        let is_copy = matches!(instruction.keyword.as_str(), "COPY" | "ADD");
+        let from_stage = instruction.flags.iter().any(|f| f.name == "from");
+        if !is_copy || from_stage || !instruction.heredocs.is_empty() {
             continue;
         }
-        let at = format!("{}:{}", path.display(), index + 1);
         let refuse = |why: &str| {
-            ProviderError::new(ErrorKind::Config, format!("{at}: {why}"))
-                .context("inlining the build context")
+            ProviderError::new(
+                ErrorKind::Config,
+                format!("{}:{}: {why}", path.display(), instruction.line),
+            )
+            .context("inlining the build context")
         };
-        if line.trim_end().ends_with('\\') {
-            return Err(refuse(
-                "a COPY continued over several lines cannot be inlined",
-            ));
-        }
-        let words: Vec<&str> = trimmed.split_whitespace().collect();
-        let (instruction, rest) = words.split_first().ok_or_else(|| refuse("empty COPY"))?;
-        let flags: Vec<&str> = rest
-            .iter()
-            .copied()
-            .take_while(|w| w.starts_with("--"))
-            .collect();
-        if flags.iter().any(|f| f.starts_with("--from")) || rest.iter().any(|w| w.starts_with("<<"))
-        {
-            out.push_str(line);
-            out.push('\n');
-            continue;
-        }
-        if !instruction.eq_ignore_ascii_case("COPY") {
+        if instruction.keyword == "ADD" {
             return Err(refuse("ADD cannot be inlined; use COPY"));
         }
-        let paths = &rest[flags.len()..];
-        let [source, dest] = paths else {
-            return Err(refuse("only `COPY <file> <destination>` can be inlined"));
+        let (source, dest) = match instruction.args.words() {
+            [source, dest] if !dest.contains(char::is_whitespace) => (source, dest),
+            _ => return Err(refuse("only `COPY <file> <destination>` can be inlined")),
         };
         let content = read_context_file(dir, source).map_err(|why| refuse(&why))?;
         let dest = if dest.ends_with('/') {
@@ -65,15 +52,21 @@ pub fn inline_context(dir: &Path) -> Result<String> {
                 .ok_or_else(|| refuse("the source has no file name"))?;
             format!("{dest}{name}")
         } else {
-            (*dest).to_owned()
+            dest.clone()
         };
         let delimiter = format!("SANDBOX_MATRIX_CONTEXT_{inlined}");
         if content.lines().any(|l| l == delimiter) {
             return Err(refuse("the file contains the heredoc delimiter"));
         }
         inlined += 1;
+        let start = (instruction.line - 1).min(lines.len());
+        for line in &lines[copied.min(start)..start] {
+            out.push_str(line);
+            out.push('\n');
+        }
+        copied = instruction.last_line;
         let mut copy = vec!["COPY".to_owned()];
-        copy.extend(flags.iter().map(|f| (*f).to_owned()));
+        copy.extend(instruction.flags.iter().map(|f| f.raw.clone()));
         copy.push(format!("<<'{delimiter}'"));
         copy.push(dest);
         out.push_str(&copy.join(" "));
@@ -82,18 +75,19 @@ pub fn inline_context(dir: &Path) -> Result<String> {
         out.push_str(&delimiter);
         out.push('\n');
     }
+    for line in lines.iter().skip(copied) {
+        out.push_str(line);
+        out.push('\n');
+    }
     Ok(out)
 }
 
 /// The registry host the Dockerfile's first base image is pulled from, if it names one.
 pub fn base_registry(dockerfile: &str) -> Option<String> {
-    let from = dockerfile.lines().find_map(|line| {
-        let mut words = line.split_whitespace();
-        let first = words.next()?;
-        first.eq_ignore_ascii_case("FROM").then_some(words)
-    })?;
-    let image = from.into_iter().find(|w| !w.starts_with("--"))?;
-    let (host, _) = image.split_once('/')?;
+    let from = parse(dockerfile)
+        .into_iter()
+        .find(|instruction| instruction.keyword == "FROM")?;
+    let (host, _) = from.args.words().first()?.split_once('/')?;
     (host.contains(['.', ':']) || host == "localhost").then(|| host.to_owned())
 }
 
@@ -193,6 +187,10 @@ mod tests {
             None
         );
         assert_eq!(base_registry("RUN x\n"), None);
+        assert_eq!(
+            base_registry("RUN <<EOF\nFROM a.io/b\nEOF\nFROM \\\n  localhost/b\n"),
+            Some("localhost".to_owned())
+        );
     }
 
     #[test]
@@ -201,6 +199,52 @@ mod tests {
         assert_eq!(
             inline_context(&dir).unwrap(),
             "FROM x AS a\nFROM y\nCOPY --from=a /o /o\n"
+        );
+    }
+
+    #[test]
+    fn instructions_are_read_whole() {
+        // A COPY over continuation lines is replaced whole; a heredoc body that looks like
+        // a COPY, and a COPY's own heredoc, stay as written.
+        let dockerfile = "FROM base:v1\n\
+                          COPY \\\n  # the file\n  a.json \\\n  /etc/a.json\n\
+                          RUN <<EOF\nCOPY missing /x\nEOF\n\
+                          COPY <<EOF /etc/b\nb\nEOF\n";
+        let dir = env(dockerfile, &[("a.json", "{}\n")]);
+        assert_eq!(
+            inline_context(&dir).unwrap(),
+            "FROM base:v1\n\
+             COPY <<'SANDBOX_MATRIX_CONTEXT_0' /etc/a.json\n{}\nSANDBOX_MATRIX_CONTEXT_0\n\
+             RUN <<EOF\nCOPY missing /x\nEOF\n\
+             COPY <<EOF /etc/b\nb\nEOF\n"
+        );
+        let dir = env(
+            "FROM x\nRUN true\nCOPY a.json \\\n  \"/a b\"\n",
+            &[("a.json", "{}\n")],
+        );
+        let e = inline_context(&dir).unwrap_err();
+        assert!(e.message.contains("Dockerfile:3: only `COPY"), "{e}");
+    }
+
+    /// The Dockerfile recorded in the daytona lifecycle cassette, which replay checks body
+    /// for body: the reference environment's inlined Dockerfile must stay exactly that.
+    #[test]
+    fn the_reference_dockerfile_is_the_recorded_one() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
+        let inlined = inline_context(&fixtures.join("environments/reference")).unwrap();
+        let text =
+            std::fs::read_to_string(fixtures.join("cassettes/daytona/lifecycle.yaml")).unwrap();
+        let cassette: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+        let recorded = cassette["exchanges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|exchange| &exchange["request"])
+            .find(|r| r["method"] == "POST" && r["path"] == "/snapshots")
+            .unwrap();
+        assert_eq!(
+            recorded["body"]["json"]["buildInfo"]["dockerfileContent"],
+            inlined.as_str()
         );
     }
 }

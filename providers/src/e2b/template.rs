@@ -7,6 +7,7 @@
 use std::path::{Component, Path};
 
 use sandbox_contract::IDENTITY;
+use sandbox_contract::dockerfile::parse::{Args, Instruction, parse};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -42,13 +43,23 @@ pub fn plan(dir: &Path) -> Result<TemplatePlan> {
     let mut steps = Vec::new();
     let mut uploads = Vec::new();
     let mut ignored = Vec::new();
-    for (line_no, instruction) in logical_lines(&text) {
-        let (keyword, rest) = instruction
-            .split_once(char::is_whitespace)
-            .map(|(k, r)| (k, r.trim()))
-            .unwrap_or((instruction.as_str(), ""));
-        let at = || format!("{}:{line_no}", path.display());
-        match keyword.to_ascii_uppercase().as_str() {
+    for instruction in parse(&text) {
+        let at = || format!("{}:{}", path.display(), instruction.line);
+        let keyword = instruction.keyword.as_str();
+        let rest = instruction.raw.as_str();
+        let args = instruction.args.words();
+        if matches!(keyword, "FROM" | "RUN" | "WORKDIR" | "USER" | "ENV")
+            && let Some(flag) = instruction.flags.first()
+        {
+            return Err(refused(
+                at(),
+                &format!("E2B templates take no `--{}` on {keyword}", flag.name),
+            ));
+        }
+        if keyword == "RUN" && !instruction.heredocs.is_empty() {
+            return Err(refused(at(), "E2B templates take no heredoc in RUN"));
+        }
+        match keyword {
             "FROM" => {
                 if from_image.is_some() {
                     return Err(refused(
@@ -56,40 +67,37 @@ pub fn plan(dir: &Path) -> Result<TemplatePlan> {
                         "a multi-stage Dockerfile has no single E2B base",
                     ));
                 }
-                let image = rest.split_whitespace().next().unwrap_or_default();
-                if image.is_empty() {
+                let Some(image) = args.first() else {
                     return Err(refused(at(), "FROM names no image"));
-                }
-                from_image = Some(image.to_owned());
+                };
+                from_image = Some(image.clone());
             }
             "RUN" => steps.push(step("RUN", vec![rest.to_owned(), String::new()])),
             "WORKDIR" => steps.push(step("WORKDIR", vec![rest.to_owned()])),
             "USER" => steps.push(step("USER", vec![rest.to_owned()])),
-            "ENV" => steps.push(step("ENV", env_pairs(rest).map_err(|m| refused(at(), m))?)),
+            "ENV" => steps.push(step(
+                "ENV",
+                env_pairs(&instruction).map_err(|m| refused(at(), m))?,
+            )),
             "COPY" => {
-                let args: Vec<&str> = rest.split_whitespace().collect();
-                if args.iter().any(|a| a.starts_with("--")) || args.len() != 2 {
+                let plain = instruction.flags.is_empty() && instruction.heredocs.is_empty();
+                let ([source, dest], true) = (args, plain) else {
                     return Err(refused(
                         at(),
                         "COPY takes exactly `source destination` here",
                     ));
-                }
-                let upload = archive(dir, args[0]).map_err(|m| refused(at(), &m))?;
+                };
+                let upload = archive(dir, source).map_err(|m| refused(at(), &m))?;
                 let mut copy = step(
                     "COPY",
-                    vec![
-                        args[0].to_owned(),
-                        args[1].to_owned(),
-                        String::new(),
-                        String::new(),
-                    ],
+                    vec![source.clone(), dest.clone(), String::new(), String::new()],
                 );
                 copy["filesHash"] = json!(upload.hash);
                 steps.push(copy);
                 uploads.push(upload);
             }
             "ARG" | "LABEL" | "EXPOSE" | "CMD" | "ENTRYPOINT" | "STOPSIGNAL" | "HEALTHCHECK"
-            | "SHELL" => ignored.push(keyword.to_ascii_uppercase()),
+            | "SHELL" => ignored.push(keyword.to_owned()),
             other => {
                 return Err(refused(
                     at(),
@@ -134,43 +142,23 @@ fn refused(at: String, why: &str) -> ProviderError {
     ProviderError::new(ErrorKind::Build, format!("{at}: {why}"))
 }
 
-/// Dockerfile lines with continuations joined and comments dropped, with the number of
-/// the line each starts on.
-fn logical_lines(text: &str) -> Vec<(usize, String)> {
-    let mut out = Vec::new();
-    let mut current: Option<(usize, String)> = None;
-    for (i, raw) in text.lines().enumerate() {
-        let line = raw.trim();
-        if line.starts_with('#') || (line.is_empty() && current.is_none()) {
-            continue;
-        }
-        let (body, continues) = match line.strip_suffix('\\') {
-            Some(body) => (body.trim_end(), true),
-            None => (line, false),
-        };
-        let entry = current.get_or_insert_with(|| (i + 1, String::new()));
-        if !entry.1.is_empty() && !body.is_empty() {
-            entry.1.push(' ');
-        }
-        entry.1.push_str(body);
-        if !continues && let Some(done) = current.take() {
-            out.push(done);
-        }
-    }
-    out.extend(current);
-    out
-}
-
 /// `ENV K=V K2="V 2"` or `ENV K V` as a flat key, value list.
-fn env_pairs(rest: &str) -> std::result::Result<Vec<String>, &'static str> {
+fn env_pairs(instruction: &Instruction) -> std::result::Result<Vec<String>, &'static str> {
+    let rest = instruction.raw.as_str();
     if !rest.contains('=') {
         let (k, v) = rest
             .split_once(char::is_whitespace)
             .ok_or("ENV needs a name and a value")?;
         return Ok(vec![k.to_owned(), v.trim().to_owned()]);
     }
+    if let Args::Shell {
+        open_quote: true, ..
+    } = instruction.args
+    {
+        return Err("an unclosed quote in ENV");
+    }
     let mut out = Vec::new();
-    for word in shell_words(rest)? {
+    for word in instruction.args.words() {
         let (k, v) = word
             .split_once('=')
             .ok_or("ENV mixes `K=V` and `K V` forms")?;
@@ -178,29 +166,6 @@ fn env_pairs(rest: &str) -> std::result::Result<Vec<String>, &'static str> {
         out.push(v.to_owned());
     }
     Ok(out)
-}
-
-/// Splits on whitespace outside double quotes, dropping the quotes.
-fn shell_words(text: &str) -> std::result::Result<Vec<String>, &'static str> {
-    let (mut words, mut word, mut quoted) = (Vec::new(), String::new(), false);
-    for c in text.chars() {
-        match c {
-            '"' => quoted = !quoted,
-            c if c.is_whitespace() && !quoted => {
-                if !word.is_empty() {
-                    words.push(std::mem::take(&mut word));
-                }
-            }
-            c => word.push(c),
-        }
-    }
-    if quoted {
-        return Err("an unclosed quote in ENV");
-    }
-    if !word.is_empty() {
-        words.push(word);
-    }
-    Ok(words)
 }
 
 /// A deterministic tar of `source` (a file or directory inside `dir`), named as it is in
@@ -322,6 +287,73 @@ mod tests {
                 .unwrap_err()
                 .message
                 .contains("leaves the build context")
+        );
+    }
+
+    #[test]
+    fn reads_the_dockerfile_as_buildkit_does() {
+        let dir = dir_with(
+            "# escape=`\nFROM base:v1\nRUN echo a `\n  # a comment inside\n  b\nCOPY \"a.json\" C:\\a.json\n",
+        );
+        let plan = plan(&dir).unwrap();
+        assert_eq!(plan.steps[0]["args"], json!(["echo a   b", ""]));
+        assert_eq!(
+            plan.steps[1]["args"],
+            json!(["a.json", "C:\\a.json", "", ""])
+        );
+    }
+
+    #[test]
+    fn refuses_flags_and_heredocs_naming_the_line() {
+        for (dockerfile, why) in [
+            (
+                "FROM a\nRUN --mount=type=cache,target=/c make\n",
+                ":2: E2B templates take no `--mount` on RUN",
+            ),
+            (
+                "FROM a\nRUN <<EOF\necho hi\nEOF\n",
+                ":2: E2B templates take no heredoc in RUN",
+            ),
+            (
+                "FROM a\nCOPY --chown=1 a.json /x\n",
+                ":2: COPY takes exactly `source destination` here",
+            ),
+            (
+                "FROM a\nCOPY <<EOF /x\nhi\nEOF\n",
+                ":2: COPY takes exactly `source destination` here",
+            ),
+            ("RUN true\n", "Dockerfile: no FROM instruction"),
+        ] {
+            let e = plan(&dir_with(dockerfile)).unwrap_err();
+            assert!(e.message.ends_with(why), "{dockerfile:?}: {e}");
+        }
+    }
+
+    /// The build request and upload recorded in the e2b lifecycle cassette, which replay
+    /// checks body for body: the reference environment's plan must stay exactly that.
+    #[test]
+    fn the_reference_plan_is_the_recorded_one() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
+        let plan = plan(&fixtures.join("environments/reference")).unwrap();
+        let text = std::fs::read_to_string(fixtures.join("cassettes/e2b/lifecycle.yaml")).unwrap();
+        let cassette: Value = serde_saphyr::from_str(&text).unwrap();
+        let requests: Vec<&Value> = cassette["exchanges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|exchange| &exchange["request"])
+            .collect();
+        let build = requests
+            .iter()
+            .find(|r| r["method"] == "POST" && r["path"].as_str().unwrap().starts_with("/v2/"))
+            .unwrap();
+        assert_eq!(build["body"]["json"]["fromImage"], json!(plan.from_image));
+        assert_eq!(build["body"]["json"]["steps"], json!(plan.steps));
+        let upload = requests.iter().find(|r| r["method"] == "PUT").unwrap();
+        assert_eq!(plan.uploads.len(), 1);
+        assert_eq!(
+            upload["body"]["text"].as_str().unwrap().as_bytes(),
+            plan.uploads[0].tar
         );
     }
 }

@@ -178,11 +178,13 @@ pub fn parse_answer(stdout: &str) -> Result<Value, String> {
     })
 }
 
-/// A check's verdict: passed or not, why, and what the sandbox answered.
+/// A check's verdict: passed, failed or skipped, why, and what the sandbox answered.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verdict {
-    /// True when the sandbox meets the check.
+    /// True when the sandbox meets the check; false when it does not or was skipped.
     pub passed: bool,
+    /// Why the check had nothing to test; a skipped check never passes.
+    pub skipped: Option<String>,
     /// What is wrong, for a person; `None` when it passed with nothing to say.
     pub detail: Option<String>,
     /// The probe's answer and anything measured.
@@ -194,20 +196,74 @@ impl Verdict {
     pub fn new(problems: Vec<String>, data: Value) -> Self {
         Self {
             passed: problems.is_empty(),
+            skipped: None,
             detail: (!problems.is_empty()).then(|| problems.join("; ")),
             data,
         }
     }
 
-    /// Passed, with something to say (such as why there was nothing to check).
+    /// Passed, with something to say.
     pub fn pass(detail: &str, data: Value) -> Self {
         Self {
             passed: true,
+            skipped: None,
             detail: Some(detail.to_owned()),
             data,
         }
     }
+
+    /// Skipped: there was nothing to test, for `reason`.
+    pub fn skip(reason: &str, data: Value) -> Self {
+        Self {
+            passed: false,
+            skipped: Some(reason.to_owned()),
+            detail: None,
+            data,
+        }
+    }
 }
+
+/// Why `check` has nothing to test with `params` on a variant that can do what
+/// `capabilities` say, decided before the check runs; `None` when it has something.
+/// A check skipped here is reported as skipped with this reason, never as passed.
+pub fn nothing_to_test(
+    check: Check,
+    params: &CheckParams,
+    capabilities: &sandbox_providers::Capabilities,
+) -> Option<String> {
+    use sandbox_providers::RestartKind;
+    match check {
+        Check::Imports if params.packages.is_empty() => Some(
+            "the scenario locks no package (`packages:`), so there is nothing to import".into(),
+        ),
+        Check::Egress if params.allowed.is_empty() && params.blocked.is_empty() => Some(
+            "no egress targets (`allowed:`, `blocked:`), so there is nothing to reach or refuse"
+                .into(),
+        ),
+        Check::Egress if !params.blocked.is_empty() && !capabilities.egress_policy => Some(
+            "this variant applies no egress policy, so `blocked:` targets cannot be checked".into(),
+        ),
+        Check::Gpu if params.gpus == 0 && params.cuda.is_none() => {
+            Some("no accelerator was asked for (`gpus:`, `cuda:`)".into())
+        }
+        Check::ColdStart if params.within.is_none() => {
+            Some("no cold-start budget (`within:`) to judge the first result against".into())
+        }
+        Check::Restart if capabilities.restart == RestartKind::Unsupported => {
+            Some("this variant cannot restart a kernel or sandbox".into())
+        }
+        Check::Restart if !capabilities.stateful_code => Some(STATELESS.into()),
+        Check::ConcurrentKernels if capabilities.concurrent_contexts < 2 => Some(format!(
+            "this variant runs {} code context at a time, so there is no concurrency to check",
+            capabilities.concurrent_contexts
+        )),
+        _ => None,
+    }
+}
+
+/// Why a restart cannot be shown on a code channel that keeps no state.
+pub const STATELESS: &str = "the code channel keeps no state between calls, so a restart cannot \
+be shown: a marker set before it would be gone without one";
 
 /// Check 1's probe: runs the doctor and hands back its exit code and output.
 pub fn doctor_probe() -> String {
@@ -660,14 +716,15 @@ pub fn judge_throughput(answer: &Value, minimum: f64) -> Verdict {
     Verdict::new(problems, answer.clone())
 }
 
-/// Judges check 13 from the scenario's measured create-to-first-result.
-pub fn judge_cold_start(measured: Option<Duration>, budget: Option<Duration>) -> Verdict {
-    match (measured, budget) {
-        (None, _) => Verdict::pass(
+/// Judges check 13 from the scenario's measured create-to-first-result; skipped when
+/// nothing measured it.
+pub fn judge_cold_start(measured: Option<Duration>, budget: Duration) -> Verdict {
+    match measured {
+        None => Verdict::skip(
             "cold start was not measured: no launch and first result before this check",
             json!({}),
         ),
-        (Some(took), Some(budget)) if took > budget => Verdict::new(
+        Some(took) if took > budget => Verdict::new(
             vec![format!(
                 "{:.2} s, over the {:.2} s budget",
                 took.as_secs_f64(),
@@ -675,7 +732,7 @@ pub fn judge_cold_start(measured: Option<Duration>, budget: Option<Duration>) ->
             )],
             json!({ "seconds": took.as_secs_f64() }),
         ),
-        (Some(took), _) => Verdict::new(Vec::new(), json!({ "seconds": took.as_secs_f64() })),
+        Some(took) => Verdict::new(Vec::new(), json!({ "seconds": took.as_secs_f64() })),
     }
 }
 
@@ -881,10 +938,10 @@ mod tests {
             "the driver runs CUDA up to 12.2, older than the image's 12.8.1"
         );
         assert!(!judge_gpu(&json!({"exit": null, "gpus": []}), 1, None).passed);
-        let v = judge_cold_start(Some(Duration::from_secs(5)), Some(Duration::from_secs(3)));
+        let v = judge_cold_start(Some(Duration::from_secs(5)), Duration::from_secs(3));
         assert_eq!(v.detail.unwrap(), "5.00 s, over the 3.00 s budget");
-        assert!(
-            judge_cold_start(Some(Duration::from_secs(1)), Some(Duration::from_secs(3))).passed
-        );
+        assert!(judge_cold_start(Some(Duration::from_secs(1)), Duration::from_secs(3)).passed);
+        let unmeasured = judge_cold_start(None, Duration::from_secs(3));
+        assert!(!unmeasured.passed && unmeasured.skipped.is_some());
     }
 }

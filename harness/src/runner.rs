@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use sandbox_providers::api::Volatiles;
 use sandbox_providers::{
-    Artifact, BuildRequest, Capabilities, Provider, RestartKind, RunLabels, SandboxId, Secret,
-    ShutdownEnding, Timing,
+    Artifact, BuildRequest, Capabilities, ErrorKind, Provider, ProviderError, RestartKind,
+    RunLabels, SandboxId, Secret, ShutdownEnding, Timing,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -44,6 +44,32 @@ pub struct SessionCheck {
     pub name: &'static str,
     /// The check; `Ok` carries a line for the step's log.
     pub check: Box<dyn FnOnce() -> Result<String, String> + Send>,
+}
+
+/// Why a step did not pass: it failed, or it had nothing to test.
+#[derive(Debug)]
+enum StepEnd {
+    /// It ran and did not meet its expectation, for this reason.
+    Failed(String),
+    /// It had nothing to test, for this reason; never counted as a pass.
+    Skipped(String),
+}
+
+impl From<String> for StepEnd {
+    fn from(reason: String) -> Self {
+        StepEnd::Failed(reason)
+    }
+}
+
+impl From<ProviderError> for StepEnd {
+    /// A call the variant cannot serve makes the step a skip naming it; any other error
+    /// fails the step.
+    fn from(error: ProviderError) -> Self {
+        match error.kind {
+            ErrorKind::Unsupported => StepEnd::Skipped(error.message),
+            _ => StepEnd::Failed(error.to_string()),
+        }
+    }
 }
 
 /// Makes a run id: UTC time to the second and six random hex digits.
@@ -194,7 +220,7 @@ impl Runner {
                         reason: reason.clone(),
                     },
                 )
-            } else if let Some(reason) = unsupported(&capabilities, step.kind) {
+            } else if let Some(reason) = unsupported(&capabilities, &step) {
                 skipped(&step, reason)
             } else {
                 let mut result = self
@@ -317,23 +343,26 @@ impl Runner {
         let outcome = tokio::select! {
             joined = tokio::time::timeout(step.budget, &mut task) => match joined {
                 Ok(Ok(outcome)) => outcome,
-                Ok(Err(e)) if e.is_panic() => Err(format!("panicked: {}", panic_message(e.into_panic()))),
-                Ok(Err(e)) => Err(format!("the step's task ended abnormally: {e}")),
+                Ok(Err(e)) if e.is_panic() => Err(StepEnd::Failed(format!("panicked: {}", panic_message(e.into_panic())))),
+                Ok(Err(e)) => Err(StepEnd::Failed(format!("the step's task ended abnormally: {e}"))),
                 Err(_) => {
                     task.abort();
-                    Err(format!("exceeded its budget of {}", humantime::format_duration(step.budget)))
+                    Err(StepEnd::Failed(format!("exceeded its budget of {}", humantime::format_duration(step.budget))))
                 }
             },
             () = cancelled => {
                 task.abort();
-                Err("interrupted by Ctrl-C".to_owned())
+                Err(StepEnd::Failed("interrupted by Ctrl-C".to_owned()))
             }
         };
         let duration = started.elapsed();
         let record = log.take();
         let status = match outcome {
             Ok(()) => StepStatus::Passed,
-            Err(reason) => StepStatus::Failed {
+            Err(StepEnd::Failed(reason)) => StepStatus::Failed {
+                reason: log.redact(&reason),
+            },
+            Err(StepEnd::Skipped(reason)) => StepStatus::Skipped {
                 reason: log.redact(&reason),
             },
         };
@@ -396,25 +425,25 @@ impl StepContext {
         self.state.lock().expect("scenario state lock")
     }
 
-    fn artifact(&self) -> Result<Artifact, String> {
+    fn artifact(&self) -> Result<Artifact, StepEnd> {
         self.state().artifact.clone().ok_or_else(|| {
-            format!(
+            StepEnd::Failed(format!(
                 "`{}` needs an artifact: put a `build` step before it",
                 self.step.kind
-            )
+            ))
         })
     }
 
-    fn sandbox(&self) -> Result<SandboxId, String> {
+    fn sandbox(&self) -> Result<SandboxId, StepEnd> {
         self.state().sandbox.clone().ok_or_else(|| {
-            format!(
+            StepEnd::Failed(format!(
                 "`{}` needs a running sandbox: put a `launch` step before it",
                 self.step.kind
-            )
+            ))
         })
     }
 
-    async fn run(self) -> Result<(), String> {
+    async fn run(self) -> Result<(), StepEnd> {
         match self.step.kind {
             StepKind::Build => self.build().await,
             StepKind::Launch => self.launch().await,
@@ -426,12 +455,12 @@ impl StepContext {
             StepKind::Burst => self.burst().await,
             StepKind::Doctor | StepKind::Check => match &self.step.expect {
                 Expectation::Check(check, params) => self.check(*check, params).await,
-                _ => Err("a check step without its check".to_owned()),
+                _ => Err(StepEnd::Failed("a check step without its check".to_owned())),
             },
         }
     }
 
-    async fn build(&self) -> Result<(), String> {
+    async fn build(&self) -> Result<(), StepEnd> {
         let dockerfile = self.environment.join("Dockerfile");
         let findings = crate::lint::lint_file(&dockerfile).map_err(|e| e.to_string())?;
         if !findings.is_empty() {
@@ -439,10 +468,10 @@ impl StepContext {
                 self.log.line(&finding.to_string());
             }
             let lines: Vec<String> = findings.iter().map(ToString::to_string).collect();
-            return Err(format!(
+            return Err(StepEnd::Failed(format!(
                 "the Dockerfile is refused before building: {}",
                 lines.join("; ")
-            ));
+            )));
         }
         let request = BuildRequest {
             environment_dir: self.environment.clone(),
@@ -451,41 +480,31 @@ impl StepContext {
         };
         let log = self.log.clone();
         let sink = move |line: &str| log.line(line);
-        let artifact = self
-            .provider
-            .build(&request, &sink)
-            .await
-            .map_err(|e| e.to_string())?;
+        let artifact = self.provider.build(&request, &sink).await?;
         self.log
             .line(&format!("artifact: {} {}", artifact.kind, artifact.id));
         self.state().artifact = Some(artifact);
         Ok(())
     }
 
-    async fn launch(&self) -> Result<(), String> {
+    async fn launch(&self) -> Result<(), StepEnd> {
         let artifact = self.artifact()?;
         self.state().launched_at = Some(Instant::now());
-        let (sandbox, timings) = self
-            .provider
-            .launch(&artifact, &self.labels)
-            .await
-            .map_err(|e| e.to_string())?;
+        let (sandbox, timings) = self.provider.launch(&artifact, &self.labels).await?;
         self.log.line(&format!("sandbox: {}", sandbox.0));
         self.log.timings(timings);
         self.state().sandbox = Some(sandbox);
         Ok(())
     }
 
-    async fn first_result(&self) -> Result<(), String> {
+    async fn first_result(&self) -> Result<(), StepEnd> {
         let sandbox = self.sandbox()?;
         let Expectation::Answer { code, answer } = &self.step.expect else {
-            return Err("first-result has no expected answer".to_owned());
+            return Err(StepEnd::Failed(
+                "first-result has no expected answer".to_owned(),
+            ));
         };
-        let (output, timings) = self
-            .provider
-            .run_code(&sandbox, code)
-            .await
-            .map_err(|e| e.to_string())?;
+        let (output, timings) = self.provider.run_code(&sandbox, code).await?;
         let answered_at = Instant::now();
         self.log.timings(timings);
         self.log.line(&format!(
@@ -507,10 +526,10 @@ impl StepContext {
     /// Launches `launches` sandboxes at once, times each from its create request to its
     /// first correct `1+1`, then stops them all. A failed launch is a sample without a
     /// value (+∞ in percentiles), never left out.
-    async fn burst(&self) -> Result<(), String> {
+    async fn burst(&self) -> Result<(), StepEnd> {
         let artifact = self.artifact()?;
         let Expectation::Launches(launches) = self.step.expect else {
-            return Err("burst has no launch count".to_owned());
+            return Err(StepEnd::Failed("burst has no launch count".to_owned()));
         };
         let mut tasks = tokio::task::JoinSet::new();
         for index in 0..launches {
@@ -606,13 +625,13 @@ impl StepContext {
         self.state().samples.extend(samples);
         match first_failure {
             None => Ok(()),
-            Some(first) => Err(format!(
+            Some(first) => Err(StepEnd::Failed(format!(
                 "{failures} of {launches} launches failed; the first: {first}"
-            )),
+            ))),
         }
     }
 
-    async fn restart(&self) -> Result<(), String> {
+    async fn restart(&self) -> Result<(), StepEnd> {
         let sandbox = self.sandbox()?;
         let marker = format!("sm-marker-{:08x}", rand::rng().random::<u32>());
         self.volatiles.register("marker", &marker);
@@ -623,27 +642,23 @@ impl StepContext {
             )
             .await?;
         if set.result.as_deref() != Some(&format!("'{marker}'")) {
-            return Err(format!(
+            return Err(StepEnd::Failed(format!(
                 "could not set the marker before restarting: {}",
                 describe(&set)
-            ));
+            )));
         }
-        // A code channel that keeps nothing between calls cannot show a restart by a
-        // marker going away: say so rather than pass on it.
+        // The variant declares a stateful channel (stateless ones skip this step): a
+        // marker that is gone before any restart would make the restart look right.
         let kept = self.run_code(&sandbox, "__sandbox_matrix_marker").await?;
-        let state_kept = kept.result.as_deref() == Some(&format!("'{marker}'"));
-        if !state_kept {
-            self.log.line(&format!(
-                "the code channel keeps no state between calls ({}), so the marker cannot show the restart; only the restart and the next answer are checked",
+        if kept.result.as_deref() != Some(&format!("'{marker}'")) {
+            return Err(format!(
+                "the code channel is declared stateful but kept nothing between two calls ({}), so the restart cannot be shown",
                 describe(&kept)
-            ));
+            )
+            .into());
         }
         let started = Instant::now();
-        let timings = self
-            .provider
-            .restart(&sandbox)
-            .await
-            .map_err(|e| e.to_string())?;
+        let timings = self.provider.restart(&sandbox).await?;
         self.log.timings(timings);
         let output = self.run_code(&sandbox, "1+1").await?;
         let answered = started.elapsed();
@@ -653,16 +668,14 @@ impl StepContext {
             duration: answered,
             resolution: None,
         }]);
-        if !state_kept {
-            return Ok(());
-        }
         let probe = self.run_code(&sandbox, "__sandbox_matrix_marker").await?;
         match probe.error.as_deref() {
             Some(e) if e.starts_with("NameError") => Ok(()),
             _ => Err(format!(
                 "the marker set before the restart survived it: {}",
                 describe(&probe)
-            )),
+            )
+            .into()),
         }
     }
 
@@ -670,28 +683,27 @@ impl StepContext {
         &self,
         sandbox: &SandboxId,
         code: &str,
-    ) -> Result<sandbox_providers::CodeOutput, String> {
-        let (output, timings) = self
-            .provider
-            .run_code(sandbox, code)
-            .await
-            .map_err(|e| e.to_string())?;
+    ) -> Result<sandbox_providers::CodeOutput, StepEnd> {
+        let (output, timings) = self.provider.run_code(sandbox, code).await?;
         self.log.timings(timings);
         Ok(output)
     }
 
-    async fn secrets_scan(&self) -> Result<(), String> {
+    async fn secrets_scan(&self) -> Result<(), StepEnd> {
         let found = self.find_secrets().await?;
         if found.is_empty() {
             Ok(())
         } else {
-            Err(format!("build secret found: {}", found.join(", ")))
+            Err(StepEnd::Failed(format!(
+                "build secret found: {}",
+                found.join(", ")
+            )))
         }
     }
 
     /// Looks for the run's secrets in the sandbox (as root where the variant can) and in
     /// the artifact's metadata; returns `name at location` for each hit.
-    async fn find_secrets(&self) -> Result<Vec<String>, String> {
+    async fn find_secrets(&self) -> Result<Vec<String>, StepEnd> {
         let sandbox = self.sandbox()?;
         let capabilities = self.provider.capabilities();
         let code = secrets::probe_code(&self.secrets);
@@ -700,7 +712,7 @@ impl StepContext {
         } else {
             let out = self.run_code(&sandbox, &code).await?;
             if let Some(error) = out.error {
-                return Err(format!("the secrets probe raised {error}"));
+                return Err(StepEnd::Failed(format!("the secrets probe raised {error}")));
             }
             out.stdout
         };
@@ -712,11 +724,7 @@ impl StepContext {
         let mut found = report.found;
         if capabilities.artifact_metadata {
             let artifact = self.artifact()?;
-            let metadata = self
-                .provider
-                .artifact_metadata(&artifact)
-                .await
-                .map_err(|e| e.to_string())?;
+            let metadata = self.provider.artifact_metadata(&artifact).await?;
             found.extend(secrets::scan_metadata(&metadata, &self.secrets));
             self.log
                 .line("scanned the artifact's env, labels, command and history");
@@ -736,34 +744,30 @@ impl StepContext {
         sandbox: &SandboxId,
         code: &str,
         as_root: bool,
-    ) -> Result<String, String> {
+    ) -> Result<String, StepEnd> {
         let argv = vec!["python3".to_owned(), "-c".to_owned(), code.to_owned()];
-        let out = self
-            .provider
-            .exec(sandbox, &argv, as_root)
-            .await
-            .map_err(|e| e.to_string())?;
+        let out = self.provider.exec(sandbox, &argv, as_root).await?;
         if out.exit_code == Some(0) {
             Ok(out.stdout)
         } else {
-            Err(format!(
+            Err(StepEnd::Failed(format!(
                 "python3 exited with {:?}: {}",
                 out.exit_code,
                 out.stderr.trim()
-            ))
+            )))
         }
     }
 
     /// Runs a probe: through the kernel, or, where the kernel cannot run code and the
     /// variant has a shell, through `python3 -c` as the sandbox's default user, so that a
     /// broken kernel fails the kernel checks without hiding what the others would find.
-    async fn probe(&self, code: &str) -> Result<serde_json::Value, String> {
+    async fn probe(&self, code: &str) -> Result<serde_json::Value, StepEnd> {
         let sandbox = self.sandbox()?;
         let stdout = match self.provider.run_code(&sandbox, code).await {
             Ok((output, timings)) => {
                 self.log.timings(timings);
                 if let Some(error) = output.error {
-                    return Err(format!("the probe raised {error}"));
+                    return Err(format!("the probe raised {error}").into());
                 }
                 output.stdout
             }
@@ -773,13 +777,13 @@ impl StepContext {
                 ));
                 self.python_exec(&sandbox, code, false).await?
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         };
-        conformance::parse_answer(&stdout)
+        Ok(conformance::parse_answer(&stdout)?)
     }
 
     /// Runs conformance check `check`; its verdict decides the step and its answer is kept.
-    async fn check(&self, check: Check, params: &CheckParams) -> Result<(), String> {
+    async fn check(&self, check: Check, params: &CheckParams) -> Result<(), StepEnd> {
         let verdict = match check {
             Check::Doctor => {
                 conformance::judge_doctor(&self.probe(&conformance::doctor_probe()).await?)
@@ -804,9 +808,6 @@ impl StepContext {
                     .collect();
                 Verdict::new(problems, serde_json::json!({ "answer": output.result }))
             }
-            Check::Imports if params.packages.is_empty() => {
-                Verdict::pass("the scenario locks no package", serde_json::json!({}))
-            }
             Check::Imports => conformance::judge_imports(
                 &self
                     .probe(&conformance::imports_probe(&params.packages))
@@ -829,9 +830,6 @@ impl StepContext {
                 };
                 Verdict::new(problems, serde_json::json!({ "found": found }))
             }
-            Check::Egress if params.allowed.is_empty() && params.blocked.is_empty() => {
-                Verdict::pass("no egress policy to check", serde_json::json!({}))
-            }
             Check::Egress => conformance::judge_egress(
                 &self
                     .probe(&conformance::egress_probe(&params.allowed, &params.blocked))
@@ -839,9 +837,14 @@ impl StepContext {
                 &params.allowed,
                 &params.blocked,
             ),
-            Check::Gpu if params.gpus == 0 && params.cuda.is_none() => {
-                Verdict::pass("no accelerator was asked for", serde_json::json!({}))
-            }
+            Check::Gpu if self.provider.capabilities().gpus < params.gpus.max(1) => Verdict::new(
+                vec![format!(
+                    "{} GPU(s) asked for, and this variant attaches {}",
+                    params.gpus.max(1),
+                    self.provider.capabilities().gpus
+                )],
+                serde_json::json!({ "gpus": [] }),
+            ),
             Check::Gpu => conformance::judge_gpu(
                 &self
                     .probe(&conformance::probe_code(conformance::GPU_PROBE))
@@ -862,31 +865,49 @@ impl StepContext {
                     .iter()
                     .find(|t| t.name == "create-to-first-result")
                     .map(|t| t.duration);
-                conformance::judge_cold_start(measured, params.within)
+                let Some(within) = params.within else {
+                    // Decided before the check runs, by `conformance::nothing_to_test`.
+                    return Err(StepEnd::Skipped(
+                        "no cold-start budget (`within:`)".to_owned(),
+                    ));
+                };
+                conformance::judge_cold_start(measured, within)
             }
             Check::ConcurrentKernels => self.concurrent_check(params.kernels.unwrap_or(4)).await?,
         };
         self.log.data(verdict.data);
+        if let Some(reason) = verdict.skipped {
+            return Err(StepEnd::Skipped(reason));
+        }
         match (verdict.passed, verdict.detail) {
             (true, Some(detail)) => {
                 self.log.line(&detail);
                 Ok(())
             }
             (true, None) => Ok(()),
-            (false, detail) => Err(detail.unwrap_or_else(|| "failed".to_owned())),
+            (false, detail) => Err(StepEnd::Failed(
+                detail.unwrap_or_else(|| "failed".to_owned()),
+            )),
         }
     }
 
     /// Check 7: a name bound before a kernel restart is gone after it.
-    async fn restart_check(&self) -> Result<Verdict, String> {
+    async fn restart_check(&self) -> Result<Verdict, StepEnd> {
         let sandbox = self.sandbox()?;
         let marker = "_sm_restart_marker";
         self.run_code(&sandbox, &format!("{marker} = 1")).await?;
-        let timings = self
-            .provider
-            .restart(&sandbox)
-            .await
-            .map_err(|e| e.to_string())?;
+        // Without this, a channel that keeps nothing would pass on a marker never kept.
+        let before = self
+            .run_code(&sandbox, &format!("{marker:?} in globals()"))
+            .await?;
+        if before.result.as_deref() != Some("True") {
+            return Err(format!(
+                "the code channel is declared stateful but kept nothing between two calls ({}), so the restart cannot be shown",
+                describe(&before)
+            )
+            .into());
+        }
+        let timings = self.provider.restart(&sandbox).await?;
         self.log.timings(timings);
         let after = self
             .run_code(&sandbox, &format!("{marker:?} in globals()"))
@@ -902,7 +923,7 @@ impl StepContext {
     }
 
     /// Check 14: `kernels` contexts each answer `1+1` at once.
-    async fn concurrent_check(&self, kernels: u32) -> Result<Verdict, String> {
+    async fn concurrent_check(&self, kernels: u32) -> Result<Verdict, StepEnd> {
         let sandbox = self.sandbox()?;
         let mut set = tokio::task::JoinSet::new();
         for index in 0..kernels {
@@ -938,50 +959,54 @@ impl StepContext {
         ))
     }
 
-    async fn shutdown(&self) -> Result<(), String> {
+    async fn shutdown(&self) -> Result<(), StepEnd> {
         let sandbox = self.sandbox()?;
         let Expectation::StoppedWithin(within) = self.step.expect else {
-            return Err("shutdown has no deadline".to_owned());
+            return Err(StepEnd::Failed("shutdown has no deadline".to_owned()));
         };
         let grace = Duration::from_secs(sandbox_contract::GRACEFUL_SHUTDOWN_SECS);
         let started = Instant::now();
-        let report = self
-            .provider
-            .shutdown(&sandbox, grace)
-            .await
-            .map_err(|e| e.to_string())?;
+        let report = self.provider.shutdown(&sandbox, grace).await?;
         let took = started.elapsed();
         self.state().sandbox = None;
         let exit = report
             .exit_code
             .map(|c| format!(", exit code {c}"))
             .unwrap_or_default();
-        let ending = match report.ending {
-            ShutdownEnding::ExitedOnSigterm => "exited on SIGTERM",
-            ShutdownEnding::Killed => "killed after the grace period",
-            ShutdownEnding::Unknown => "ended, how is not reported",
+        let (ending, graceful) = match report.ending {
+            ShutdownEnding::ExitedOnSigterm => ("exited on SIGTERM", Some(true)),
+            ShutdownEnding::Killed => ("killed after the grace period", Some(false)),
+            ShutdownEnding::NotObservable => (NOT_OBSERVABLE, None),
+            ShutdownEnding::Unknown => ("ended, how is not reported", None),
         };
         self.log.line(&format!("ending: {ending}{exit}"));
+        // `graceful` is null when it could not be seen: never counted as a graceful exit.
+        self.log.data(serde_json::json!({
+            "graceful": graceful,
+            "seconds": took.as_secs_f64(),
+        }));
         let seconds = format!("{:.2} s", took.as_secs_f64());
         match report.ending {
             ShutdownEnding::Killed => Err(format!(
                 "{ending} ({}s grace{exit}); stopped after {seconds}",
                 grace.as_secs()
-            )),
+            )
+            .into()),
+            ShutdownEnding::Unknown => Err(format!(
+                "the provider did not say how the sandbox ended, so a graceful exit cannot be told from a kill; stopped after {seconds}"
+            )
+            .into()),
             _ if took > within => Err(format!(
                 "stopped after {seconds}, over {}",
                 humantime::format_duration(within)
-            )),
-            _ => Ok(()),
+            )
+            .into()),
+            ShutdownEnding::ExitedOnSigterm | ShutdownEnding::NotObservable => Ok(()),
         }
     }
 
-    async fn cleanup(&self) -> Result<(), String> {
-        let found = self
-            .provider
-            .list_resources(&self.labels)
-            .await
-            .map_err(|e| e.to_string())?;
+    async fn cleanup(&self) -> Result<(), StepEnd> {
+        let found = self.provider.list_resources(&self.labels).await?;
         let mut errors = Vec::new();
         for resource in &found {
             match self.provider.delete_resource(resource).await {
@@ -993,11 +1018,7 @@ impl StepContext {
                 Err(e) => errors.push(format!("{} {}: {e}", resource.kind, short(&resource.id))),
             }
         }
-        let left = self
-            .provider
-            .list_resources(&self.labels)
-            .await
-            .map_err(|e| e.to_string())?;
+        let left = self.provider.list_resources(&self.labels).await?;
         self.log.line(&format!(
             "{} resources listed under the run label after cleanup",
             left.len()
@@ -1014,7 +1035,8 @@ impl StepContext {
                 "still listed under the run label: {}; errors: {}",
                 leaked.join(", "),
                 errors.join("; ")
-            ))
+            )
+            .into())
         }
     }
 }
@@ -1046,15 +1068,23 @@ fn describe(output: &sandbox_providers::CodeOutput) -> String {
     }
 }
 
-/// Why a variant cannot run `kind`, or `None` when it can.
-fn unsupported(capabilities: &Capabilities, kind: StepKind) -> Option<String> {
-    match kind {
+/// What a shutdown through an API call says of how the sandbox ended.
+pub const NOT_OBSERVABLE: &str = "ended through the API; exit on SIGTERM not observable";
+
+/// Why a variant cannot run `step`, or why the step has nothing to test on it; `None`
+/// when it has something.
+fn unsupported(capabilities: &Capabilities, step: &Step) -> Option<String> {
+    if let Expectation::Check(check, params) = &step.expect {
+        return conformance::nothing_to_test(*check, params, capabilities);
+    }
+    match step.kind {
         StepKind::Build if !capabilities.build => {
             Some("this variant does not build artifacts".to_owned())
         }
         StepKind::Restart if capabilities.restart == RestartKind::Unsupported => {
             Some("this variant cannot restart a kernel or sandbox".to_owned())
         }
+        StepKind::Restart if !capabilities.stateful_code => Some(conformance::STATELESS.to_owned()),
         _ => None,
     }
 }

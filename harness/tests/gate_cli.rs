@@ -9,7 +9,7 @@ use std::time::Duration;
 use sandbox_matrix::results::{
     Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, StepResult, StepStatus,
 };
-use sandbox_providers::{BuildLogMode, Capabilities, RestartKind, Timing};
+use sandbox_providers::{BuildLogMode, Capabilities, RestartKind, ShutdownObservation, Timing};
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/gate");
 
@@ -100,6 +100,10 @@ fn example_results() -> RunResults {
             artifact_metadata: true,
             floor: true,
             concurrent_contexts: 4,
+            stateful_code: true,
+            shutdown: ShutdownObservation::Signal,
+            gpus: 0,
+            egress_policy: false,
         }),
         steps: Vec::new(),
         timings: Vec::new(),

@@ -13,7 +13,7 @@ use sandbox_matrix::scenario::Scenario;
 use sandbox_providers::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, LogFn, Provider,
     ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId, ShutdownEnding,
-    ShutdownReport, Timing,
+    ShutdownObservation, ShutdownReport, Timing,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -28,6 +28,8 @@ enum Fault {
 struct Scripted {
     fault: Fault,
     resources: Mutex<Vec<Resource>>,
+    /// The restart step's marker, kept between calls as a kernel keeps it.
+    marker: Mutex<Option<String>>,
 }
 
 #[async_trait]
@@ -45,6 +47,10 @@ impl Provider for Scripted {
             artifact_metadata: false,
             floor: false,
             concurrent_contexts: 1,
+            stateful_code: true,
+            shutdown: ShutdownObservation::Signal,
+            gpus: 0,
+            egress_policy: false,
         }
     }
 
@@ -72,13 +78,22 @@ impl Provider for Scripted {
     }
 
     async fn run_code(&self, _: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)> {
-        // Answers `1+1`, and echoes the restart step's marker the way Python's repr would.
-        let marker = code
+        // Answers `1+1`, and keeps the restart step's marker, answering it the way
+        // Python's repr would.
+        if let Some(marker) = code
             .strip_prefix("__sandbox_matrix_marker = \"")
-            .and_then(|rest| rest.split('"').next());
-        let result = match (code, marker) {
-            ("1+1", _) => Some("2".to_owned()),
-            (_, Some(marker)) => Some(format!("'{marker}'")),
+            .and_then(|rest| rest.split('"').next())
+        {
+            *self.marker.lock().unwrap() = Some(marker.to_owned());
+        }
+        let result = match code {
+            "1+1" => Some("2".to_owned()),
+            _ if code.ends_with("__sandbox_matrix_marker") => self
+                .marker
+                .lock()
+                .unwrap()
+                .as_ref()
+                .map(|m| format!("'{m}'")),
             _ => None,
         };
         Ok((
@@ -133,6 +148,7 @@ async fn run(fault: Fault, scenario: &str) -> (ScenarioResult, Arc<Scripted>) {
     let provider = Arc::new(Scripted {
         fault,
         resources: Mutex::new(Vec::new()),
+        marker: Mutex::new(None),
     });
     // The build step lints the environment's Dockerfile first: give it the project's own.
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/t.yaml");

@@ -56,6 +56,17 @@ pub enum BuildLogMode {
     None,
 }
 
+/// How the end of a sandbox can be seen when it is stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ShutdownObservation {
+    /// PID 1 is sent SIGTERM and its exit (or the kill after the grace period) is seen.
+    Signal,
+    /// The sandbox is stopped or deleted through an API call; how PID 1 ended cannot be
+    /// seen.
+    Api,
+}
+
 /// What a variant can do; the runner skips, with a reason, any step a
 /// variant cannot perform instead of passing it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,8 +83,27 @@ pub struct Capabilities {
     pub artifact_metadata: bool,
     /// Measures the floor: bare python in a fresh sandbox and a kernel's first answer.
     pub floor: bool,
-    /// How many kernel contexts can run at once in one sandbox.
+    /// How many kernel contexts can run at once in one sandbox; below 2, check 14 has
+    /// nothing to test.
     pub concurrent_contexts: u32,
+    /// The code channel keeps state between calls (a kernel), so a restart can be shown
+    /// by a marker that is gone after it; without it, restart and check 7 are skipped.
+    #[serde(default)]
+    pub stateful_code: bool,
+    /// How a stopped sandbox's end is seen.
+    #[serde(default = "signal_observed")]
+    pub shutdown: ShutdownObservation,
+    /// How many GPUs a sandbox can be given; 0 when the variant attaches none.
+    #[serde(default)]
+    pub gpus: u32,
+    /// The variant can apply an egress policy (hosts a sandbox may not reach), so blocked
+    /// targets can be checked.
+    #[serde(default)]
+    pub egress_policy: bool,
+}
+
+fn signal_observed() -> ShutdownObservation {
+    ShutdownObservation::Signal
 }
 
 /// Labels that mark every resource a run creates.
@@ -172,6 +202,9 @@ pub enum ShutdownEnding {
     ExitedOnSigterm,
     /// The grace period ran out and the sandbox was killed.
     Killed,
+    /// Ended through an API call (a stop or delete): how PID 1 ended cannot be seen, so it is never
+    /// counted as a graceful exit.
+    NotObservable,
     /// The provider does not say.
     Unknown,
 }

@@ -30,7 +30,7 @@ fn by_variant(results: &RunResults) -> Vec<(&str, Vec<&ScenarioResult>)> {
 pub(crate) mod fixture {
     use std::time::Duration;
 
-    use sandbox_providers::{BuildLogMode, Capabilities, RestartKind, Timing};
+    use sandbox_providers::{BuildLogMode, Capabilities, RestartKind, ShutdownObservation, Timing};
 
     use crate::results::{
         Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, StepResult, StepStatus,
@@ -91,6 +91,10 @@ pub(crate) mod fixture {
             artifact_metadata: true,
             floor: true,
             concurrent_contexts: 1,
+            stateful_code: true,
+            shutdown: ShutdownObservation::Signal,
+            gpus: 0,
+            egress_policy: false,
         })
     }
 

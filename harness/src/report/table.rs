@@ -302,6 +302,10 @@ fn shutdown(scenarios: &[&ScenarioResult]) -> String {
                 .iter()
                 .find_map(|line| line.strip_prefix("ending: "))
             {
+                // Never shown as a graceful exit: only the API call's end was seen.
+                Some(crate::runner::NOT_OBSERVABLE) => {
+                    format!("ended through the API in {duration}; exit on SIGTERM not observable")
+                }
                 Some(ending) => format!("{duration}, {ending}"),
                 None => duration,
             }
@@ -313,10 +317,13 @@ fn shutdown(scenarios: &[&ScenarioResult]) -> String {
     }
 }
 
-/// The checks that ran in the first scenario with any check named `core-…` or
-/// `extended-…`; `None` when no scenario has one, and an empty list when none ran.
-fn checks<'a>(scenarios: &[&'a ScenarioResult], tier: &str) -> Option<Vec<&'a StepResult>> {
-    scenarios
+/// The checks of the first scenario with any check named `core-…` or `extended-…`: those
+/// that ran, and the names of those skipped; `None` when no scenario has one.
+fn checks<'a>(
+    scenarios: &[&'a ScenarioResult],
+    tier: &str,
+) -> Option<(Vec<&'a StepResult>, Vec<&'a str>)> {
+    let steps = scenarios
         .iter()
         .map(|scenario| {
             scenario
@@ -325,13 +332,11 @@ fn checks<'a>(scenarios: &[&'a ScenarioResult], tier: &str) -> Option<Vec<&'a St
                 .filter(|s| s.step.starts_with(tier))
                 .collect::<Vec<_>>()
         })
-        .find(|steps| !steps.is_empty())
-        .map(|steps| {
-            steps
-                .into_iter()
-                .filter(|s| !matches!(s.status, StepStatus::Skipped { .. }))
-                .collect()
-        })
+        .find(|steps| !steps.is_empty())?;
+    let (skipped, ran): (Vec<&StepResult>, Vec<&StepResult>) = steps
+        .into_iter()
+        .partition(|s| matches!(s.status, StepStatus::Skipped { .. }));
+    Some((ran, skipped.into_iter().map(check_name).collect()))
 }
 
 /// The short name of a check step: `core-2-identity` is `identity`.
@@ -339,12 +344,13 @@ fn check_name(step: &StepResult) -> &str {
     step.step.splitn(3, '-').nth(2).unwrap_or(&step.step)
 }
 
-/// "n/9" of the core checks that passed, the doctor's rows, and which checks failed.
+/// "n/m" of the core checks that ran and passed, the doctor's rows, which checks failed and
+/// which were skipped (never counted as passed).
 fn core_tier(scenarios: &[&ScenarioResult]) -> String {
-    let core = match checks(scenarios, "core-") {
+    let (core, skipped) = match checks(scenarios, "core-") {
         None => return NOTHING.to_owned(),
-        Some(core) if core.is_empty() => return "skipped".to_owned(),
-        Some(core) => core,
+        Some((core, _)) if core.is_empty() => return "skipped".to_owned(),
+        Some(checks) => checks,
     };
     let passed = core
         .iter()
@@ -367,15 +373,18 @@ fn core_tier(scenarios: &[&ScenarioResult]) -> String {
     if !failed.is_empty() {
         cell.push_str(&format!("; failed: {}", failed.join(", ")));
     }
+    if !skipped.is_empty() {
+        cell.push_str(&format!("; skipped: {}", skipped.join(", ")));
+    }
     cell
 }
 
 /// What the extended tier recorded: throughput, concurrent kernels, cold start, and failures.
 fn extended_tier(scenarios: &[&ScenarioResult]) -> String {
-    let extended = match checks(scenarios, "extended-") {
+    let (extended, skipped) = match checks(scenarios, "extended-") {
         None => return NOTHING.to_owned(),
-        Some(extended) if extended.is_empty() => return "skipped".to_owned(),
-        Some(extended) => extended,
+        Some((extended, _)) if extended.is_empty() => return "skipped".to_owned(),
+        Some(checks) => checks,
     };
     let data = |name: &str| {
         extended
@@ -403,6 +412,9 @@ fn extended_tier(scenarios: &[&ScenarioResult]) -> String {
         .collect();
     if !failed.is_empty() {
         parts.push(format!("failed: {}", failed.join(", ")));
+    }
+    if !skipped.is_empty() {
+        parts.push(format!("skipped: {}", skipped.join(", ")));
     }
     if parts.is_empty() {
         format!(
@@ -763,7 +775,7 @@ mod tests {
         let table = render(&run(vec![core, extended]));
         assert_eq!(
             row(&table, "Doctor and core tier"),
-            ["1/3, doctor 14/15 rows; failed: doctor, identity"]
+            ["1/3, doctor 14/15 rows; failed: doctor, identity; skipped: kernel"]
         );
         assert_eq!(
             row(&table, "Extended tier"),
@@ -822,6 +834,29 @@ mod tests {
              \n\
              - no steps ran\n"
         );
+    }
+
+    #[test]
+    fn a_shutdown_through_the_api_never_reads_as_a_graceful_exit() {
+        let ending = format!("ending: {}", crate::runner::NOT_OBSERVABLE);
+        let cloud = ScenarioResult {
+            steps: vec![step(
+                "shutdown",
+                StepStatus::Passed,
+                520,
+                30,
+                vec![],
+                &[ending.as_str()],
+            )],
+            ..scenario("e2b", "lifecycle")
+        };
+        let table = render(&run(vec![cloud]));
+        let cell = &row(&table, "Shutdown")[0];
+        assert_eq!(
+            cell,
+            "ended through the API in 0.52 s; exit on SIGTERM not observable"
+        );
+        assert!(!cell.contains("exited on SIGTERM"), "{cell}");
     }
 
     #[test]

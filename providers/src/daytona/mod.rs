@@ -23,7 +23,7 @@ use crate::api::{ApiClient, ApiRequest, ApiSettings, Endpoints, Mode, Target, Vo
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, ErrorKind,
     LogFn, Provider, ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId, Secret,
-    ShutdownEnding, ShutdownReport, Timing,
+    ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
 };
 
 /// The control plane's default base URL, used when `DAYTONA_API_URL` is not set.
@@ -631,7 +631,12 @@ impl Provider for DaytonaProvider {
             exec_as_root: false,
             artifact_metadata: false,
             floor: false,
+            // code-run starts a fresh interpreter per call: one context, no state kept.
             concurrent_contexts: 1,
+            stateful_code: false,
+            shutdown: ShutdownObservation::Api,
+            gpus: 0,
+            egress_policy: false,
         }
     }
 
@@ -808,7 +813,7 @@ impl Provider for DaytonaProvider {
     async fn shutdown(&self, sandbox: &SandboxId, _grace: Duration) -> Result<ShutdownReport> {
         self.stop(&sandbox.0).await?;
         Ok(ShutdownReport {
-            ending: ShutdownEnding::Unknown,
+            ending: ShutdownEnding::NotObservable,
             exit_code: None,
         })
     }

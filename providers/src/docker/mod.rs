@@ -30,7 +30,7 @@ use crate::tail;
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, ErrorKind,
     LogFn, Provider, ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId,
-    ShutdownEnding, ShutdownReport, Timing,
+    ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
 };
 
 pub use base::{BaseRecipe, DoctorBinary};
@@ -225,6 +225,10 @@ impl Provider for DockerProvider {
             artifact_metadata: true,
             floor: true,
             concurrent_contexts: 4,
+            stateful_code: true,
+            shutdown: ShutdownObservation::Signal,
+            gpus: 0,
+            egress_policy: false,
         }
     }
 

@@ -31,7 +31,7 @@ use crate::api::{
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, ErrorKind,
     LogFn, Provider, ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId, Secret,
-    ShutdownEnding, ShutdownReport, Timing,
+    ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
 };
 
 /// The spec versions this client was written against.
@@ -704,6 +704,10 @@ impl Provider for E2bProvider {
             artifact_metadata: false,
             floor: false,
             concurrent_contexts: CONCURRENT_CONTEXTS,
+            stateful_code: true,
+            shutdown: ShutdownObservation::Api,
+            gpus: 0,
+            egress_policy: false,
         }
     }
 
@@ -983,7 +987,7 @@ impl Provider for E2bProvider {
             })
             .await?;
         Ok(ShutdownReport {
-            ending: ShutdownEnding::Unknown,
+            ending: ShutdownEnding::NotObservable,
             exit_code: None,
         })
     }

@@ -162,6 +162,7 @@ fn replay(c: &mut Criterion) {
         },
         repeat: false,
         group: None,
+        websocket: None,
     };
     let cassette = Cassette {
         origin: "authored for the replay benchmark".into(),

@@ -4,9 +4,12 @@
 //! against a small emulator of Daytona's control plane and toolbox on 127.0.0.1 written
 //! from the published OpenAPI documents. The emulator hands the work to the local docker
 //! variant: a snapshot build is a docker build of the Dockerfile it is sent, a sandbox is a
-//! container, code-run is `python3 -c` and execute is `sh -c` in it, and stop/start stop
-//! and start the container. So every probe answer in the cassettes is real; the
-//! control-plane answers are the emulator's. Needs Docker:
+//! container, execute is `sh -c` in it, an interpreter context is a Jupyter kernel of its
+//! own in it (the docker variant's `run_code_in`; deleting a context drops it, so a new
+//! one starts empty), the execute WebSocket runs code in that kernel and streams its
+//! output as the toolbox's frames, and stop/start stop and start the container. So every
+//! probe answer in the cassettes is real; the control-plane answers are the emulator's.
+//! Needs Docker:
 //! `cargo test -p sandbox-matrix --test author_daytona -- --ignored`.
 
 mod common;
@@ -18,15 +21,18 @@ use std::time::Duration;
 
 use bollard::Docker;
 use bollard::query_parameters::StopContainerOptionsBuilder;
+use futures_util::{SinkExt as _, StreamExt as _};
 use sandbox_matrix::events::{EventSink, RunEvent};
 use sandbox_matrix::results::ScenarioResult;
 use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
 use sandbox_matrix::scenario::Scenario;
 use sandbox_matrix::variants;
+use sandbox_providers::api::ws::{Rewound, accept, close_with, split_upgrades};
 use sandbox_providers::api::{ApiSettings, Endpoints, Mode, Recorder, Volatiles};
 use sandbox_providers::daytona::DaytonaProvider;
 use sandbox_providers::{Artifact, BuildRequest, Provider, Resource, RunLabels, SandboxId, Secret};
 use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
 /// What the cassettes say they were authored from.
@@ -66,6 +72,8 @@ struct State {
     snapshots: BTreeMap<String, Snapshot>,
     sandboxes: BTreeMap<String, Sandbox>,
     registries: BTreeMap<String, Value>,
+    /// Interpreter contexts by id: the sandbox each belongs to.
+    contexts: BTreeMap<String, String>,
 }
 
 impl State {
@@ -131,7 +139,9 @@ impl Emulator {
         labels: RunLabels,
         volatiles: Arc<Volatiles>,
     ) -> Arc<Self> {
-        let (listener, url) = common::bind_loopback().await;
+        let (upstream, _) = common::bind_loopback().await;
+        let upstream_addr = upstream.local_addr().expect("a local address");
+        let (front, url) = common::bind_loopback().await;
         let engine = Docker::connect_with_local_defaults().expect("connect to the Docker engine");
         let emulator = Arc::new(Self {
             url,
@@ -141,8 +151,12 @@ impl Emulator {
             volatiles,
             state: Arc::default(),
         });
+        let sockets = emulator.clone();
+        split_upgrades(front, upstream_addr, move |stream| {
+            sockets.clone().execute(stream)
+        });
         let serving = emulator.clone();
-        common::serve_http(listener, move |request| {
+        common::serve_http(upstream, move |request| {
             let emulator = serving.clone();
             async move {
                 let (status, content_type, body) = emulator.handle(request.into()).await;
@@ -288,8 +302,32 @@ impl Emulator {
                     None => not_found("sandbox"),
                 }
             }
-            ("POST", ["toolbox", id, "process", what @ ("code-run" | "execute")]) => {
-                self.toolbox(id, what, &body).await
+            ("POST", ["toolbox", id, "process", "execute"]) => self.toolbox(id, &body).await,
+            ("POST", ["toolbox", id, "process", "interpreter", "context"]) => {
+                let mut state = lock(&self.state);
+                if !state.sandboxes.contains_key(*id) {
+                    return not_found("sandbox");
+                }
+                let context = state.id();
+                state.contexts.insert(context.clone(), (*id).to_owned());
+                json_answer(200, context_dto(&context, &body))
+            }
+            ("GET", ["toolbox", id, "process", "interpreter", "context"]) => {
+                let state = lock(&self.state);
+                let contexts: Vec<Value> = state
+                    .contexts
+                    .iter()
+                    .filter(|(_, sandbox)| sandbox.as_str() == *id)
+                    .map(|(context, _)| context_dto(context, &Value::Null))
+                    .collect();
+                json_answer(200, json!({ "contexts": contexts }))
+            }
+            ("DELETE", ["toolbox", _, "process", "interpreter", "context", context]) => {
+                // The kernel behind it is never reached again: a new context is a new one.
+                match lock(&self.state).contexts.remove(*context) {
+                    Some(_) => json_answer(200, json!({ "message": "context deleted" })),
+                    None => not_found("context"),
+                }
             }
             _ => json_answer(
                 404,
@@ -477,7 +515,7 @@ impl Emulator {
         json_answer(200, dto)
     }
 
-    async fn toolbox(&self, id: &str, what: &str, body: &Value) -> Answer {
+    async fn toolbox(&self, id: &str, body: &Value) -> Answer {
         let container = lock(&self.state)
             .sandboxes
             .get(id)
@@ -485,33 +523,128 @@ impl Emulator {
         let Some(container) = container else {
             return not_found("sandbox");
         };
-        let argv: Vec<String> = if what == "code-run" {
-            let code = body["code"].as_str().unwrap_or_default();
-            // The runner's restart marker changes every run: a placeholder in the cassette.
-            for (at, _) in code.match_indices("sm-marker-") {
-                if let Some(marker) = code.get(at..at + 18) {
-                    self.volatiles.register("marker", marker);
-                }
-            }
-            vec!["python3".into(), "-c".into(), code.to_owned()]
-        } else {
-            let command = body["command"].as_str().unwrap_or_default();
-            vec!["sh".into(), "-c".into(), command.to_owned()]
-        };
+        let command = body["command"].as_str().unwrap_or_default();
+        let argv = vec!["sh".into(), "-c".into(), command.to_owned()];
         match self.docker.exec(&SandboxId(container), &argv, false).await {
-            Ok(out) => {
-                let mut answer = json!({
+            Ok(out) => json_answer(
+                200,
+                json!({
                     "exitCode": out.exit_code,
                     "result": format!("{}{}", out.stdout, out.stderr),
-                });
-                if what == "code-run" {
-                    answer["artifacts"] = json!({"charts": []});
-                }
-                json_answer(200, answer)
-            }
+                }),
+            ),
             Err(e) => json_answer(500, json!({"statusCode": 500, "message": e.to_string()})),
         }
     }
+
+    /// Serves one execute WebSocket: reads `{code, contextId}`, runs the code in that
+    /// context's kernel and answers as the toolbox does: stdout, stderr and error frames,
+    /// `control: completed`, close 1000.
+    async fn execute(self: Arc<Self>, stream: Rewound) {
+        let sandbox: Arc<Mutex<Option<String>>> = Arc::default();
+        let seen = sandbox.clone();
+        let check = move |request: &tokio_tungstenite::tungstenite::handshake::server::Request| {
+            let parts: Vec<&str> = request
+                .uri()
+                .path()
+                .trim_start_matches('/')
+                .split('/')
+                .collect();
+            match parts.as_slice() {
+                ["toolbox", id, "process", "interpreter", "execute"] => {
+                    *seen.lock().expect("sandbox lock") = Some((*id).to_owned());
+                    Ok(())
+                }
+                _ => Err((
+                    404,
+                    format!("the emulator has no WebSocket at {}", request.uri()),
+                )),
+            }
+        };
+        let Some(mut socket) = accept(stream, check).await else {
+            return;
+        };
+        let sandbox = sandbox
+            .lock()
+            .expect("sandbox lock")
+            .clone()
+            .unwrap_or_default();
+        let request: Value = match socket.next().await {
+            Some(Ok(Message::Text(text))) => {
+                serde_json::from_str(text.as_str()).unwrap_or_default()
+            }
+            _ => return,
+        };
+        let code = request["code"].as_str().unwrap_or_default();
+        let context = request["contextId"].as_str().unwrap_or_default().to_owned();
+        // The runner's restart marker changes every run: a placeholder in the cassette.
+        for (at, _) in code.match_indices("sm-marker-") {
+            if let Some(marker) = code.get(at..at + 18) {
+                self.volatiles.register("marker", marker);
+            }
+        }
+        let container = {
+            let state = lock(&self.state);
+            match state.contexts.get(&context) {
+                Some(owner) if *owner == sandbox => state
+                    .sandboxes
+                    .get(&sandbox)
+                    .and_then(|s| s.container.clone()),
+                _ => None,
+            }
+        };
+        let mut frames = Vec::new();
+        match container {
+            None => frames.push(output(
+                "error",
+                "",
+                "ContextNotFound",
+                &format!("no context {context}"),
+            )),
+            Some(container) => match self
+                .docker
+                .run_code_in(&SandboxId(container), &context, code)
+                .await
+            {
+                Ok(out) => {
+                    if !out.stdout.is_empty() {
+                        frames.push(output("stdout", &out.stdout, "", ""));
+                    }
+                    if !out.stderr.is_empty() {
+                        frames.push(output("stderr", &out.stderr, "", ""));
+                    }
+                    if let Some(error) = out.error {
+                        let (name, value) = error.split_once(": ").unwrap_or((&error, ""));
+                        frames.push(output("error", "", name, value));
+                    }
+                }
+                Err(e) => frames.push(output("error", "", "WorkerProcessError", &e.to_string())),
+            },
+        }
+        frames.push(output("control", "completed", "", ""));
+        for frame in frames {
+            if socket.send(Message::text(frame.to_string())).await.is_err() {
+                return;
+            }
+        }
+        close_with(&mut socket, 1000, "").await;
+    }
+}
+
+/// An `OutputMessage` frame, every field present as the toolbox sends them.
+fn output(kind: &str, text: &str, name: &str, value: &str) -> Value {
+    json!({"type": kind, "text": text, "name": name, "value": value, "traceback": ""})
+}
+
+/// An `InterpreterContext` record.
+fn context_dto(id: &str, request: &Value) -> Value {
+    json!({
+        "id": id,
+        "cwd": request["cwd"].as_str().unwrap_or("/home/datalayer"),
+        "language": request["language"].as_str().unwrap_or("python"),
+        "active": true,
+        "createdAt": STAMP,
+    })
 }
 
 /// The fake key the client sends; it grants nothing anywhere.

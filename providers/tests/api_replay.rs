@@ -41,6 +41,7 @@ fn exchange(
         },
         repeat: false,
         group: None,
+        websocket: None,
     }
 }
 

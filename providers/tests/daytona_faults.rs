@@ -203,16 +203,25 @@ async fn deleting_what_is_already_gone_succeeds() {
 }
 
 #[tokio::test]
-async fn a_code_run_cut_mid_answer_is_a_transport_error_not_retried_and_cleanup_follows() {
+async fn a_context_create_cut_mid_answer_is_a_transport_error_not_retried_and_cleanup_follows() {
     let (server, provider) = serve("reset-mid-stream", Waits::default()).await;
     let (sandbox, _) = provider.launch(&snapshot(), &labels()).await.unwrap();
     let e = provider.run_code(&sandbox, "1+1").await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Transport, "{e}");
     assert!(
-        e.to_string().contains("code-run"),
+        e.to_string().contains("create interpreter context"),
         "the error names the call: {e}"
     );
-    assert_eq!(seen(&server, "POST", "/process/code-run"), 1, "not retried");
+    assert_eq!(
+        seen(&server, "POST", "/process/interpreter/context"),
+        1,
+        "not retried"
+    );
+    assert_eq!(
+        seen(&server, "GET", "/process/interpreter/execute"),
+        0,
+        "no code runs without a context"
+    );
     provider
         .delete_resource(&Resource {
             kind: KIND_SANDBOX.into(),

@@ -1,5 +1,6 @@
 //! The daytona cassettes against fixtures/schemas/daytona/: every request and response body
-//! validates against the schema its method, path and status name in `index.json`.
+//! validates against the schema its method, path and status name in `index.json`, and
+//! every WebSocket frame against the schema of its sender.
 
 use std::path::{Path, PathBuf};
 
@@ -49,9 +50,11 @@ fn every_body_of_every_daytona_cassette_matches_its_schema() {
         );
     }
     let mut problems = Vec::new();
+    let mut frames = 0;
     for path in &paths {
         let cassette = Cassette::load(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         for (n, exchange) in cassette.exchanges.iter().enumerate() {
+            frames += exchange.websocket.as_ref().map_or(0, Vec::len);
             let (method, at) = (&exchange.request.method, &exchange.request.path);
             let here = format!("{} #{n} {method} {at}", path.display());
             let Some(endpoint) = catalogue.endpoint(method, at) else {
@@ -63,6 +66,7 @@ fn every_body_of_every_daytona_cassette_matches_its_schema() {
                 exchange.request.body.as_ref(),
                 &format!("{here} request"),
             ));
+            problems.extend(catalogue.check_frames(endpoint, exchange.websocket.as_ref(), &here));
             let status = exchange.response.status.to_string();
             match endpoint.response.get(&status) {
                 Some(file) => problems.extend(catalogue.check_body(
@@ -75,6 +79,7 @@ fn every_body_of_every_daytona_cassette_matches_its_schema() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(frames > 0, "no WebSocket frame was checked");
 }
 
 #[test]
@@ -95,14 +100,36 @@ fn a_wrong_field_type_and_a_missing_required_field_are_rejected() {
     missing.as_object_mut().unwrap().remove("toolboxProxyUrl");
     assert!(catalogue.validate("sandbox.json", &missing).is_err());
 
-    let run = json!({"code": "print(1)", "language": "python"});
+    let run = json!({"code": "print(1)", "contextId": "c1", "timeout": 300});
     catalogue
-        .validate("code-run.request.json", &run)
-        .expect("a whole request passes");
+        .validate("interpreter-execute.frame.json", &run)
+        .expect("a whole frame passes");
     assert!(
         catalogue
-            .validate("code-run.request.json", &json!({"code": "x"}))
-            .is_err()
+            .validate(
+                "interpreter-execute.frame.json",
+                &json!({"contextId": "c1"})
+            )
+            .is_err(),
+        "code is required"
+    );
+    assert!(
+        catalogue
+            .validate(
+                "interpreter-output.frame.json",
+                &json!({"type": "result", "text": "2"})
+            )
+            .is_err(),
+        "the toolbox sends no result frames"
+    );
+    assert!(
+        catalogue
+            .validate(
+                "interpreter-context.json",
+                &json!({"id": "c1", "cwd": "/", "language": "python", "active": true})
+            )
+            .is_err(),
+        "createdAt is required"
     );
     assert!(
         catalogue

@@ -87,6 +87,58 @@ pub struct Exchange {
     /// launches, contexts, polls): replay serves them in any order among themselves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// A WebSocket exchange: the request is the upgrade, the response its `101`, and these
+    /// are the frames that followed, both ways, in the order they went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub websocket: Option<Vec<WsFrame>>,
+}
+
+/// One WebSocket frame of a recorded exchange, in its most readable form.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum WsFrame {
+    /// A text frame the client sent holding one JSON document.
+    Client(serde_json::Value),
+    /// A text frame the server sent holding one JSON document.
+    Server(serde_json::Value),
+    /// A text frame the client sent that is not JSON.
+    ClientText(String),
+    /// A text frame the server sent that is not JSON.
+    ServerText(String),
+    /// The server closed the socket with this code and reason.
+    Close {
+        /// The close code (1000: done; 4008: Daytona's execution timeout).
+        code: u16,
+        /// The reason, often empty.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        reason: String,
+    },
+}
+
+impl WsFrame {
+    /// A text frame in its readable form: JSON when it parses as JSON.
+    pub fn from_text(from_client: bool, text: &str) -> WsFrame {
+        match (serde_json::from_str(text), from_client) {
+            (Ok(value), true) => WsFrame::Client(value),
+            (Ok(value), false) => WsFrame::Server(value),
+            (Err(_), true) => WsFrame::ClientText(text.to_owned()),
+            (Err(_), false) => WsFrame::ServerText(text.to_owned()),
+        }
+    }
+
+    /// Whether the client sent this frame.
+    pub fn from_client(&self) -> bool {
+        matches!(self, WsFrame::Client(_) | WsFrame::ClientText(_))
+    }
+
+    /// The text on the wire of a text frame; `None` for a close.
+    pub fn text(&self) -> Option<String> {
+        match self {
+            WsFrame::Client(v) | WsFrame::Server(v) => Some(v.to_string()),
+            WsFrame::ClientText(t) | WsFrame::ServerText(t) => Some(t.clone()),
+            WsFrame::Close { .. } => None,
+        }
+    }
 }
 
 /// A request as cassettes hold it: canonical path, normalized body.
@@ -340,6 +392,15 @@ impl Cassette {
                     ),
                 ));
             }
+            if exchange.websocket.is_some() && exchange.request.method != "GET" {
+                return Err(ProviderError::new(
+                    ErrorKind::Config,
+                    format!(
+                        "exchange {i}: a WebSocket upgrade is a GET, not {}",
+                        exchange.request.method
+                    ),
+                ));
+            }
             if let Some(body) = &exchange.response.body {
                 body.to_bytes()
                     .map_err(|e| e.context(format!("exchange {i} response body")))?;
@@ -482,23 +543,36 @@ impl Normalizer {
                     .collect(),
             ),
             Body::Text(t) => Body::Text(self.text(t)),
-            Body::Base64(b) => {
-                let engine = base64::engine::general_purpose::STANDARD;
-                match engine.decode(b) {
-                    Ok(bytes) => match String::from_utf8(bytes) {
-                        Ok(text) => {
-                            let normalized = self.text(&text);
-                            if normalized == text {
-                                Body::Base64(b.clone())
-                            } else {
-                                Body::Base64(engine.encode(normalized))
-                            }
-                        }
-                        Err(_) => Body::Base64(b.clone()),
-                    },
-                    Err(_) => Body::Base64(b.clone()),
+            Body::Base64(b) => self.base64(b),
+        }
+    }
+
+    /// `frame` normalized.
+    pub fn frame(&self, frame: &WsFrame) -> WsFrame {
+        match frame {
+            WsFrame::Client(v) => WsFrame::Client(self.json(v)),
+            WsFrame::Server(v) => WsFrame::Server(self.json(v)),
+            WsFrame::ClientText(t) => WsFrame::ClientText(self.text(t)),
+            WsFrame::ServerText(t) => WsFrame::ServerText(self.text(t)),
+            WsFrame::Close { code, reason } => WsFrame::Close {
+                code: *code,
+                reason: self.text(reason),
+            },
+        }
+    }
+
+    fn base64(&self, b: &str) -> Body {
+        let engine = base64::engine::general_purpose::STANDARD;
+        match engine.decode(b).map(String::from_utf8) {
+            Ok(Ok(text)) => {
+                let normalized = self.text(&text);
+                if normalized == text {
+                    Body::Base64(b.to_owned())
+                } else {
+                    Body::Base64(engine.encode(normalized))
                 }
             }
+            _ => Body::Base64(b.to_owned()),
         }
     }
 
@@ -506,15 +580,24 @@ impl Normalizer {
     /// replayed response says in place of the recording's values. Credentials stay
     /// placeholders.
     pub fn restore(&self, body: &Body) -> Body {
-        let back = Normalizer {
+        self.back().body(body)
+    }
+
+    /// `frame` with each run-varying placeholder put back, as [`Self::restore`] does.
+    pub fn restore_frame(&self, frame: &WsFrame) -> WsFrame {
+        self.back().frame(frame)
+    }
+
+    /// The normalizer that turns this one's run-varying placeholders back into values.
+    fn back(&self) -> Normalizer {
+        Normalizer {
             replacements: self
                 .replacements
                 .iter()
                 .filter(|(_, p)| !p.starts_with("<redacted:"))
                 .map(|(v, p)| (p.clone(), v.clone()))
                 .collect(),
-        };
-        back.body(body)
+        }
     }
 }
 

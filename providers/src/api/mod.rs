@@ -8,6 +8,7 @@
 pub mod cassette;
 mod poll;
 pub mod replay;
+pub mod ws;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,7 +19,7 @@ use backon::BackoffBuilder as _;
 use futures_util::StreamExt as _;
 use reqwest::Method;
 
-pub use cassette::{Body, Cassette, ConnectFrame, Exchange, Normalizer, Volatiles};
+pub use cassette::{Body, Cassette, ConnectFrame, Exchange, Normalizer, Volatiles, WsFrame};
 pub use poll::PollIntervals;
 
 use crate::{ErrorKind, ProviderError, Result, Secret, tail};
@@ -830,6 +831,7 @@ impl ApiClient {
                 response,
                 repeat: false,
                 group: None,
+                websocket: None,
             },
             sent,
             &lock(&self.inner.credentials),
@@ -859,6 +861,10 @@ fn redact_exchange(normalizer: &Normalizer, exchange: &Exchange) -> Exchange {
         },
         repeat: exchange.repeat,
         group: exchange.group.clone(),
+        websocket: exchange
+            .websocket
+            .as_ref()
+            .map(|frames| frames.iter().map(|f| normalizer.frame(f)).collect()),
     }
 }
 

@@ -9,6 +9,13 @@
 //! how the request differs; [`ReplayServer::finish`] fails on those and on exchanges never
 //! requested. A response marked `reset_after_bytes` is redirected to a small TCP responder
 //! that sends that many bytes of it and resets the connection.
+//!
+//! WebSocket exchanges (wiremock cannot upgrade) are served by a front listener at the
+//! same base URL ([`super::ws::split_upgrades`]): an upgrade is matched as the next
+//! exchange like any request, then its recorded frames are played in order, each client
+//! frame compared with the recording after normalization. A client frame that differs
+//! closes the socket (code 1008) and fails the replay naming the exchange, the frame and
+//! the first differences.
 
 use std::ops::Range;
 use std::path::PathBuf;
@@ -19,7 +26,11 @@ use base64::Engine as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use wiremock::{Mock, MockServer, Respond, ResponseTemplate};
 
-use super::cassette::{Body, Cassette, Exchange, Normalizer, RecordedRequest, Volatiles};
+use futures_util::{SinkExt as _, StreamExt as _};
+use tokio_tungstenite::tungstenite::Message;
+
+use super::cassette::{Body, Cassette, Exchange, Normalizer, RecordedRequest, Volatiles, WsFrame};
+use super::ws::{Rewound, close_with};
 use crate::{ErrorKind, ProviderError, Result, Secret};
 
 /// How fast responses come back.
@@ -113,21 +124,26 @@ struct State {
     /// The first segment with an exchange never served.
     cursor: usize,
     served: Vec<u32>,
+    /// WebSocket exchanges a socket has taken for its own by its first client frame.
+    bound: Vec<bool>,
     observed: Vec<Observed>,
     problems: Vec<String>,
 }
 
 /// A replay server on 127.0.0.1. Stops when dropped.
 pub struct ReplayServer {
-    server: MockServer,
+    /// Kept alive for as long as the front relays to it.
+    _server: MockServer,
+    url: String,
     state: Arc<Mutex<State>>,
     reset_task: tokio::task::JoinHandle<()>,
+    front_task: tokio::task::JoinHandle<()>,
 }
 
 impl std::fmt::Debug for ReplayServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReplayServer")
-            .field("url", &self.server.uri())
+            .field("url", &self.url)
             .finish_non_exhaustive()
     }
 }
@@ -135,7 +151,12 @@ impl std::fmt::Debug for ReplayServer {
 impl Drop for ReplayServer {
     fn drop(&mut self) {
         self.reset_task.abort();
+        self.front_task.abort();
     }
+}
+
+fn listen_error(e: std::io::Error) -> ProviderError {
+    ProviderError::new(ErrorKind::Config, format!("cannot listen on loopback: {e}"))
 }
 
 impl ReplayServer {
@@ -143,18 +164,19 @@ impl ReplayServer {
     pub async fn start(cassette: Cassette, options: ReplayOptions) -> Result<Self> {
         let reset_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
-            .map_err(|e| {
-                ProviderError::new(ErrorKind::Config, format!("cannot listen on loopback: {e}"))
-            })?;
-        let reset_addr = reset_listener
-            .local_addr()
-            .map_err(|e| ProviderError::new(ErrorKind::Config, format!("no local address: {e}")))?;
+            .map_err(listen_error)?;
+        let reset_addr = reset_listener.local_addr().map_err(listen_error)?;
+        let front = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(listen_error)?;
+        let url = format!("http://{}", front.local_addr().map_err(listen_error)?);
         let name = match &options.cassette_path {
             Some(path) => path.display().to_string(),
             None => format!("the {} {} cassette", cassette.variant, cassette.scenario),
         };
         let state = Arc::new(Mutex::new(State {
             served: vec![0; cassette.exchanges.len()],
+            bound: vec![false; cassette.exchanges.len()],
             segments: segments(&cassette.exchanges),
             cursor: 0,
             name,
@@ -167,22 +189,31 @@ impl ReplayServer {
         Mock::given(wiremock::matchers::any())
             .respond_with(Responder {
                 state: state.clone(),
-                options,
+                options: options.clone(),
                 reset_base: format!("http://{reset_addr}"),
             })
             .mount(&server)
             .await;
         let reset_task = tokio::spawn(serve_resets(reset_listener, state.clone()));
+        let sockets = Arc::new(Sockets {
+            state: state.clone(),
+            options,
+        });
+        let front_task = super::ws::split_upgrades(front, *server.address(), move |stream| {
+            sockets.clone().serve(stream)
+        });
         Ok(Self {
-            server,
+            _server: server,
+            url,
             state,
             reset_task,
+            front_task,
         })
     }
 
-    /// Base URL to point the client at.
+    /// Base URL to point the client at (HTTP and WebSocket).
     pub fn url(&self) -> String {
-        self.server.uri()
+        self.url.clone()
     }
 
     /// Every request seen so far, in order.
@@ -440,7 +471,9 @@ fn body_differences(expected: Option<&Body>, came: Option<&Body>, out: &mut Vec<
             }
         }
         (Some(e), Some(c)) => match (json_form(e), json_form(c)) {
-            (Some(ev), Some(cv)) if form(e) == form(c) => json_differences("", &ev, &cv, out),
+            (Some(ev), Some(cv)) if form(e) == form(c) => {
+                json_differences("body", "", &ev, &cv, out)
+            }
             _ => out.push(format!(
                 "body: expected {} {}, came {} {}",
                 form(e),
@@ -486,9 +519,10 @@ fn json_form(body: &Body) -> Option<serde_json::Value> {
     }
 }
 
-/// The first differences between two JSON documents, by JSON Pointer; stops once `out`
-/// holds more than [`MAX_DIFFERENCES`].
+/// The first differences between two JSON documents, by JSON Pointer after `label` (such
+/// as `body`); stops once `out` holds more than [`MAX_DIFFERENCES`].
 fn json_differences(
+    label: &str,
     at: &str,
     expected: &serde_json::Value,
     came: &serde_json::Value,
@@ -513,10 +547,10 @@ fn json_differences(
             for key in keys {
                 let here = format!("{at}/{}", key.replace('~', "~0").replace('/', "~1"));
                 match (e.get(key), c.get(key)) {
-                    (Some(ev), Some(cv)) => json_differences(&here, ev, cv, out),
+                    (Some(ev), Some(cv)) => json_differences(label, &here, ev, cv, out),
                     (ev, cv) => {
                         out.push(format!(
-                            "body {here}: expected {}, came {}",
+                            "{label} {here}: expected {}, came {}",
                             ev.map_or("none".to_owned(), |v| excerpt(&v.to_string())),
                             cv.map_or("none".to_owned(), |v| excerpt(&v.to_string()))
                         ));
@@ -526,11 +560,11 @@ fn json_differences(
         }
         (Value::Array(e), Value::Array(c)) => {
             for (i, (ev, cv)) in e.iter().zip(c).enumerate() {
-                json_differences(&format!("{at}/{i}"), ev, cv, out);
+                json_differences(label, &format!("{at}/{i}"), ev, cv, out);
             }
             if e.len() != c.len() {
                 out.push(format!(
-                    "body {}: expected {} items, came {}",
+                    "{label} {}: expected {} items, came {}",
                     pointer(at),
                     e.len(),
                     c.len()
@@ -539,7 +573,7 @@ fn json_differences(
         }
         (e, c) if e != c => {
             out.push(format!(
-                "body {}: expected {}, came {}",
+                "{label} {}: expected {}, came {}",
                 pointer(at),
                 excerpt(&e.to_string()),
                 excerpt(&c.to_string())
@@ -602,31 +636,11 @@ impl Respond for Responder {
             body: (!request.body.is_empty())
                 .then(|| normalizer.body(&Body::from_bytes(content_type, &request.body))),
         };
-        let mut state = lock(&self.state);
-        if let Some(check) = &self.options.request_check
-            && let Err(why) = check(&incoming)
-        {
-            let problem = format!("{} {}: {why}", incoming.method, incoming.path);
-            return refuse(&mut state, &incoming, problem);
-        }
-        let Some(index) = state.pick(&incoming) else {
-            let problem = state.mismatch(&incoming);
-            return refuse(&mut state, &incoming, problem);
+        let (index, response) = match admit(&self.state, &self.options, incoming) {
+            Ok(admitted) => admitted,
+            Err(answer) => return ResponseTemplate::new(418).set_body_string(answer),
         };
-        state.served[index] += 1;
-        let response = state.cassette.exchanges[index].response.clone();
-        state.observed.push(Observed {
-            method: incoming.method,
-            path: incoming.path,
-            exchange: Some(index),
-            status: response.status,
-        });
-        drop(state);
-        let delay = match self.options.pace {
-            Pace::Instant => Duration::ZERO,
-            Pace::Recorded => Duration::from_secs_f64(response.latency_ms.max(0.0) / 1000.0),
-            Pace::Fixed(d) => d,
-        };
+        let delay = delay(self.options.pace, response.latency_ms);
         if response.reset_after_bytes.is_some() {
             // The TCP responder sends the cut response; 307 keeps the method and body.
             return ResponseTemplate::new(307)
@@ -656,8 +670,250 @@ impl Respond for Responder {
     }
 }
 
-/// Answers 418 with `problem`, naming the cassette, and keeps it for [`ReplayServer::finish`].
-fn refuse(state: &mut State, incoming: &RecordedRequest, problem: String) -> ResponseTemplate {
+/// Matches `incoming` as the next request: the exchange serving it and its response, or
+/// the refusal's answer (the problem is kept for [`ReplayServer::finish`]).
+fn admit(
+    state: &Mutex<State>,
+    options: &ReplayOptions,
+    incoming: RecordedRequest,
+) -> std::result::Result<(usize, super::cassette::RecordedResponse), String> {
+    let mut state = lock(state);
+    if let Some(check) = &options.request_check
+        && let Err(why) = check(&incoming)
+    {
+        let problem = format!("{} {}: {why}", incoming.method, incoming.path);
+        return Err(refusal(&mut state, &incoming, problem));
+    }
+    let Some(index) = state.pick(&incoming) else {
+        let problem = state.mismatch(&incoming);
+        return Err(refusal(&mut state, &incoming, problem));
+    };
+    state.served[index] += 1;
+    let response = state.cassette.exchanges[index].response.clone();
+    state.observed.push(Observed {
+        method: incoming.method,
+        path: incoming.path,
+        exchange: Some(index),
+        status: response.status,
+    });
+    Ok((index, response))
+}
+
+/// How long to hold an answer recorded as taking `latency_ms`.
+fn delay(pace: Pace, latency_ms: f64) -> Duration {
+    match pace {
+        Pace::Instant => Duration::ZERO,
+        Pace::Recorded => Duration::from_secs_f64(latency_ms.max(0.0) / 1000.0),
+        Pace::Fixed(d) => d,
+    }
+}
+
+/// Serves WebSocket exchanges: the upgrade is matched as a request, then the frames are
+/// played.
+struct Sockets {
+    state: Arc<Mutex<State>>,
+    options: ReplayOptions,
+}
+
+/// Close code of a socket whose client sent a frame other than the recorded one.
+const CLOSE_MISMATCH: u16 = 1008;
+
+impl Sockets {
+    async fn serve(self: Arc<Self>, stream: Rewound) {
+        let normalizer = Normalizer::new(&self.options.credentials, &self.options.volatiles);
+        let admitted: Arc<Mutex<Option<usize>>> = Arc::default();
+        let (this, picked) = (self.clone(), admitted.clone());
+        let check = move |request: &tokio_tungstenite::tungstenite::handshake::server::Request| {
+            let uri = request.uri();
+            let path = uri
+                .path_and_query()
+                .map_or_else(|| uri.path().to_owned(), |p| p.as_str().to_owned());
+            let headers = this
+                .options
+                .matched_headers
+                .iter()
+                .filter_map(|name| {
+                    let values: Vec<&str> = request
+                        .headers()
+                        .get_all(*name)
+                        .iter()
+                        .map(|v| v.to_str().unwrap_or("(not UTF-8)"))
+                        .collect();
+                    (!values.is_empty()).then(|| {
+                        (
+                            name.to_ascii_lowercase(),
+                            normalizer.text(&values.join(", ")),
+                        )
+                    })
+                })
+                .collect();
+            let incoming = RecordedRequest {
+                method: request.method().to_string(),
+                path: normalizer.text(&path),
+                headers,
+                body: None,
+            };
+            let (index, response) =
+                admit(&this.state, &this.options, incoming).map_err(|answer| (418, answer))?;
+            if lock(&this.state).cassette.exchanges[index]
+                .websocket
+                .is_none()
+            {
+                // A refused upgrade, recorded as such: answer what was recorded.
+                let body = response
+                    .body
+                    .as_ref()
+                    .map(|b| {
+                        String::from_utf8_lossy(&b.to_bytes().unwrap_or_default()).into_owned()
+                    })
+                    .unwrap_or_default();
+                return Err((response.status, body));
+            }
+            *lock(&picked) = Some(index);
+            Ok(())
+        };
+        let Some(mut socket) = super::ws::accept(stream, check).await else {
+            return;
+        };
+        let Some(index) = *lock(&admitted) else {
+            return;
+        };
+        let mut index = index;
+        let (mut frames, latency_ms) = {
+            let state = lock(&self.state);
+            let exchange = &state.cassette.exchanges[index];
+            (
+                exchange.websocket.clone().unwrap_or_default(),
+                exchange.response.latency_ms,
+            )
+        };
+        let mut bound = false;
+        tokio::time::sleep(delay(self.options.pace, latency_ms)).await;
+        let normalizer = Normalizer::new(&self.options.credentials, &self.options.volatiles);
+        // Indexed: binding to another exchange of the group swaps `frames` on the way.
+        for k in 0..frames.len() {
+            let frame = &frames[k].clone();
+            if let WsFrame::Close { code, reason } = frame {
+                close_with(&mut socket, *code, reason).await;
+                return;
+            }
+            if !frame.from_client() {
+                let text = normalizer.restore_frame(frame).text().unwrap_or_default();
+                if socket.send(Message::text(text)).await.is_err() {
+                    self.problem(format!(
+                        "exchange #{index}: the client left before frame #{k} was sent"
+                    ));
+                    return;
+                }
+                continue;
+            }
+            let came = loop {
+                match socket.next().await {
+                    Some(Ok(Message::Text(text))) => break Some(text.as_str().to_owned()),
+                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                    Some(Ok(_)) | Some(Err(_)) | None => break None,
+                }
+            };
+            let Some(came) = came else {
+                self.problem(format!(
+                    "exchange #{index}: the client closed the socket before sending frame #{k}"
+                ));
+                return;
+            };
+            // Normalized the same way the recorder did, with the values known by now.
+            let normalizer = Normalizer::new(&self.options.credentials, &self.options.volatiles);
+            let came = normalizer.frame(&WsFrame::from_text(true, &came));
+            if !bound {
+                // Sockets of one group send the same upgrade: the first client frame tells
+                // which recorded socket this one is.
+                bound = true;
+                if let Some(j) = self.bind(index, k, &came) {
+                    index = j;
+                    frames = lock(&self.state).cassette.exchanges[j]
+                        .websocket
+                        .clone()
+                        .unwrap_or_default();
+                    continue;
+                }
+            }
+            if came != frames[k] {
+                let problem = format!(
+                    "exchange #{index} (GET {}), frame #{k}: {}",
+                    lock(&self.state).cassette.exchanges[index].request.path,
+                    frame_differences(&frames[k], &came).join("; ")
+                );
+                self.problem(problem.clone());
+                close_with(&mut socket, CLOSE_MISMATCH, &problem).await;
+                return;
+            }
+        }
+        // Recorded without a close: the client closed; wait for it to.
+        while let Some(Ok(message)) = socket.next().await {
+            if matches!(message, Message::Close(_)) {
+                break;
+            }
+        }
+    }
+
+    /// Keeps `problem` for [`ReplayServer::finish`].
+    fn problem(&self, problem: String) {
+        lock(&self.state).problems.push(problem);
+    }
+
+    /// The exchange a socket admitted as `index` is, now that its client frame `k` is
+    /// `came`: `index` itself or another of its group with the same upgrade, frames
+    /// before `k` and frame `k`, not taken by another socket yet (the served counts move
+    /// with it). `None` when none fits: `index` then reports the difference.
+    fn bind(&self, index: usize, k: usize, came: &WsFrame) -> Option<usize> {
+        let mut state = lock(&self.state);
+        let segment = state
+            .segments
+            .iter()
+            .find(|s| s.contains(&index))
+            .cloned()
+            .unwrap_or(index..index + 1);
+        let exchanges = &state.cassette.exchanges;
+        let mine = exchanges[index].websocket.as_deref().unwrap_or_default();
+        let fits = |j: usize| {
+            let theirs = exchanges[j].websocket.as_deref().unwrap_or_default();
+            !state.bound[j]
+                && exchanges[j].request == exchanges[index].request
+                && theirs.len() > k
+                && theirs[..k] == mine[..k.min(mine.len())]
+                && &theirs[k] == came
+        };
+        let j = std::iter::once(index)
+            .chain(segment.filter(|&j| j != index))
+            .find(|&j| fits(j))?;
+        state.bound[j] = true;
+        if j != index {
+            state.served[index] -= 1;
+            state.served[j] += 1;
+        }
+        Some(j)
+    }
+}
+
+/// How a client frame differs from the recorded one.
+fn frame_differences(expected: &WsFrame, came: &WsFrame) -> Vec<String> {
+    let mut out = Vec::new();
+    match (expected, came) {
+        (WsFrame::Client(e), WsFrame::Client(c)) => json_differences("frame", "", e, c, &mut out),
+        _ => out.push(format!(
+            "expected {}, came {}",
+            excerpt(&expected.text().unwrap_or_default()),
+            excerpt(&came.text().unwrap_or_default())
+        )),
+    }
+    if out.len() > MAX_DIFFERENCES {
+        out.truncate(MAX_DIFFERENCES);
+        out.push("more differences".to_owned());
+    }
+    out
+}
+
+/// Keeps `problem` for [`ReplayServer::finish`] and returns the answer naming the cassette.
+fn refusal(state: &mut State, incoming: &RecordedRequest, problem: String) -> String {
     let answer = format!("sandbox-matrix replay of {}: {problem}", state.name);
     state.problems.push(problem);
     state.observed.push(Observed {
@@ -666,7 +922,7 @@ fn refuse(state: &mut State, incoming: &RecordedRequest, problem: String) -> Res
         exchange: None,
         status: 418,
     });
-    ResponseTemplate::new(418).set_body_string(answer)
+    answer
 }
 
 fn short(body: &Body) -> String {

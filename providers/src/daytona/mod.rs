@@ -5,8 +5,11 @@
 //! names are rewritten and reused, ids are not. Build secrets travel as a docker-registry
 //! entry that is deleted by id as soon as the build ends. A launch creates a sandbox from
 //! the snapshot id with the run's labels and polls until `started`. Code and commands go
-//! to the toolbox at the sandbox's `toolboxProxyUrl`: `process/code-run` and
-//! `process/execute`. There is no kernel restart: restart stops and starts the sandbox.
+//! to the toolbox at the sandbox's `toolboxProxyUrl`: commands to `process/execute`, code
+//! to interpreter contexts (`process/interpreter/context`), run over the
+//! `process/interpreter/execute` WebSocket. `run_code` uses one context created on first
+//! use, `run_code_in` one per name; restart deletes the context and creates a new one, so
+//! the state is gone and the sandbox keeps running.
 
 mod code;
 mod dockerfile;
@@ -19,6 +22,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::api::ws::WsMessage;
 use crate::api::{ApiClient, ApiRequest, ApiSettings, Endpoints, Mode, Target, Volatiles};
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, ErrorKind,
@@ -49,6 +53,13 @@ const CANARY_REGISTRY: &str = "build-secrets.invalid";
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest one piece of code or one command may run in the toolbox.
 const RUN_TIMEOUT_SECS: u64 = 300;
+/// Interpreter contexts one sandbox runs at once. The toolbox spec and the SDK set no
+/// limit (each context is a worker process of its own, bounded by the sandbox's 1 CPU and
+/// 1 GiB); 4 is what check 14 asks for and what was exercised, through the authoring
+/// emulator, not a figure measured on Daytona.
+const CONCURRENT_CONTEXTS: u32 = 4;
+/// The name under which `run_code`'s context is kept.
+const DEFAULT_CONTEXT: &str = "";
 /// Resources baked into every snapshot: 1 CPU, 1 GiB memory, 3 GiB disk.
 const SNAPSHOT_RESOURCES: (u32, u32, u32) = (1, 1, 3);
 
@@ -85,6 +96,8 @@ pub struct DaytonaProvider {
     waits: Waits,
     /// Toolbox base URL of each sandbox, from its record.
     toolboxes: Mutex<HashMap<String, String>>,
+    /// Interpreter context ids by sandbox and name (`run_code`'s is [`DEFAULT_CONTEXT`]).
+    contexts: Mutex<HashMap<(String, String), String>>,
 }
 
 impl std::fmt::Debug for DaytonaProvider {
@@ -182,6 +195,7 @@ impl DaytonaProvider {
             target,
             waits: Waits::default(),
             toolboxes: Mutex::new(HashMap::new()),
+            contexts: Mutex::new(HashMap::new()),
         })
     }
 }
@@ -239,7 +253,13 @@ struct UrlRecord {
     url: String,
 }
 
-/// What `process/execute` and `process/code-run` answer.
+/// An interpreter context (`InterpreterContext`), the field this client reads.
+#[derive(Debug, Deserialize)]
+struct ContextRecord {
+    id: String,
+}
+
+/// What `process/execute` answers.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RunRecord {
@@ -247,6 +267,10 @@ struct RunRecord {
     exit_code: Option<i64>,
     #[serde(default)]
     result: Option<String>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The name of every resource a run's scenario creates that carries no labels.
@@ -276,13 +300,95 @@ impl DaytonaProvider {
         self
     }
 
-    /// Sends `req` with the bearer token (and the organization, with a JWT).
-    async fn call(&self, req: ApiRequest) -> Result<crate::api::ApiResponse> {
+    /// `req` with the bearer token (and the organization, with a JWT).
+    fn authorized(&self, req: ApiRequest) -> ApiRequest {
         let mut req = req.header("Authorization", format!("Bearer {}", self.bearer.expose()));
         if let Some(org) = &self.organization {
             req = req.header("X-Daytona-Organization-ID", org.clone());
         }
-        self.client.call(req).await
+        req
+    }
+
+    /// Sends `req` with the bearer token (and the organization, with a JWT).
+    async fn call(&self, req: ApiRequest) -> Result<crate::api::ApiResponse> {
+        self.client.call(self.authorized(req)).await
+    }
+
+    /// The id of context `name` in `sandbox`, created on first use.
+    async fn context(&self, sandbox: &str, name: &str) -> Result<String> {
+        let key = (sandbox.to_owned(), name.to_owned());
+        if let Some(id) = lock(&self.contexts).get(&key) {
+            return Ok(id.clone());
+        }
+        let target = self.toolbox(sandbox, "process/interpreter/context").await?;
+        let created: ContextRecord = self
+            .call(
+                ApiRequest::post(target, "")
+                    .json(json!({ "language": "python" }))
+                    .what("create interpreter context"),
+            )
+            .await?
+            .json()?;
+        lock(&self.contexts).insert(key, created.id.clone());
+        Ok(created.id)
+    }
+
+    /// Runs `code` in context `context` over the execute WebSocket.
+    async fn interpret(&self, sandbox: &str, context: &str, code: &str) -> Result<CodeOutput> {
+        let target = self.toolbox(sandbox, "process/interpreter/execute").await?;
+        let deadline = Duration::from_secs(RUN_TIMEOUT_SECS + 30);
+        let mut socket = self
+            .client
+            .websocket(
+                self.authorized(ApiRequest::get(target, ""))
+                    .what("execute in interpreter context"),
+            )
+            .await?;
+        socket
+            .send_json(&json!({
+                "code": code::wrap(code),
+                "contextId": context,
+                "timeout": RUN_TIMEOUT_SECS,
+            }))
+            .await?;
+        let mut frames = Vec::new();
+        let ended = loop {
+            match socket.next(deadline).await? {
+                WsMessage::Json(frame) => frames.push(frame),
+                WsMessage::Text(text) => {
+                    return Err(ProviderError::new(
+                        ErrorKind::Protocol,
+                        format!(
+                            "the interpreter sent a frame that is not JSON: {}",
+                            crate::tail(&text, 200)
+                        ),
+                    ));
+                }
+                WsMessage::Closed { code, reason } => break (code, reason),
+            }
+        };
+        socket.close().await;
+        let context_of = |e: ProviderError| {
+            e.context(format!(
+                "interpreter context {context} in sandbox {sandbox}"
+            ))
+        };
+        match ended {
+            (1000 | 1005, _) => {}
+            (4008, _) => {
+                return Err(context_of(ProviderError::new(
+                    ErrorKind::Timeout,
+                    format!("the interpreter's timeout of {RUN_TIMEOUT_SECS} s passed"),
+                )));
+            }
+            (code, reason) => {
+                return Err(context_of(ProviderError::new(
+                    ErrorKind::Transport,
+                    format!("the interpreter closed the WebSocket with code {code}: {reason}"),
+                )));
+            }
+        }
+        code::output_from_frames(&frames).map_err(context_of)
     }
 
     /// Creates the registry entry that hands `secret` to the builder; returns its id.
@@ -504,8 +610,9 @@ impl DaytonaProvider {
         Ok(Target::Absolute(format!("{base}/{id}/{endpoint}")))
     }
 
-    /// Stops sandbox `id` and polls until it is stopped.
+    /// Stops sandbox `id` and polls until it is stopped; its contexts end with it.
     async fn stop(&self, id: &str) -> Result<Timing> {
+        lock(&self.contexts).retain(|(sandbox, _), _| sandbox != id);
         let started = Instant::now();
         self.call(
             ApiRequest::post(Target::Api, format!("/sandbox/{id}/stop"))
@@ -619,15 +726,15 @@ impl DaytonaProvider {
 /// What the daytona variant can do.
 pub const CAPABILITIES: Capabilities = Capabilities {
     build: true,
-    restart: RestartKind::Sandbox,
+    restart: RestartKind::Kernel,
     build_logs: BuildLogMode::Polled,
     // process/execute takes no user: commands run as the sandbox's user.
     exec_as_root: false,
     artifact_metadata: false,
     floor: false,
-    // code-run starts a fresh interpreter per call: one context, no state kept.
-    concurrent_contexts: 1,
-    stateful_code: false,
+    // Interpreter contexts keep their globals between calls; see CONCURRENT_CONTEXTS.
+    concurrent_contexts: CONCURRENT_CONTEXTS,
+    stateful_code: true,
     shutdown: ShutdownObservation::Api,
     gpus: 0,
     egress_policy: false,
@@ -734,26 +841,23 @@ impl Provider for DaytonaProvider {
     }
 
     async fn run_code(&self, sandbox: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)> {
-        let target = self.toolbox(&sandbox.0, "process/code-run").await?;
-        let answer: RunRecord = self
-            .call(
-                ApiRequest::post(target, "")
-                    .json(json!({
-                        "code": code::wrap(code),
-                        "language": "python",
-                        "timeout": RUN_TIMEOUT_SECS,
-                    }))
-                    .timeout(Duration::from_secs(RUN_TIMEOUT_SECS + 30))
-                    .what("code-run"),
-            )
-            .await?
-            .json()?;
-        let output = code::unwrap(
-            answer.result.as_deref().unwrap_or_default(),
-            answer.exit_code,
-        )
-        .map_err(|e| e.context(format!("code-run in sandbox {}", sandbox.0)))?;
-        Ok((output, Vec::new()))
+        let context = self.context(&sandbox.0, DEFAULT_CONTEXT).await?;
+        Ok((
+            self.interpret(&sandbox.0, &context, code).await?,
+            Vec::new(),
+        ))
+    }
+
+    async fn run_code_in(
+        &self,
+        sandbox: &SandboxId,
+        context: &str,
+        code: &str,
+    ) -> Result<CodeOutput> {
+        let id = self
+            .context(&sandbox.0, &format!("named:{context}"))
+            .await?;
+        self.interpret(&sandbox.0, &id, code).await
     }
 
     async fn exec(
@@ -788,27 +892,31 @@ impl Provider for DaytonaProvider {
         })
     }
 
+    /// Deletes `run_code`'s context and creates a new one: a fresh worker, its globals
+    /// gone, the sandbox still running.
     async fn restart(&self, sandbox: &SandboxId) -> Result<Vec<Timing>> {
         let id = sandbox.0.as_str();
-        let stopped = self.stop(id).await?;
         let started = Instant::now();
-        self.call(
-            ApiRequest::post(Target::Api, format!("/sandbox/{id}/start"))
-                .idempotent(true)
-                .what("start sandbox"),
-        )
-        .await?;
-        let resolution = self
-            .wait_for_sandbox(id, "started", self.waits.ready)
-            .await?;
-        Ok(vec![
-            stopped,
-            Timing {
-                name: "sandbox-start".into(),
-                duration: started.elapsed(),
-                resolution: Some(resolution),
-            },
-        ])
+        let old = lock(&self.contexts).remove(&(id.to_owned(), DEFAULT_CONTEXT.to_owned()));
+        if let Some(old) = old {
+            let target = self
+                .toolbox(id, &format!("process/interpreter/context/{old}"))
+                .await?;
+            match self
+                .call(ApiRequest::delete(target, "").what("delete interpreter context"))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.kind == ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.context(id, DEFAULT_CONTEXT).await?;
+        Ok(vec![Timing {
+            name: "context-recreated".into(),
+            duration: started.elapsed(),
+            resolution: None,
+        }])
     }
 
     /// Stops the sandbox; Daytona's stop takes no grace period and does not report how

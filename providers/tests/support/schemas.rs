@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use sandbox_providers::api::Body;
 use sandbox_providers::api::cassette::RecordedRequest;
+use sandbox_providers::api::{Body, WsFrame};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -18,6 +18,18 @@ pub struct Endpoint {
     pub request: Option<String>,
     /// The response body's schema file by status; null for no JSON body.
     pub response: BTreeMap<String, Option<String>>,
+    /// For a WebSocket route, the schemas of its JSON frames.
+    #[serde(default)]
+    pub frames: Option<Frames>,
+}
+
+/// The schema files of a WebSocket route's frames, by who sends them.
+#[derive(Debug, Deserialize)]
+pub struct Frames {
+    /// Each JSON frame the client sends.
+    pub client: String,
+    /// Each JSON frame the server sends.
+    pub server: String,
 }
 
 /// The compiled schemas of one variant and its `index.json`.
@@ -144,6 +156,36 @@ impl SchemaSet {
                     .map(|e| format!("{at}: {e}"))
                     .collect()
             }
+        }
+    }
+
+    /// Every JSON frame of a WebSocket exchange against its sender's schema; a WebSocket
+    /// exchange on a route without frame schemas, or the reverse, is a problem.
+    pub fn check_frames(
+        &self,
+        endpoint: &Endpoint,
+        frames: Option<&Vec<WsFrame>>,
+        at: &str,
+    ) -> Vec<String> {
+        match (&endpoint.frames, frames) {
+            (None, None) => Vec::new(),
+            (None, Some(_)) => vec![format!("{at}: WebSocket frames on a route without any")],
+            (Some(_), None) => Vec::new(),
+            (Some(schemas), Some(frames)) => frames
+                .iter()
+                .enumerate()
+                .filter_map(|(k, frame)| {
+                    match frame {
+                        WsFrame::Client(v) => self.validate(&schemas.client, v).err(),
+                        WsFrame::Server(v) => self.validate(&schemas.server, v).err(),
+                        WsFrame::ClientText(_) | WsFrame::ServerText(_) => {
+                            Some("a text frame that is not JSON".to_owned())
+                        }
+                        WsFrame::Close { .. } => None,
+                    }
+                    .map(|e| format!("{at} frame {k}: {e}"))
+                })
+                .collect(),
         }
     }
 

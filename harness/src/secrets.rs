@@ -17,10 +17,17 @@ const SCAN_SCRIPT: &str = include_str!("probes/secrets_scan.py");
 const BASE: u128 = 257;
 const MODULUS: u128 = (1 << 61) - 1;
 
-/// The character classes the probe knows (`CLASSES` in the probe), narrowest first. A
+/// The character classes the probe knows (`CLASSES` in the probe), smallest first. A
 /// form's class is the first one holding all of its bytes, `any` when none does.
-const CLASSES: [(&str, fn(u8) -> bool); 4] = [
+const CLASSES: [(&str, fn(u8) -> bool); 7] = [
     ("hex", |b| b.is_ascii_hexdigit()),
+    ("lowercase", |b| {
+        b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_".contains(&b)
+    }),
+    ("alnum", |b| b.is_ascii_alphanumeric()),
+    ("base64url", |b| {
+        b.is_ascii_alphanumeric() || b"-_".contains(&b)
+    }),
     ("base64", |b| {
         b.is_ascii_alphanumeric() || b"+/=".contains(&b)
     }),
@@ -34,7 +41,7 @@ const CLASSES: [(&str, fn(u8) -> bool); 4] = [
 ///
 /// Scanning `/usr` byte by byte in Python takes minutes, so the probe first finds, with a
 /// regular expression, the runs of bytes of the form's `class` at least `len` long, and
-/// hashes only those. The class is one of five fixed alphabets, which says next to
+/// hashes only those. The class is one of seven fixed alphabets, which says next to
 /// nothing about the value (for the encoded forms, the encoding already says it). A hash
 /// of a short prefix would have served as a cheaper first filter too, but it would give
 /// the prefix away: anyone can hash every 4-byte string and look the answer up.
@@ -303,8 +310,11 @@ mod tests {
     #[test]
     fn classes_are_the_narrowest_that_hold_every_byte() {
         assert_eq!(class_of(b"0123abcDEF"), "hex");
+        assert_eq!(class_of(FAKE.as_bytes()), "lowercase");
+        assert_eq!(class_of(b"c20tZmFrZS1j"), "alnum");
+        assert_eq!(class_of(b"c20t_ZmFrZS1j"), "base64url");
         assert_eq!(class_of(b"c20tZmFrZS1j+/=="), "base64");
-        assert_eq!(class_of(FAKE.as_bytes()), "token");
+        assert_eq!(class_of(b"a.b/c%20"), "token");
         assert_eq!(class_of(b"a:b@c"), "graph");
         assert_eq!(class_of(FAKE_ODD.as_bytes()), "any");
         assert_eq!(class_of("é".as_bytes()), "any");

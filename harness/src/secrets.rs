@@ -17,9 +17,12 @@ const SCAN_SCRIPT: &str = include_str!("probes/secrets_scan.py");
 const BASE: u128 = 257;
 const MODULUS: u128 = (1 << 61) - 1;
 
+/// Whether a byte belongs to a character class.
+type Member = fn(u8) -> bool;
+
 /// The character classes the probe knows (`CLASSES` in the probe), smallest first. A
 /// form's class is the first one holding all of its bytes, `any` when none does.
-const CLASSES: [(&str, fn(u8) -> bool); 7] = [
+const CLASSES: [(&str, Member); 7] = [
     ("hex", |b| b.is_ascii_hexdigit()),
     ("lowercase", |b| {
         b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_".contains(&b)

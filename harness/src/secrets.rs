@@ -14,6 +14,9 @@ use serde::{Deserialize, Serialize};
 /// The probe's Python source; `probe_code` appends the call.
 const SCAN_SCRIPT: &str = include_str!("probes/secrets_scan.py");
 
+/// How the base64 fragments of a secret are named, after the secret's name.
+const BASE64_FORM: &str = " (base64)";
+
 const BASE: u128 = 257;
 const MODULUS: u128 = (1 << 61) - 1;
 
@@ -58,6 +61,9 @@ pub struct SecretFingerprint {
     pub hash: u64,
     /// The narrowest of the probe's character classes holding all of its bytes.
     pub class: &'static str,
+    /// Whether line breaks may cut the form (base64 is often wrapped at 64 or 76
+    /// characters): the probe then ignores them inside a run.
+    pub wrapped: bool,
 }
 
 impl SecretFingerprint {
@@ -69,8 +75,14 @@ impl SecretFingerprint {
             len: bytes.len(),
             hash: rolling_hash(bytes),
             class: class_of(bytes),
+            wrapped: is_base64(form),
         }
     }
+}
+
+/// Whether `form` is one of the base64 fragments of [`forms`].
+fn is_base64(form: &Secret) -> bool {
+    form.name().ends_with(BASE64_FORM)
 }
 
 /// The narrowest class in [`CLASSES`] holding every byte, or `any`.
@@ -98,8 +110,9 @@ pub fn rolling_hash(bytes: &[u8]) -> u64 {
 /// or 2. For each offset `o`, the secret of `n` bytes is encoded behind `o` filler bytes
 /// and only the characters whose 6 bits all come from the secret are kept, characters
 /// `ceil(8o/6)` up to `floor(8(o+n)/6)`: those are the same whatever bytes surround the
-/// secret, so any base64 text that encodes it holds one of the three. Hex and URL
-/// encoding map each byte on its own and need no such care.
+/// secret, so any base64 text that encodes it holds one of the three, line breaks aside
+/// (the search ignores them inside base64). Hex and URL encoding map each byte on its own
+/// and need no such care.
 ///
 /// A form shorter than the value (the empty fragment of a one-byte value) is dropped, and
 /// a form equal to an earlier one (the URL encoding of a value with nothing to escape) is
@@ -113,7 +126,7 @@ pub fn forms(secret: &Secret) -> Vec<Secret> {
         padded.extend_from_slice(value);
         let encoded = BASE64.encode(&padded);
         let (from, to) = ((8 * offset).div_ceil(6), 8 * (offset + value.len()) / 6);
-        candidates.push((format!("{name} (base64)"), encoded[from..to].to_owned()));
+        candidates.push((format!("{name}{BASE64_FORM}"), encoded[from..to].to_owned()));
     }
     candidates.push((format!("{name} (url-encoded)"), url_encode(value)));
     let hex: String = value.iter().map(|b| format!("{b:02x}")).collect();
@@ -214,9 +227,14 @@ pub fn scan_metadata(metadata: &str, secrets: &[Secret]) -> Vec<Finding> {
     found
 }
 
-/// Adds a finding for each form name `text` holds, once per name.
+/// Adds a finding for each form name `text` holds, once per name; base64 fragments are
+/// also looked for with line breaks removed.
 fn search(text: &str, path: &str, forms: &[Secret], found: &mut Vec<Finding>) {
-    for form in forms.iter().filter(|f| text.contains(f.expose())) {
+    let unwrapped = text.replace(['\r', '\n'], "");
+    for form in forms
+        .iter()
+        .filter(|f| text.contains(f.expose()) || (is_base64(f) && unwrapped.contains(f.expose())))
+    {
         let finding = Finding {
             name: form.name().to_owned(),
             location: path.to_owned(),
@@ -262,6 +280,14 @@ mod tests {
 
     fn odd() -> Secret {
         Secret::new("OTHER_TOKEN", FAKE_ODD)
+    }
+
+    /// `text` cut into lines of 16 characters, as `base64` and PEM wrap theirs.
+    fn wrap(text: &str) -> Vec<u8> {
+        text.as_bytes()
+            .chunks(16)
+            .flat_map(|line| [line, b"\r\n"].concat())
+            .collect()
     }
 
     fn hex(bytes: &[u8]) -> String {
@@ -330,14 +356,18 @@ mod tests {
                 let mut bytes = b"user:x\n".repeat(3)[..lead].to_vec();
                 bytes.extend_from_slice(value.as_bytes());
                 bytes.extend_from_slice(b"\ntrailing bytes");
-                serde_json::json!({ "labels": { "auth": BASE64.encode(&bytes) } }).to_string()
+                let encoded = BASE64.encode(&bytes);
+                let wrapped = String::from_utf8(wrap(&encoded)).unwrap();
+                serde_json::json!({ "labels": { "auth": encoded, "pem": wrapped } }).to_string()
             };
             assert_eq!(
                 scan_metadata(&blob(FAKE), &[fake()]),
-                vec![Finding {
-                    name: "REGISTRY_TOKEN (base64)".into(),
-                    location: "artifact metadata.labels.auth".into(),
-                }],
+                ["auth", "pem"]
+                    .map(|label| Finding {
+                        name: "REGISTRY_TOKEN (base64)".into(),
+                        location: format!("artifact metadata.labels.{label}"),
+                    })
+                    .to_vec(),
                 "secret at offset {} of a 3-byte group",
                 lead % 3
             );
@@ -390,6 +420,10 @@ mod tests {
                 BASE64.encode(format!("u{NEAR_MISS}")).into_bytes(),
             ),
             (
+                "b64/wrapped",
+                wrap(&BASE64.encode(format!("line\n{FAKE}\n"))),
+            ),
+            (
                 "hex.bin",
                 format!("\0\0{}\0", hex(FAKE.as_bytes()).to_uppercase()).into_bytes(),
             ),
@@ -436,6 +470,7 @@ mod tests {
             (at("b64/0"), "REGISTRY_TOKEN (base64)".to_owned()),
             (at("b64/1"), "REGISTRY_TOKEN (base64)".to_owned()),
             (at("b64/2"), "REGISTRY_TOKEN (base64)".to_owned()),
+            (at("b64/wrapped"), "REGISTRY_TOKEN (base64)".to_owned()),
             (at("hex.bin"), "REGISTRY_TOKEN (hex, upper case)".to_owned()),
             (at("odd"), "OTHER_TOKEN".to_owned()),
             (at("sub/leak.conf"), "REGISTRY_TOKEN".to_owned()),

@@ -2,7 +2,8 @@
 #
 # It is given, for each form of each secret (the value, its base64, URL-encoded and hex
 # forms), a name, a length, a polynomial rolling hash (base 257 modulo 2**61 - 1 over the
-# bytes) and the name of a character class the form's bytes all belong to; never a value.
+# bytes), the name of a character class the form's bytes all belong to, and whether line
+# breaks may cut it (base64 is often wrapped); never a value.
 # It reports where a window of that length hashes the same: files under the roots (every
 # file system but the pseudo ones), process environments and command lines. One JSON line
 # behind the marker goes to stdout.
@@ -20,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 BASE = 257
 MOD = (1 << 61) - 1
 MAX_FILE = 16 * 1024 * 1024
-DEADLINE = 60.0
+DEADLINE = 90.0
 ROOTS = ("/",)
 # Never descended into: kernel and device views, not files a build or start wrote.
 SKIP = ("/proc", "/sys", "/dev")
@@ -94,19 +95,22 @@ def marks(members):
 
 class Scanner:
     def __init__(self, targets):
-        groups = {}
+        groups, self.anything = {}, {}
         for t in targets:
-            by_len = groups.setdefault(t["class"], {})
+            if CLASSES[t["class"]] is None:
+                by_len = self.anything
+            else:
+                by_len = groups.setdefault((t["class"], t["wrapped"]), {})
             by_len.setdefault(t["len"], {})[t["hash"]] = t["name"]
-        # (class marks, shortest length, {length: {hash: name}}) for each class but any
+        # (class marks, wrapped, shortest length, {length: {hash: name}}) for each class
+        # but any; a wrapped form may be cut by line breaks, which are then ignored.
         self.classes = [
-            (marks(CLASSES[c]), min(by_len), by_len)
-            for c, by_len in groups.items() if CLASSES[c] is not None
+            (marks(CLASSES[c]), wrapped, min(by_len), by_len)
+            for (c, wrapped), by_len in groups.items()
         ]
-        self.anything = groups.get("any", {})
-        union = b"".join(CLASSES[c] for c in groups if CLASSES[c] is not None)
+        union = b"".join(CLASSES[c] + (b"\r\n" if w else b"") for c, w in groups)
         self.union = marks(union)
-        self.union_shortest = min((s for _, s, _ in self.classes), default=0)
+        self.union_shortest = min((s for _, _, s, _ in self.classes), default=0)
         self.shortest = min((t["len"] for t in targets), default=1)
         self.tops = {t["len"]: pow(BASE, t["len"] - 1, MOD) for t in targets}
         self.found = []
@@ -118,9 +122,15 @@ class Scanner:
         if self.classes:
             for start, end in runs(data.translate(self.union), self.union_shortest):
                 part = data[start:end]
-                for table, shortest, by_len in self.classes:
-                    for s, e in runs(part.translate(table), shortest):
-                        self.roll_all(part, s, e, by_len, hits)
+                unwrapped = None
+                for table, wrapped, shortest, by_len in self.classes:
+                    text = part
+                    if wrapped:
+                        if unwrapped is None:
+                            unwrapped = part.replace(b"\r", b"").replace(b"\n", b"")
+                        text = unwrapped
+                    for s, e in runs(text.translate(table), shortest):
+                        self.roll_all(text, s, e, by_len, hits)
         self.roll_all(data, 0, len(data), self.anything, hits)
         for name in sorted(hits):
             self.found.append({"name": name, "where": where})

@@ -200,7 +200,8 @@ pub struct ScanReport {
     pub home: String,
     /// The probe's working directory.
     pub cwd: String,
-    /// Folders not descended into: `/proc`, `/sys`, `/dev` and pseudo file system mounts.
+    /// Folders not descended into: `/proc`, `/sys`, `/dev` and pseudo file system mounts
+    /// (those under another left out).
     pub skipped: Vec<String>,
     /// Wall time of the whole probe, in seconds.
     pub seconds: f64,

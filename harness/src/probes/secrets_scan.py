@@ -223,7 +223,7 @@ def main(targets_json, roots=ROOTS, processes=True, deadline=DEADLINE):
         "roots": roots,
         "home": home,
         "cwd": cwd,
-        "skipped": sorted(skipped),
+        "skipped": sorted(p for p in skipped if not any(p != q and under(p, q) for q in skipped)),
         "seconds": round(time.monotonic() - started, 3),
         "stopped_at": stopped_at,
     }))

@@ -112,20 +112,19 @@ impl Runner {
     }
 
     /// The run-varying values for the next scenario, which cloud variants keep out of
-    /// cassettes: a fresh set holding the run id, the canary and its fingerprint, to which
-    /// the scenario adds its own (restart markers, names a provider derives). Fresh per
-    /// scenario, so that placeholders are numbered the same way in every run of it; call
-    /// it before opening the scenario's session.
+    /// cassettes: a fresh set holding the run id, the canary's forms (the value and its
+    /// encodings) and their fingerprints, to which the scenario adds its own (restart
+    /// markers, names a provider derives). Fresh per scenario, so that placeholders are
+    /// numbered the same way in every run of it; call it before opening the scenario's
+    /// session.
     pub fn scenario_volatiles(&self) -> Arc<Volatiles> {
         let volatiles = Arc::new(Volatiles::default());
         volatiles.register("run-id", &self.run_id);
-        volatiles.register_secret(&self.canary);
-        volatiles.register(
-            "canary-hash",
-            &secrets::SecretFingerprint::of(&self.canary)
-                .hash
-                .to_string(),
-        );
+        for form in secrets::forms(&self.canary) {
+            volatiles.register_secret(&form);
+            let hash = secrets::SecretFingerprint::of(&form).hash;
+            volatiles.register("canary-hash", &hash.to_string());
+        }
         *self.volatiles.lock().expect("volatiles lock") = volatiles.clone();
         volatiles
     }
@@ -722,16 +721,38 @@ impl StepContext {
         };
         let report = secrets::parse_report(&stdout)?;
         self.log.line(&format!(
-            "scanned {} files as uid {} ({} unreadable), process environments and command lines",
-            report.files_scanned, report.uid, report.unreadable
+            "scanned {} files under {} as uid {} in {:.1} s ({} unreadable; home {}, working directory {}; not {}), process environments and command lines, for {} forms",
+            report.files_scanned,
+            report.roots.join(" "),
+            report.uid,
+            report.seconds,
+            report.unreadable,
+            report.home,
+            report.cwd,
+            report.skipped.join(" "),
+            secrets::fingerprints(&self.secrets).len()
         ));
+        if let Some(last) = report.stopped_at {
+            let so_far: Vec<String> = report
+                .found
+                .iter()
+                .map(|f| format!("{} at {}", f.name, f.location))
+                .collect();
+            return Err(format!(
+                "the secrets scan ran out of time after {:.0} s and {} files (the last {last}), so what it did not read is unknown; found so far: [{}]",
+                report.seconds,
+                report.files_scanned,
+                so_far.join(", ")
+            )
+            .into());
+        }
         let mut found = report.found;
         if capabilities.artifact_metadata {
             let artifact = self.artifact()?;
             let metadata = self.provider.artifact_metadata(&artifact).await?;
             found.extend(secrets::scan_metadata(&metadata, &self.secrets));
             self.log
-                .line("scanned the artifact's env, labels, command and history");
+                .line("searched the artifact's metadata for every form");
         }
         let found: Vec<String> = found
             .into_iter()

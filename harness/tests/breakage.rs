@@ -62,7 +62,7 @@ fn violations_fail_their_step_and_leave_nothing_behind() {
         leak.contains("REGISTRY_TOKEN at /home/datalayer/.netrc"),
         "{leak}"
     );
-    assert!(leak.contains("image metadata.history"), "{leak}");
+    assert!(leak.contains("artifact metadata.history"), "{leak}");
 
     for s in &results.scenarios {
         assert_eq!(

@@ -1,18 +1,21 @@
 //! Each violating image fails exactly the conformance checks its breach targets and no
 //! other: the core tier (scenarios/core-tier.yaml) runs against every image under
 //! fixtures/images/violations/ on the docker variant, and the failures are compared with
-//! the table below. The table as measured is printed, and cleanup must leave nothing.
+//! the table below. Images that leak the canary also run the `secrets-scan` step, and both
+//! it and check 9 must name the form and the place of the leak. The table as measured is
+//! printed, and cleanup must leave nothing.
 
 mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use sandbox_matrix::events::{EventSink, RunEvent};
 use sandbox_matrix::results::{ScenarioResult, StepStatus};
 use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
-use sandbox_matrix::scenario::Scenario;
+use sandbox_matrix::scenario::{Expectation, Scenario, Step, StepKind};
 use sandbox_matrix::variants;
 use tokio_util::sync::CancellationToken;
 
@@ -34,6 +37,8 @@ const EXPECTED: &[(&str, &[&str], &[&str])] = &[
     ),
     ("canary-in-file", &["secrets"], &[]),
     ("canary-in-env", &["secrets"], &[]),
+    ("canary-base64-in-share", &["secrets"], &[]),
+    ("canary-in-var-lib", &["secrets"], &[]),
     (
         "ipykernel-missing",
         &["doctor", "kernel", "imports", "restart"],
@@ -42,6 +47,21 @@ const EXPECTED: &[(&str, &[&str], &[&str])] = &[
     ("locale-unset", &["doctor"], &["locale"]),
     ("timezone-not-utc", &["doctor"], &["timezone"]),
     ("doctor-missing", &["doctor"], &[]),
+];
+
+/// Image → what the secrets check and the `secrets-scan` step must both report (the form
+/// and the place); these images also run the step.
+const FINDINGS: &[(&str, &str)] = &[
+    ("canary-in-file", "REGISTRY_TOKEN at /home/datalayer/.netrc"),
+    ("canary-in-env", "REGISTRY_TOKEN at artifact metadata.env["),
+    (
+        "canary-base64-in-share",
+        "REGISTRY_TOKEN (base64) at /usr/local/share/build-auth/auth.b64",
+    ),
+    (
+        "canary-in-var-lib",
+        "REGISTRY_TOKEN at /var/lib/build-cache/state.json",
+    ),
 ];
 
 /// How many images are built and checked at once.
@@ -104,6 +124,18 @@ async fn each_violating_image_fails_what_it_breaks_and_nothing_else() {
         let mut scenario = core.clone();
         scenario.name = format!("core-tier-{image}");
         scenario.environment = root.join("fixtures/images/violations").join(image);
+        if FINDINGS.iter().any(|(i, _)| i == image) {
+            let cleanup = scenario.steps.len() - 1;
+            assert_eq!(scenario.steps[cleanup].kind, StepKind::Cleanup);
+            scenario.steps.insert(
+                cleanup,
+                Step {
+                    kind: StepKind::SecretsScan,
+                    budget: Duration::from_secs(120),
+                    expect: Expectation::Default,
+                },
+            );
+        }
         let (runner, provider, permits) = (runner.clone(), provider.clone(), permits.clone());
         tasks.spawn(async move {
             let _permit = permits.acquire().await.expect("semaphore open");
@@ -135,6 +167,23 @@ async fn each_violating_image_fails_what_it_breaks_and_nothing_else() {
         if failed_checks != *checks || failed_rows != *rows {
             let reasons = common::failures(result);
             wrong.push(format!("{image}: expected {checks:?} / rows {rows:?}, got {failed_checks:?} / rows {failed_rows:?}\n    {}", reasons.join("\n    ")));
+        }
+    }
+    for (image, finding) in FINDINGS {
+        let result = &measured[image];
+        let check = result
+            .step("core-9-secrets")
+            .and_then(|s| s.data.as_ref())
+            .map(|d| d["found"].to_string())
+            .unwrap_or_default();
+        if !check.contains(finding) {
+            wrong.push(format!("{image}: check 9 found {check}, not `{finding}`"));
+        }
+        match result.step("secrets-scan").map(|s| &s.status) {
+            Some(StepStatus::Failed { reason }) if reason.contains(finding) => {}
+            other => wrong.push(format!(
+                "{image}: secrets-scan should fail naming `{finding}`: {other:?}"
+            )),
         }
     }
     println!("{table}");

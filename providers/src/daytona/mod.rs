@@ -730,7 +730,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     build_logs: BuildLogMode::Polled,
     // process/execute takes no user: commands run as the sandbox's user.
     exec_as_root: false,
-    artifact_metadata: false,
+    artifact_metadata: true,
     floor: false,
     // Interpreter contexts keep their globals between calls; see CONCURRENT_CONTEXTS.
     concurrent_contexts: CONCURRENT_CONTEXTS,
@@ -929,10 +929,47 @@ impl Provider for DaytonaProvider {
         })
     }
 
-    async fn artifact_metadata(&self, _artifact: &Artifact) -> Result<String> {
-        Err(ProviderError::unsupported(
-            "read a snapshot's image metadata: the API does not expose it",
-        ))
+    /// What Daytona's API says about the snapshot: its record (build info included), its
+    /// build log, and any docker-registry entry left under the run's name. Daytona
+    /// exposes no image env, labels or history.
+    async fn artifact_metadata(&self, artifact: &Artifact) -> Result<String> {
+        let id = &artifact.id;
+        let snapshot: serde_json::Value = self
+            .call(ApiRequest::get(Target::Api, format!("/snapshots/{id}")).what("get snapshot"))
+            .await?
+            .json()?;
+        let logs: UrlRecord = self
+            .call(
+                ApiRequest::get(Target::Api, format!("/snapshots/{id}/build-logs-url"))
+                    .what("get snapshot build logs URL"),
+            )
+            .await?
+            .json()?;
+        let log = match self
+            .call(ApiRequest::get(Target::Absolute(logs.url), "").what("get snapshot build logs"))
+            .await
+        {
+            Ok(response) => response.text(),
+            Err(e) if e.kind == ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(e),
+        };
+        let registries: Vec<serde_json::Value> = self
+            .call(
+                ApiRequest::get(Target::Api, "/docker-registry")
+                    .what("list docker-registry entries"),
+            )
+            .await?
+            .json()?;
+        let registries: Vec<serde_json::Value> = registries
+            .into_iter()
+            .filter(|r| r["name"] == snapshot["name"])
+            .collect();
+        Ok(json!({
+            "snapshot": snapshot,
+            "build log": log.lines().collect::<Vec<_>>(),
+            "docker registries": registries,
+        })
+        .to_string())
     }
 
     async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>> {
@@ -1011,6 +1048,74 @@ mod tests {
         assert_eq!(
             with_query("/sandbox", &[("labels", "{\"a\":\"b c\"}")]),
             "/sandbox?labels=%7B%22a%22%3A%22b+c%22%7D"
+        );
+    }
+
+    #[tokio::test]
+    async fn artifact_metadata_holds_the_snapshot_its_build_log_and_its_registry_entries() {
+        use wiremock::matchers::{method, path};
+        use wiremock::{Mock, MockServer, ResponseTemplate};
+        let server = MockServer::start().await;
+        let answer = |p: &str, body: serde_json::Value| {
+            Mock::given(method("GET"))
+                .and(path(p.to_owned()))
+                .respond_with(ResponseTemplate::new(200).set_body_json(body))
+        };
+        answer(
+            "/snapshots/s1",
+            json!({"id": "s1", "name": "sandbox-matrix-r-x", "state": "active",
+                   "buildInfo": {"dockerfileContent": "FROM x"}}),
+        )
+        .mount(&server)
+        .await;
+        answer(
+            "/snapshots/s1/build-logs-url",
+            json!({"url": format!("{}/logs/s1", server.uri())}),
+        )
+        .mount(&server)
+        .await;
+        Mock::given(method("GET"))
+            .and(path("/logs/s1"))
+            .respond_with(ResponseTemplate::new(200).set_body_string("step 1\nstep 2\n"))
+            .mount(&server)
+            .await;
+        answer(
+            "/docker-registry",
+            json!([{"id": "r1", "name": "sandbox-matrix-r-x", "username": "build"},
+                   {"id": "r2", "name": "someone-else", "username": "u"}]),
+        )
+        .mount(&server)
+        .await;
+        let provider = DaytonaProvider::new(
+            ApiSettings {
+                endpoints: Endpoints {
+                    api_base: server.uri(),
+                    sandbox_domain: String::new(),
+                },
+                mode: Mode::Live,
+                // A fake key, made up for this test.
+                credentials: vec![Secret::new("DAYTONA_API_KEY", "fake-daytona-key")],
+                volatiles: Arc::default(),
+                call_timeout: CALL_TIMEOUT,
+            },
+            None,
+            None,
+        )
+        .unwrap();
+        let artifact = Artifact {
+            id: "s1".into(),
+            kind: "snapshot-id".into(),
+        };
+        let metadata: serde_json::Value =
+            serde_json::from_str(&provider.artifact_metadata(&artifact).await.unwrap()).unwrap();
+        assert_eq!(
+            metadata["snapshot"]["buildInfo"]["dockerfileContent"],
+            "FROM x"
+        );
+        assert_eq!(metadata["build log"], json!(["step 1", "step 2"]));
+        assert_eq!(
+            metadata["docker registries"],
+            json!([{"id": "r1", "name": "sandbox-matrix-r-x", "username": "build"}])
         );
     }
 }

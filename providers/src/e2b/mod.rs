@@ -75,6 +75,8 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 const SANDBOX_TIMEOUT_SECS: u64 = 900;
 /// Build log entries fetched per status poll (the spec's maximum).
 const LOG_PAGE: usize = 100;
+/// Most pages of build log the secrets scan reads (ten thousand lines).
+const MAX_LOG_PAGES: usize = 100;
 /// Contexts the code interpreter runs at once, as the spike measured (four of four).
 const CONCURRENT_CONTEXTS: u32 = 4;
 /// Resources of the template's sandboxes.
@@ -695,7 +697,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     restart: RestartKind::Kernel,
     build_logs: BuildLogMode::Polled,
     exec_as_root: true,
-    artifact_metadata: false,
+    artifact_metadata: true,
     floor: false,
     concurrent_contexts: CONCURRENT_CONTEXTS,
     stateful_code: true,
@@ -995,10 +997,59 @@ impl Provider for E2bProvider {
         })
     }
 
-    async fn artifact_metadata(&self, _artifact: &Artifact) -> Result<String> {
-        Err(ProviderError::unsupported(
-            "read a template build's image metadata (E2B's API exposes none)",
-        ))
+    /// What E2B's API says about the build: its status answers with the whole log, paged
+    /// from the start, and the template's entry in the listing. E2B exposes no image
+    /// env, labels or history.
+    async fn artifact_metadata(&self, artifact: &Artifact) -> Result<String> {
+        let (tid, bid) = artifact.id.split_once(':').ok_or_else(|| {
+            ProviderError::new(
+                ErrorKind::Config,
+                format!(
+                    "an {ARTIFACT_KIND} artifact is templateID:buildID, not {}",
+                    artifact.id
+                ),
+            )
+        })?;
+        let mut pages = Vec::new();
+        let mut offset = 0;
+        loop {
+            if pages.len() == MAX_LOG_PAGES {
+                return Err(ProviderError::new(
+                    ErrorKind::Protocol,
+                    format!(
+                        "build {bid} has more than {offset} log lines; the secrets scan reads no more"
+                    ),
+                ));
+            }
+            let page: Value = self
+                .client
+                .call(
+                    self.api(
+                        Method::GET,
+                        format!(
+                            "/templates/{tid}/builds/{bid}/status?logsOffset={offset}&limit={LOG_PAGE}"
+                        ),
+                    )
+                    .what("get build status and logs"),
+                )
+                .await?
+                .json()?;
+            let lines = serde_json::from_value::<BuildInfo>(page.clone())
+                .map_err(|e| ProviderError::new(ErrorKind::Protocol, format!("build status: {e}")))?
+                .lines()
+                .len();
+            pages.push(page);
+            offset += lines;
+            if lines < LOG_PAGE {
+                break;
+            }
+        }
+        let templates: Vec<Value> = self.list_all("/v2/templates", "list templates").await?;
+        let template: Vec<Value> = templates
+            .into_iter()
+            .filter(|t| t["templateID"] == tid)
+            .collect();
+        Ok(json!({ "template": template, "build": pages }).to_string())
     }
 
     async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>> {
@@ -1071,5 +1122,67 @@ mod tests {
             "sm-20260913t120850z-abc123-core-tier"
         );
         assert_eq!(encode("a=b&c"), "a%3Db%26c");
+    }
+
+    #[tokio::test]
+    async fn artifact_metadata_holds_every_log_page_and_the_template_entry() {
+        use wiremock::matchers::{method, path, query_param};
+        use wiremock::{Mock, MockServer, ResponseTemplate};
+        let server = MockServer::start().await;
+        let status = "/templates/tpl1/builds/b1/status";
+        let page = |from: usize, count: usize| {
+            let lines: Vec<String> = (from..from + count).map(|i| format!("line {i}")).collect();
+            json!({"templateID": "tpl1", "buildID": "b1", "status": "ready",
+                   "logs": lines, "logEntries": []})
+        };
+        for (offset, count) in [(0, LOG_PAGE), (LOG_PAGE, 3)] {
+            Mock::given(method("GET"))
+                .and(path(status))
+                .and(query_param("logsOffset", offset.to_string()))
+                .respond_with(ResponseTemplate::new(200).set_body_json(page(offset, count)))
+                .expect(1)
+                .mount(&server)
+                .await;
+        }
+        Mock::given(method("GET"))
+            .and(path("/v2/templates"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!([
+                {"templateID": "other", "names": ["x"]},
+                {"templateID": "tpl1", "names": ["sm-run"], "buildStatus": "ready"},
+            ])))
+            .mount(&server)
+            .await;
+        let provider = E2bProvider::new(
+            Endpoints {
+                api_base: server.uri(),
+                sandbox_domain: "sandbox.invalid".into(),
+            },
+            Mode::Live,
+            // A fake key, made up for this test.
+            Secret::new("E2B_API_KEY", "fake-e2b-key"),
+            Arc::default(),
+            BuildOptions::default(),
+        )
+        .unwrap();
+        let artifact = Artifact {
+            id: "tpl1:b1".into(),
+            kind: ARTIFACT_KIND.into(),
+        };
+        let metadata: Value =
+            serde_json::from_str(&provider.artifact_metadata(&artifact).await.unwrap()).unwrap();
+        assert_eq!(metadata["build"][1]["logs"][2], "line 102");
+        assert_eq!(metadata["build"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            metadata["template"],
+            json!([{"templateID": "tpl1", "names": ["sm-run"], "buildStatus": "ready"}])
+        );
+        let wrong = Artifact {
+            id: "tpl1".into(),
+            kind: ARTIFACT_KIND.into(),
+        };
+        assert_eq!(
+            provider.artifact_metadata(&wrong).await.unwrap_err().kind,
+            ErrorKind::Config
+        );
     }
 }

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use sandbox_matrix::report;
-use sandbox_matrix::results::{
+use sandbox_matrix::report::results::{
     Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, Source, StepResult, StepStatus,
 };
-use sandbox_matrix::scenario::Scenario;
+use sandbox_matrix::run::scenario::Scenario;
 use sandbox_providers::Timing;
 use sandbox_providers::api::cassette::{RecordedRequest, RecordedResponse};
 use sandbox_providers::api::replay::{ReplayOptions, ReplayServer};
@@ -122,14 +122,16 @@ fn rendering(c: &mut Criterion) {
     });
     c.bench_function("stats of every metric (90 scenario runs)", |b| {
         b.iter(|| {
-            sandbox_matrix::stats::metrics(black_box(&results))
+            sandbox_matrix::analyze::stats::metrics(black_box(&results))
                 .iter()
                 .map(|m| m.summary())
                 .collect::<Vec<_>>()
         })
     });
     c.bench_function("compare two runs (90 scenario runs each)", |b| {
-        b.iter(|| sandbox_matrix::compare::compare(black_box(&results), black_box(&results)))
+        b.iter(|| {
+            sandbox_matrix::analyze::compare::compare(black_box(&results), black_box(&results))
+        })
     });
     c.bench_function("results.json round trip (90 scenario runs)", |b| {
         b.iter(|| {
@@ -225,9 +227,9 @@ fn replay(c: &mut Criterion) {
 /// Every cloud variant × scenario that has a cassette, replayed at instant pace through
 /// the runner, one after the other, as `sandbox-matrix run` does without Docker.
 fn replayed_matrix(c: &mut Criterion) {
-    use sandbox_matrix::events::{EventSink, RunEvent};
-    use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
-    use sandbox_matrix::variants::{self, CloudMode};
+    use sandbox_matrix::run::events::{EventSink, RunEvent};
+    use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id};
+    use sandbox_matrix::run::variants::{self, CloudMode};
     struct Quiet;
     impl EventSink for Quiet {
         fn emit(&self, _: &RunEvent) {}

@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use sandbox_matrix::scenario::Scenario;
+use sandbox_matrix::run::scenario::Scenario;
 use sandbox_providers::api::replay::{Pace, ReplayOptions, ReplayServer};
 use sandbox_providers::api::{Cassette, Exchange};
 

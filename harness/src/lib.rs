@@ -1,21 +1,14 @@
 //! sandbox-matrix: runs scenario files against sandbox provider variants, checks each
 //! sandbox, measures every step, and writes JUnit, a comparison table and results.json.
 //!
-//! Data flows one way: scenario file → matrix (variant × scenario) → [`runner`] →
-//! provider trait → [`events`] → reporters ([`report`], [`terminal`], [`run_folder`]).
+//! Folders follow what flows through them, one way: a scenario file is run ([`run`]:
+//! scenario → variant × scenario → runner → provider trait → events → terminal), each
+//! sandbox is checked on the way ([`checks`]: conformance checks, the secrets scan, the
+//! Dockerfile linter), runs are analyzed ([`analyze`]: statistics, comparison, the gate,
+//! merging shards) and reported ([`report`]: results.json, the table, JUnit, HTML, the run
+//! folder).
 
-pub mod compare;
-pub mod conformance;
-pub mod events;
-pub mod gate;
-pub mod lint;
-pub mod merge;
+pub mod analyze;
+pub mod checks;
 pub mod report;
-pub mod results;
-pub mod run_folder;
-pub mod runner;
-pub mod scenario;
-pub mod secrets;
-pub mod stats;
-pub mod terminal;
-pub mod variants;
+pub mod run;

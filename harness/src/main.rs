@@ -5,15 +5,16 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use clap::{Args, Parser, Subcommand};
-use sandbox_matrix::events::{EventSink, Fanout, RunEvent};
-use sandbox_matrix::results::{
+use sandbox_matrix::report::results::{
     Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, Source,
 };
-use sandbox_matrix::runner::{Runner, fake_canary, new_run_id, unreachable_variant};
-use sandbox_matrix::scenario::{Scenario, StepKind};
-use sandbox_matrix::terminal::Terminal;
-use sandbox_matrix::variants::CloudMode;
-use sandbox_matrix::{report, results, run_folder, variants};
+use sandbox_matrix::report::{self, results, run_folder};
+use sandbox_matrix::run::events::{EventSink, Fanout, RunEvent};
+use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id, unreachable_variant};
+use sandbox_matrix::run::scenario::{Scenario, StepKind};
+use sandbox_matrix::run::terminal::Terminal;
+use sandbox_matrix::run::variants;
+use sandbox_matrix::run::variants::CloudMode;
 use sandbox_providers::api::replay::Pace;
 use tokio_util::sync::CancellationToken;
 
@@ -347,7 +348,7 @@ fn list(selection: &Selection) -> u8 {
 fn lint(files: &[PathBuf]) -> u8 {
     let mut code = EXIT_PASSED;
     for file in files {
-        match sandbox_matrix::lint::lint_file(file) {
+        match sandbox_matrix::checks::lint::lint_file(file) {
             Ok(findings) if findings.is_empty() => eprintln!("{}: nothing refused", file.display()),
             Ok(findings) => {
                 for finding in findings {
@@ -365,7 +366,7 @@ fn lint(files: &[PathBuf]) -> u8 {
 }
 
 fn merge(files: &[PathBuf], out: &Path) -> u8 {
-    let merged = match sandbox_matrix::merge::merge(files, new_run_id(), host_name()) {
+    let merged = match sandbox_matrix::analyze::merge::merge(files, new_run_id(), host_name()) {
         Ok(merged) => merged,
         Err(e) => {
             eprintln!("error: {e}");
@@ -392,16 +393,18 @@ fn merge(files: &[PathBuf], out: &Path) -> u8 {
 fn compare(baseline: &Path, current: &Path) -> u8 {
     let loaded = results::load(baseline).and_then(|b| Ok((b, results::load(current)?)));
     match loaded {
-        Ok((baseline, current)) => match sandbox_matrix::compare::compare(&baseline, &current) {
-            Ok(comparison) => {
-                print!("{}", sandbox_matrix::compare::render(&comparison));
-                EXIT_PASSED
+        Ok((baseline, current)) => {
+            match sandbox_matrix::analyze::compare::compare(&baseline, &current) {
+                Ok(comparison) => {
+                    print!("{}", sandbox_matrix::analyze::compare::render(&comparison));
+                    EXIT_PASSED
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    EXIT_BAD_INPUT
+                }
             }
-            Err(e) => {
-                eprintln!("error: {e}");
-                EXIT_BAD_INPUT
-            }
-        },
+        }
         Err(e) => {
             eprintln!("error: {e}");
             EXIT_BAD_INPUT
@@ -410,7 +413,7 @@ fn compare(baseline: &Path, current: &Path) -> u8 {
 }
 
 fn gate(policy: &Path, path: &Path, baseline: Option<&Path>) -> u8 {
-    use sandbox_matrix::gate::{Policy, gate, render};
+    use sandbox_matrix::analyze::gate::{Policy, gate, render};
     let inputs = (|| -> Result<_, String> {
         let policy = Policy::load(policy).map_err(|e| e.to_string())?;
         let current = results::load(path).map_err(|e| e.to_string())?;

@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use sandbox_matrix::events::{EventSink, RunEvent};
-use sandbox_matrix::results::ScenarioResult;
-use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
-use sandbox_matrix::scenario::Scenario;
+use sandbox_matrix::report::results::ScenarioResult;
+use sandbox_matrix::run::events::{EventSink, RunEvent};
+use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id};
+use sandbox_matrix::run::scenario::Scenario;
 use sandbox_providers::api::cassette::{CONNECT_END_STREAM, decode_connect, encode_connect};
 use sandbox_providers::api::{Endpoints, Mode, Recorder};
 use sandbox_providers::e2b::E2bProvider;
@@ -56,7 +56,7 @@ async fn recording_with_fake_credentials_writes_none_of_them() {
 
 /// Records lifecycle and core-tier into `dir`; returns their results and the secrets used.
 async fn record(root: &Path, dir: &Path) -> (Vec<ScenarioResult>, Vec<Secret>) {
-    let docker = sandbox_matrix::variants::connect_docker(
+    let docker = sandbox_matrix::run::variants::connect_docker(
         root,
         Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
     )

@@ -6,7 +6,7 @@ mod common;
 
 use std::process::Command;
 
-use sandbox_matrix::results::{RunResults, StepStatus};
+use sandbox_matrix::report::results::{RunResults, StepStatus};
 
 fn reason(results: &RunResults, scenario: &str, step: &str) -> String {
     let s = results

@@ -6,9 +6,9 @@ mod common;
 
 use std::sync::Arc;
 
-use sandbox_matrix::results::{ScenarioResult, StepStatus};
-use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
-use sandbox_matrix::scenario::Scenario;
+use sandbox_matrix::report::results::{ScenarioResult, StepStatus};
+use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id};
+use sandbox_matrix::run::scenario::Scenario;
 use sandbox_providers::api::replay::{Pace, ReplayOptions, ReplayServer};
 use sandbox_providers::api::{Cassette, Mode, WsFrame};
 use sandbox_providers::daytona::{self, DaytonaProvider};

@@ -13,11 +13,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use libtest_mimic::{Arguments, Failed, Trial};
-use sandbox_matrix::events::{EventSink, RunEvent};
-use sandbox_matrix::results::{ScenarioResult, Source, StepStatus};
-use sandbox_matrix::runner::{Runner, fake_canary, new_run_id, skip_reason};
-use sandbox_matrix::scenario::{Scenario, StepKind};
-use sandbox_matrix::variants;
+use sandbox_matrix::report::results::{ScenarioResult, Source, StepStatus};
+use sandbox_matrix::run::events::{EventSink, RunEvent};
+use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id, skip_reason};
+use sandbox_matrix::run::scenario::{Scenario, StepKind};
+use sandbox_matrix::run::variants;
 use tokio_util::sync::CancellationToken;
 
 /// Prints each finished step, so a run under `--nocapture` shows progress.

@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use sandbox_matrix::report;
-use sandbox_matrix::results::{
+use sandbox_matrix::report::results::{
     Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, StepStatus,
 };
 use sandbox_providers::api::cassette::Body;

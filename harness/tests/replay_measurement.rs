@@ -6,8 +6,10 @@ mod common;
 
 use std::time::Duration;
 
-use sandbox_matrix::results::{Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult};
-use sandbox_matrix::stats::{self, Value};
+use sandbox_matrix::analyze::stats::{self, Value};
+use sandbox_matrix::report::results::{
+    Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult,
+};
 use sandbox_providers::api::cassette::Body;
 use sandbox_providers::api::replay::Pace;
 use sandbox_providers::api::{Cassette, Exchange};

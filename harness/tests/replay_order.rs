@@ -7,10 +7,10 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use sandbox_matrix::results::{ScenarioResult, StepStatus};
-use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
-use sandbox_matrix::scenario::Scenario;
-use sandbox_matrix::variants;
+use sandbox_matrix::report::results::{ScenarioResult, StepStatus};
+use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id};
+use sandbox_matrix::run::scenario::Scenario;
+use sandbox_matrix::run::variants;
 use sandbox_providers::api::Cassette;
 use sandbox_providers::api::replay::Pace;
 use tokio_util::sync::CancellationToken;

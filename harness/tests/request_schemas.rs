@@ -8,9 +8,9 @@ mod schemas;
 
 use std::sync::Arc;
 
-use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
-use sandbox_matrix::scenario::Scenario;
-use sandbox_matrix::variants;
+use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id};
+use sandbox_matrix::run::scenario::Scenario;
+use sandbox_matrix::run::variants;
 use sandbox_providers::api::cassette::RecordedRequest;
 use sandbox_providers::api::replay::{Pace, ReplayOptions, ReplayServer};
 use sandbox_providers::api::{Body, Cassette, Mode};

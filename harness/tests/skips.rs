@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sandbox_matrix::events::{EventSink, RunEvent};
-use sandbox_matrix::results::{ScenarioResult, StepStatus};
-use sandbox_matrix::runner::{Runner, fake_canary};
-use sandbox_matrix::scenario::Scenario;
+use sandbox_matrix::report::results::{ScenarioResult, StepStatus};
+use sandbox_matrix::run::events::{EventSink, RunEvent};
+use sandbox_matrix::run::runner::{Runner, fake_canary};
+use sandbox_matrix::run::scenario::Scenario;
 use sandbox_providers::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, LogFn, Provider,
     ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId, ShutdownEnding,

@@ -34,8 +34,8 @@ fn sweep_removes_a_killed_runs_leftovers_and_nothing_else() {
     if !common::docker_or_skip("sweep_removes_a_killed_runs_leftovers_and_nothing_else") {
         return;
     }
-    let killed = sandbox_matrix::runner::new_run_id();
-    let other = sandbox_matrix::runner::new_run_id();
+    let killed = sandbox_matrix::run::runner::new_run_id();
+    let other = sandbox_matrix::run::runner::new_run_id();
     let id = leftover(&killed);
     let kept = leftover(&other);
     let output = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"))

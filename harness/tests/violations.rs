@@ -12,11 +12,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sandbox_matrix::events::{EventSink, RunEvent};
-use sandbox_matrix::results::{ScenarioResult, StepStatus};
-use sandbox_matrix::runner::{Runner, fake_canary, new_run_id};
-use sandbox_matrix::scenario::{Expectation, Scenario, Step, StepKind};
-use sandbox_matrix::variants;
+use sandbox_matrix::report::results::{ScenarioResult, StepStatus};
+use sandbox_matrix::run::events::{EventSink, RunEvent};
+use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id};
+use sandbox_matrix::run::scenario::{Expectation, Scenario, Step, StepKind};
+use sandbox_matrix::run::variants;
 use tokio_util::sync::CancellationToken;
 
 /// Image → the core checks it must fail (short names), and the doctor rows among them.

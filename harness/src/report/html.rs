@@ -9,8 +9,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::results::{self, RunResults, ScenarioResult, StepStatus};
-use crate::stats::{self, Summary, Value};
+use crate::analyze::stats::{self, Summary, Value};
+use crate::report::results::{self, RunResults, ScenarioResult, StepStatus};
 
 /// How many earlier runs the history shows at most.
 pub const HISTORY_RUNS: usize = 30;

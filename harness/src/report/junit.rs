@@ -7,7 +7,7 @@ use std::{fs, io};
 use quick_junit::{NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestSuite};
 use sandbox_providers::Timing;
 
-use crate::results::{Modes, RunResults, ScenarioResult, StepResult, StepStatus};
+use crate::report::results::{Modes, RunResults, ScenarioResult, StepResult, StepStatus};
 
 /// The JUnit report's name.
 pub const REPORT_NAME: &str = "sandbox-matrix";
@@ -409,7 +409,7 @@ mod tests {
 
         let mut merged = two_variants();
         let mut live = merged.scenarios[1].clone();
-        live.source = crate::results::Source::Live;
+        live.source = crate::report::results::Source::Live;
         live.repetition = 2;
         merged.scenarios.push(live);
         let xml = render(&merged);

@@ -1,12 +1,15 @@
-//! Renders [`RunResults`] for CI and for people: JUnit XML ([`junit`]), a
-//! markdown comparison table with a run summary ([`table`]), and an HTML page with
-//! charts ([`html`]).
+//! The results of a run as data ([`results`], what `results.json` holds) and what renders
+//! them for CI and for people: JUnit XML ([`junit`]), a markdown comparison table with a run
+//! summary ([`table`]), an HTML page with charts ([`html`]), and the run folder that holds
+//! them all ([`run_folder`]).
 
 pub mod html;
 pub mod junit;
+pub mod results;
+pub mod run_folder;
 pub mod table;
 
-use crate::results::{RunResults, ScenarioResult};
+use crate::report::results::{RunResults, ScenarioResult};
 
 /// The scenarios of a run grouped by variant: variants in order of first
 /// appearance, each variant's scenarios in input order.
@@ -32,7 +35,7 @@ pub(crate) mod fixture {
 
     use sandbox_providers::{BuildLogMode, Capabilities, RestartKind, ShutdownObservation, Timing};
 
-    use crate::results::{
+    use crate::report::results::{
         Provenance, RESULTS_SCHEMA_VERSION, Replay, ReplayPace, RunResults, ScenarioResult, Source,
         StepResult, StepStatus,
     };

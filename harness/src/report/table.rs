@@ -6,8 +6,10 @@ use comfy_table::Table;
 use comfy_table::presets::ASCII_MARKDOWN;
 use sandbox_providers::{BuildLogMode, Timing};
 
-use crate::results::{Modes, ReplayPace, RunResults, ScenarioResult, StepResult, StepStatus};
-use crate::stats;
+use crate::analyze::stats;
+use crate::report::results::{
+    Modes, ReplayPace, RunResults, ScenarioResult, StepResult, StepStatus,
+};
 
 /// What a cell holds when the run has nothing to put in it.
 const NOTHING: &str = "—";
@@ -110,7 +112,7 @@ const ROWS: [(&str, Fill); 14] = [
 /// "—", steps that did not run are "skipped", and `|` in cells is escaped.
 /// Where that scenario ran more than once, the build, create-to-first-1+1, restart and
 /// shutdown cells show p50, p90 and the success count over its repetitions, a failed
-/// attempt counting as +∞ (see [`crate::stats`]).
+/// attempt counting as +∞ (see [`crate::analyze::stats`]).
 ///
 /// A replayed timing is never shown as the provider's: at instant pace it reads
 /// `replayed`, at recorded pace it is marked `(recorded <date>)`. A column that mixes live
@@ -710,7 +712,7 @@ mod tests {
     use crate::report::fixture::{
         failed, replay_source, run, scenario, skipped, step, timing, two_variants, with_repetitions,
     };
-    use crate::results::Source;
+    use crate::report::results::Source;
 
     /// The cells of a markdown table row, split on unescaped `|`, trimmed.
     fn cells(line: &str) -> Vec<String> {
@@ -1145,7 +1147,7 @@ mod tests {
 
     #[test]
     fn a_shutdown_through_the_api_never_reads_as_a_graceful_exit() {
-        let ending = format!("ending: {}", crate::runner::NOT_OBSERVABLE);
+        let ending = format!("ending: {}", crate::run::runner::NOT_OBSERVABLE);
         let cloud = ScenarioResult {
             steps: vec![step(
                 "shutdown",

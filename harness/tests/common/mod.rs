@@ -71,14 +71,14 @@ pub fn out_dir(test: &str) -> PathBuf {
 /// Writes `scenarios` as one run's reports (JUnit, summary, results.json) under `out`.
 pub fn write_reports(
     out: &Path,
-    scenarios: Vec<sandbox_matrix::results::ScenarioResult>,
+    scenarios: Vec<sandbox_matrix::report::results::ScenarioResult>,
     secrets: &[sandbox_providers::Secret],
 ) {
-    use sandbox_matrix::results::{Provenance, RESULTS_SCHEMA_VERSION, RunResults};
+    use sandbox_matrix::report::results::{Provenance, RESULTS_SCHEMA_VERSION, RunResults};
     let results = RunResults {
         schema_version: RESULTS_SCHEMA_VERSION.to_owned(),
         provenance: Provenance {
-            run_id: sandbox_matrix::runner::new_run_id(),
+            run_id: sandbox_matrix::run::runner::new_run_id(),
             harness_version: env!("CARGO_PKG_VERSION").to_owned(),
             host: "test".to_owned(),
             started_at: "2026-11-29T00:00:00Z".to_owned(),
@@ -86,7 +86,7 @@ pub fn write_reports(
         },
         scenarios,
     };
-    sandbox_matrix::run_folder::write(out, &results, secrets).expect("reports written");
+    sandbox_matrix::report::run_folder::write(out, &results, secrets).expect("reports written");
 }
 
 /// Fails naming the file and the secret when any file under `dir` holds a secret's value.
@@ -123,13 +123,13 @@ pub fn assert_no_value_in_tree(dir: &Path, secrets: &[sandbox_providers::Secret]
 /// Drops every event: for tests that read the results, not the progress.
 pub struct Quiet;
 
-impl sandbox_matrix::events::EventSink for Quiet {
-    fn emit(&self, _: &sandbox_matrix::events::RunEvent) {}
+impl sandbox_matrix::run::events::EventSink for Quiet {
+    fn emit(&self, _: &sandbox_matrix::run::events::RunEvent) {}
 }
 
 /// A scenario file named `name` (cassettes carry the scenario's name in their labels) with
 /// `steps` (YAML list items), on the reference environment, in a fresh temp folder.
-pub fn temp_scenario(name: &str, steps: &str) -> sandbox_matrix::scenario::Scenario {
+pub fn temp_scenario(name: &str, steps: &str) -> sandbox_matrix::run::scenario::Scenario {
     // A folder per call: tests of one binary run at once and must not share it.
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -140,22 +140,22 @@ pub fn temp_scenario(name: &str, steps: &str) -> sandbox_matrix::scenario::Scena
         root().join("fixtures/environments/reference").display()
     );
     std::fs::write(&path, text).expect("scenario written");
-    sandbox_matrix::scenario::Scenario::load(&path).expect("scenario loads")
+    sandbox_matrix::run::scenario::Scenario::load(&path).expect("scenario loads")
 }
 
 /// Runs `scenario` on the e2b variant against `cassette`, served on loopback at `pace`.
 pub async fn replay_e2b(
     cassette: sandbox_providers::api::Cassette,
-    scenario: &sandbox_matrix::scenario::Scenario,
+    scenario: &sandbox_matrix::run::scenario::Scenario,
     pace: sandbox_providers::api::replay::Pace,
 ) -> (
-    sandbox_matrix::results::ScenarioResult,
+    sandbox_matrix::report::results::ScenarioResult,
     sandbox_providers::api::replay::ReplayServer,
 ) {
     use sandbox_providers::api::replay::{ReplayOptions, ReplayServer};
-    let runner = sandbox_matrix::runner::Runner::new(
-        sandbox_matrix::runner::new_run_id(),
-        sandbox_matrix::runner::fake_canary(),
+    let runner = sandbox_matrix::run::runner::Runner::new(
+        sandbox_matrix::run::runner::new_run_id(),
+        sandbox_matrix::run::runner::fake_canary(),
         std::sync::Arc::new(Quiet),
         tokio_util::sync::CancellationToken::new(),
     );
@@ -268,12 +268,12 @@ where
 }
 
 /// `step: reason` for each failed step of `result`.
-pub fn failures(result: &sandbox_matrix::results::ScenarioResult) -> Vec<String> {
+pub fn failures(result: &sandbox_matrix::report::results::ScenarioResult) -> Vec<String> {
     result
         .steps
         .iter()
         .filter_map(|s| match &s.status {
-            sandbox_matrix::results::StepStatus::Failed { reason } => {
+            sandbox_matrix::report::results::StepStatus::Failed { reason } => {
                 Some(format!("{}: {reason}", s.step))
             }
             _ => None,

@@ -211,7 +211,7 @@ pub struct ScanReport {
 
 /// Parses the probe's report out of `stdout` (the marked line every probe answers on).
 pub fn parse_report(stdout: &str) -> Result<ScanReport, String> {
-    let answer = crate::conformance::parse_answer(stdout)?;
+    let answer = crate::checks::conformance::parse_answer(stdout)?;
     serde_json::from_value(answer)
         .map_err(|e| format!("the secrets probe's report is not valid: {e}"))
 }

@@ -21,8 +21,8 @@
 
 use std::fmt;
 
-use crate::results::{Modes, RunResults};
-use crate::stats::{Metric, Summary, Value, metrics};
+use crate::analyze::stats::{Metric, Summary, Value, metrics};
+use crate::report::results::{Modes, RunResults};
 
 /// Significance level of the U test.
 pub const ALPHA: f64 = 0.05;
@@ -65,7 +65,7 @@ pub struct Row {
     pub variant: String,
     /// Scenario name.
     pub scenario: String,
-    /// Metric name, as [`crate::stats::metrics`] names it.
+    /// Metric name, as [`crate::analyze::stats::metrics`] names it.
     pub metric: String,
     /// How both runs obtained it: measured, or replayed.
     pub modes: Modes,
@@ -423,7 +423,7 @@ pub(crate) mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::results::ScenarioResult;
+    use crate::report::results::ScenarioResult;
 
     /// A metric of docker / lifecycle / create-to-first-result with `attempts`.
     pub(crate) fn metric(attempts: &[Option<f64>]) -> Metric {
@@ -431,7 +431,7 @@ pub(crate) mod tests {
             variant: "docker".to_owned(),
             scenario: "lifecycle".to_owned(),
             name: "create-to-first-result".to_owned(),
-            modes: Modes::of([&crate::results::Source::Live]),
+            modes: Modes::of([&crate::report::results::Source::Live]),
             attempts: attempts
                 .iter()
                 .map(|a| a.map(Duration::from_secs_f64))
@@ -585,7 +585,7 @@ pub(crate) mod tests {
                 ScenarioResult {
                     steps: vec![step(
                         "build",
-                        crate::results::StepStatus::Passed,
+                        crate::report::results::StepStatus::Passed,
                         (build_s * spread * 1_000.0) as u64,
                         600,
                         vec![],
@@ -640,7 +640,7 @@ pub(crate) mod tests {
     }
 
     /// [`five`] with every repetition replayed at `pace`.
-    fn replayed(mut results: RunResults, pace: crate::results::ReplayPace) -> RunResults {
+    fn replayed(mut results: RunResults, pace: crate::report::results::ReplayPace) -> RunResults {
         for s in &mut results.scenarios {
             s.source = crate::report::fixture::replay_source(pace);
         }
@@ -649,7 +649,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_live_metric_is_never_compared_with_a_replayed_one() {
-        use crate::results::ReplayPace;
+        use crate::report::results::ReplayPace;
         let live = five(60.0, 2.0);
         let replay = replayed(five(60.0, 2.0), ReplayPace::Instant);
         let refused = compare(&live, &replay).expect_err("live against replay");

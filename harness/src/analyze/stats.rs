@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use crate::results::{Modes, RunResults, ScenarioResult, StepStatus};
+use crate::report::results::{Modes, RunResults, ScenarioResult, StepStatus};
 
 /// Significant decimal digits the histogram keeps.
 pub const SIGNIFICANT_DIGITS: u8 = 3;
@@ -248,7 +248,7 @@ mod tests {
     use sandbox_providers::Timing;
 
     use super::*;
-    use crate::results::{Provenance, RESULTS_SCHEMA_VERSION, Sample, StepResult};
+    use crate::report::results::{Provenance, RESULTS_SCHEMA_VERSION, Sample, StepResult};
 
     fn ms(ms: u64) -> Option<Duration> {
         Some(Duration::from_millis(ms))
@@ -371,7 +371,7 @@ mod tests {
         ScenarioResult {
             variant: "docker".to_owned(),
             scenario: "lifecycle".to_owned(),
-            source: crate::results::Source::Live,
+            source: crate::report::results::Source::Live,
             scenario_hash: "0".repeat(64),
             artifact_id: None,
             provider_version: None,

@@ -468,13 +468,15 @@ mod tests {
         results.scenarios.push(recorded);
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/t.yaml");
         let text = "name: t\nenvironment: ../fixtures/environments/reference\nsteps:\n  - step: build\n    budget: 5s\n  - step: launch\n    budget: 5s\n";
-        let parsed = crate::scenario::Scenario::parse(&path, text).expect("scenario parses");
-        results.scenarios.push(crate::runner::unreachable_variant(
-            "modal",
-            &parsed,
-            Source::Live,
-            "no token",
-        ));
+        let parsed = crate::run::scenario::Scenario::parse(&path, text).expect("scenario parses");
+        results
+            .scenarios
+            .push(crate::run::runner::unreachable_variant(
+                "modal",
+                &parsed,
+                Source::Live,
+                "no token",
+            ));
         results
     }
 
@@ -498,7 +500,7 @@ mod tests {
     fn a_written_run_folder_satisfies_the_schema_and_loads_back() {
         let results = everything();
         let out = std::env::temp_dir().join(format!("sm-results-schema-{}", std::process::id()));
-        let dir = crate::run_folder::write(&out, &results, &[])
+        let dir = crate::report::run_folder::write(&out, &results, &[])
             .expect("writes")
             .dir;
         let path = dir.join("results.json");

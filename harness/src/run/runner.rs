@@ -12,11 +12,11 @@ use sandbox_providers::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::conformance::{self, Check, CheckParams, Verdict};
-use crate::events::{EventSink, RunEvent};
-use crate::results::{Sample, ScenarioResult, Source, StepResult, StepStatus};
-use crate::scenario::{Expectation, Scenario, Step, StepKind};
-use crate::secrets;
+use crate::checks::conformance::{self, Check, CheckParams, Verdict};
+use crate::checks::secrets;
+use crate::report::results::{Sample, ScenarioResult, Source, StepResult, StepStatus};
+use crate::run::events::{EventSink, RunEvent};
+use crate::run::scenario::{Expectation, Scenario, Step, StepKind};
 
 /// Budget of the cleanup the runner adds when a scenario lists none.
 pub const IMPLICIT_CLEANUP_BUDGET: Duration = Duration::from_secs(120);
@@ -465,7 +465,7 @@ impl StepContext {
 
     async fn build(&self) -> Result<(), StepEnd> {
         let dockerfile = self.environment.join("Dockerfile");
-        let findings = crate::lint::lint_file(&dockerfile).map_err(|e| e.to_string())?;
+        let findings = crate::checks::lint::lint_file(&dockerfile).map_err(|e| e.to_string())?;
         if !findings.is_empty() {
             for finding in &findings {
                 self.log.line(&finding.to_string());
@@ -545,13 +545,13 @@ impl StepContext {
                     .await
                     .map_err(|e| (index, None, format!("launch: {e}")))?;
                 let answered = provider
-                    .run_code(&sandbox, crate::scenario::DEFAULT_CODE)
+                    .run_code(&sandbox, crate::run::scenario::DEFAULT_CODE)
                     .await
                     .map_err(|e| e.to_string())
                     .and_then(|(output, _)| {
                         check_answer(
-                            crate::scenario::DEFAULT_CODE,
-                            crate::scenario::DEFAULT_ANSWER,
+                            crate::run::scenario::DEFAULT_CODE,
+                            crate::run::scenario::DEFAULT_ANSWER,
                             &output,
                         )
                     });

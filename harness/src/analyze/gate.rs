@@ -3,7 +3,7 @@
 //! A variant holds, with a reason for each, when a required step or check did not pass in
 //! every repetition, a metric's success rate is under the floor, a metric's p90 is over its
 //! budget or failed, a metric is slower than the baseline beyond noise (the rule of
-//! [`crate::compare`]) and beyond the policy's tolerance, a resource leaked, or a secret was
+//! [`crate::analyze::compare`]) and beyond the policy's tolerance, a resource leaked, or a secret was
 //! found. Leaks and secrets always hold; the policy cannot allow them.
 //!
 //! Budgets and the regression rule are for measured timings: a variant whose timings there
@@ -17,9 +17,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
-use crate::compare::{self, Change};
-use crate::results::{RunResults, ScenarioResult, StepStatus};
-use crate::stats::{self, Value};
+use crate::analyze::compare::{self, Change};
+use crate::analyze::stats::{self, Value};
+use crate::report::results::{RunResults, ScenarioResult, StepStatus};
 
 /// What a policy file holds, as written.
 #[derive(Debug, Deserialize)]
@@ -504,7 +504,7 @@ mod tests {
 
     use super::*;
     use crate::report::fixture::{failed, replay_source, run, scenario, step, timing};
-    use crate::results::ReplayPace;
+    use crate::report::results::ReplayPace;
 
     fn policy(text: &str) -> Result<Policy, String> {
         Policy::parse(Path::new("policy.yaml"), text).map_err(|e| e.to_string())

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::events::{EventSink, RunEvent};
-use crate::results::{ReplayPace, Source, StepResult, StepStatus};
+use crate::report::results::{ReplayPace, Source, StepResult, StepStatus};
+use crate::run::events::{EventSink, RunEvent};
 
 /// Prints progress to stderr; the spinner hides itself when stderr is not a terminal.
 pub struct Terminal {

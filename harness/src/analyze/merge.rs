@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::results::{self, LoadError, Provenance, RESULTS_SCHEMA_VERSION, RunResults};
+use crate::report::results::{self, LoadError, Provenance, RESULTS_SCHEMA_VERSION, RunResults};
 
 /// Why shards could not be merged.
 #[derive(Debug, thiserror::Error)]
@@ -114,7 +114,7 @@ mod tests {
 
     fn shard(run_id: &str, started_at: &str, variant: &str, reps: u32) -> RunResults {
         let mut results = run((1..=reps)
-            .map(|repetition| crate::results::ScenarioResult {
+            .map(|repetition| crate::report::results::ScenarioResult {
                 repetition,
                 ..scenario(variant, "lifecycle")
             })
@@ -134,7 +134,8 @@ mod tests {
         let b = shard("run-b", "2025-11-29T12:05:00Z", "docker", 2);
         let mut c = shard("run-c", "2025-11-29T12:20:00Z", "e2b", 1);
         c.provenance.shards = vec![a.provenance.clone()];
-        let replayed = crate::report::fixture::replay_source(crate::results::ReplayPace::Instant);
+        let replayed =
+            crate::report::fixture::replay_source(crate::report::results::ReplayPace::Instant);
         c.scenarios[0].source = replayed.clone();
         let paths = [
             file("keep", "a.json", &json(&a)),
@@ -168,11 +169,11 @@ mod tests {
                 ("e2b", 1)
             ]
         );
-        let sources: Vec<&crate::results::Source> =
+        let sources: Vec<&crate::report::results::Source> =
             merged.scenarios.iter().map(|s| &s.source).collect();
         assert_eq!(
             sources,
-            [&crate::results::Source::Live; 4]
+            [&crate::report::results::Source::Live; 4]
                 .into_iter()
                 .chain([&replayed])
                 .collect::<Vec<_>>(),

@@ -9,8 +9,8 @@ use sandbox_providers::api::{Cassette, Mode, Recorder, Volatiles};
 use sandbox_providers::docker::{BaseRecipe, DockerProvider, DoctorBinary};
 use sandbox_providers::{Capabilities, Provider, ProviderError};
 
-use crate::results::{Replay, Source};
-use crate::runner::SessionCheck;
+use crate::report::results::{Replay, Source};
+use crate::run::runner::SessionCheck;
 
 /// Where, under the project root, the docker variant's base image recipe lives.
 pub const BASE_RECIPE_DIR: &str = "fixtures/images/contract-base";
@@ -305,7 +305,7 @@ mod tests {
         let replay = shown("fixtures/cassettes");
         assert_eq!(replay.origin.as_deref(), Some("authored from a spec"));
         assert_eq!(replay.written.as_deref(), Some("2026-11-29"));
-        assert_eq!(replay.pace, crate::results::ReplayPace::Recorded);
+        assert_eq!(replay.pace, crate::report::results::ReplayPace::Recorded);
 
         let missing = CloudMode::Replay {
             dir: PathBuf::from("/nonexistent/fixtures/cassettes"),

@@ -7,7 +7,7 @@ use sandbox_providers::Secret;
 
 use crate::report;
 use crate::report::html::{HISTORY_RUNS, History};
-use crate::results::RunResults;
+use crate::report::results::RunResults;
 
 /// Files a run writes into its folder.
 pub const FILES: [&str; 4] = ["results.json", "junit.xml", "summary.md", "report.html"];

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::conformance::{Check, CheckParams};
+use crate::checks::conformance::{Check, CheckParams};
 use serde_saphyr::Spanned;
 use sha2::{Digest, Sha256};
 

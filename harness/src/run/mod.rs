@@ -1,0 +1,8 @@
+//! Running scenarios: the scenario files, the variants, the runner and the events it
+//! emits, and the terminal that shows them.
+
+pub mod events;
+pub mod runner;
+pub mod scenario;
+pub mod terminal;
+pub mod variants;

@@ -215,12 +215,13 @@ fn a_replayed_run_names_its_mode_and_prints_no_bare_timing() {
             common::root().join(format!("fixtures/cassettes/{variant}/lifecycle.yaml")),
         )
         .expect("the cassette");
-        let origin = sandbox_providers::api::Cassette::parse(&cassette)
-            .expect("parses")
-            .origin;
+        let cassette = sandbox_providers::api::Cassette::parse(&cassette).expect("parses");
+        let written = cassette.written.expect("a written date");
+        // The table gives the day the cassette was written.
+        let (origin, written) = (cassette.origin, &written[..10]);
         assert!(
             summary.contains(&format!(
-                "{variant} · replay: replayed, not measured, from:\n- `fixtures/cassettes/{variant}/lifecycle.yaml`, written 2026-11-29, instant pace, timings read `replayed`: {origin}"
+                "{variant} · replay: replayed, not measured, from:\n- `fixtures/cassettes/{variant}/lifecycle.yaml`, written {written}, instant pace, timings read `replayed`: {origin}"
             )),
             "{summary}"
         );
@@ -239,7 +240,11 @@ fn a_replayed_run_names_its_mode_and_prints_no_bare_timing() {
             replay["cassette"],
             format!("fixtures/cassettes/{variant}/lifecycle.yaml")
         );
-        assert_eq!(replay["written"], "2026-11-29");
+        let cassette = sandbox_providers::api::Cassette::load(
+            &common::root().join(format!("fixtures/cassettes/{variant}/lifecycle.yaml")),
+        )
+        .expect("the cassette");
+        assert_eq!(replay["written"], cassette.written.expect("a written date"));
         assert_eq!(replay["pace"], "instant");
         assert!(
             replay["origin"]

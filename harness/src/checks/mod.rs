@@ -4,3 +4,4 @@
 pub mod conformance;
 pub mod lint;
 pub mod secrets;
+pub mod suite;

@@ -12,8 +12,9 @@ use sandbox_providers::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::checks::conformance::{self, Check, CheckParams, Verdict};
+use crate::checks::conformance::{self, Check, CheckParams};
 use crate::checks::secrets;
+use crate::checks::suite::{self, CheckTarget, check_answer, describe};
 use crate::report::results::{Sample, ScenarioResult, Source, StepResult, StepStatus};
 use crate::run::events::{EventSink, RunEvent};
 use crate::run::scenario::{Expectation, Scenario, Step, StepKind};
@@ -48,7 +49,7 @@ pub struct SessionCheck {
 
 /// Why a step did not pass: it failed, or it had nothing to test.
 #[derive(Debug)]
-enum StepEnd {
+pub enum StepEnd {
     /// It ran and did not meet its expectation, for this reason.
     Failed(String),
     /// It had nothing to test, for this reason; never counted as a pass.
@@ -809,97 +810,7 @@ impl StepContext {
 
     /// Runs conformance check `check`; its verdict decides the step and its answer is kept.
     async fn check(&self, check: Check, params: &CheckParams) -> Result<(), StepEnd> {
-        let verdict = match check {
-            Check::Doctor => {
-                conformance::judge_doctor(&self.probe(&conformance::doctor_probe()).await?)
-            }
-            Check::Identity => conformance::judge_identity(
-                &self
-                    .probe(&conformance::probe_code(conformance::IDENTITY_PROBE))
-                    .await?,
-            ),
-            Check::Python => conformance::judge_python(
-                &self
-                    .probe(&conformance::probe_code(conformance::PYTHON_PROBE))
-                    .await?,
-                params.python.as_deref(),
-            ),
-            Check::Kernel => {
-                let sandbox = self.sandbox()?;
-                let output = self.run_code(&sandbox, "1+1").await?;
-                let problems = check_answer("1+1", "2", &output)
-                    .err()
-                    .into_iter()
-                    .collect();
-                Verdict::new(problems, serde_json::json!({ "answer": output.result }))
-            }
-            Check::Imports => conformance::judge_imports(
-                &self
-                    .probe(&conformance::imports_probe(&params.packages))
-                    .await?,
-                &params.packages,
-            ),
-            Check::Filesystem => {
-                conformance::judge_filesystem(&self.probe(&conformance::filesystem_probe()).await?)
-            }
-            Check::Restart => self.restart_check().await?,
-            Check::Shutdown => {
-                conformance::judge_shutdown(&self.probe(&conformance::shutdown_probe()).await?)
-            }
-            Check::Secrets => {
-                let found = self.find_secrets().await?;
-                let problems = if found.is_empty() {
-                    Vec::new()
-                } else {
-                    vec![format!("build secret found: {}", found.join(", "))]
-                };
-                Verdict::new(problems, serde_json::json!({ "found": found }))
-            }
-            Check::Egress => conformance::judge_egress(
-                &self
-                    .probe(&conformance::egress_probe(&params.allowed, &params.blocked))
-                    .await?,
-                &params.allowed,
-                &params.blocked,
-            ),
-            Check::Gpu if self.provider.capabilities().gpus < params.gpus.max(1) => Verdict::new(
-                vec![format!(
-                    "{} GPU(s) asked for, and this variant attaches {}",
-                    params.gpus.max(1),
-                    self.provider.capabilities().gpus
-                )],
-                serde_json::json!({ "gpus": [] }),
-            ),
-            Check::Gpu => conformance::judge_gpu(
-                &self
-                    .probe(&conformance::probe_code(conformance::GPU_PROBE))
-                    .await?,
-                params.gpus.max(1),
-                params.cuda.as_deref(),
-            ),
-            Check::Throughput => conformance::judge_throughput(
-                &self.probe(&conformance::throughput_probe()).await?,
-                params
-                    .minimum_mib_per_second
-                    .unwrap_or(conformance::DEFAULT_MIN_MIB_PER_SECOND),
-            ),
-            Check::ColdStart => {
-                let measured = self
-                    .state()
-                    .timings
-                    .iter()
-                    .find(|t| t.name == "create-to-first-result")
-                    .map(|t| t.duration);
-                let Some(within) = params.within else {
-                    // Decided before the check runs, by `conformance::nothing_to_test`.
-                    return Err(StepEnd::Skipped(
-                        "no cold-start budget (`within:`)".to_owned(),
-                    ));
-                };
-                conformance::judge_cold_start(measured, within)
-            }
-            Check::ConcurrentKernels => self.concurrent_check(params.kernels.unwrap_or(4)).await?,
-        };
+        let verdict = suite::run(self, check, params).await?;
         self.log.data(verdict.data);
         if let Some(reason) = verdict.skipped {
             return Err(StepEnd::Skipped(reason));
@@ -914,74 +825,6 @@ impl StepContext {
                 detail.unwrap_or_else(|| "failed".to_owned()),
             )),
         }
-    }
-
-    /// Check 7: a name bound before a kernel restart is gone after it.
-    async fn restart_check(&self) -> Result<Verdict, StepEnd> {
-        let sandbox = self.sandbox()?;
-        let marker = "_sm_restart_marker";
-        self.run_code(&sandbox, &format!("{marker} = 1")).await?;
-        // Without this, a channel that keeps nothing would pass on a marker never kept.
-        let before = self
-            .run_code(&sandbox, &format!("{marker:?} in globals()"))
-            .await?;
-        if before.result.as_deref() != Some("True") {
-            return Err(format!(
-                "the code channel is declared stateful but kept nothing between two calls ({}), so the restart cannot be shown",
-                describe(&before)
-            )
-            .into());
-        }
-        let timings = self.provider.restart(&sandbox).await?;
-        self.log.timings(timings);
-        let after = self
-            .run_code(&sandbox, &format!("{marker:?} in globals()"))
-            .await?;
-        let problems = match after.result.as_deref() {
-            Some("False") => Vec::new(),
-            _ => vec![format!("state survived the restart: {}", describe(&after))],
-        };
-        Ok(Verdict::new(
-            problems,
-            serde_json::json!({ "after": after.result }),
-        ))
-    }
-
-    /// Check 14: `kernels` contexts each answer `1+1` at once.
-    async fn concurrent_check(&self, kernels: u32) -> Result<Verdict, StepEnd> {
-        let sandbox = self.sandbox()?;
-        let mut set = tokio::task::JoinSet::new();
-        for index in 0..kernels {
-            let (provider, sandbox) = (self.provider.clone(), sandbox.clone());
-            set.spawn(async move {
-                provider
-                    .run_code_in(&sandbox, &format!("sm-context-{index}"), "1+1")
-                    .await
-            });
-        }
-        let (mut answered, mut errors) = (0u32, Vec::new());
-        while let Some(joined) = set.join_next().await {
-            match joined
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()))
-            {
-                Ok(output) if output.result.as_deref() == Some("2") => answered += 1,
-                Ok(output) => errors.push(describe(&output)),
-                Err(e) => errors.push(e),
-            }
-        }
-        let problems = if answered == kernels {
-            Vec::new()
-        } else {
-            vec![format!(
-                "{answered} of {kernels} contexts answered{}",
-                errors.first().map(|e| format!(": {e}")).unwrap_or_default()
-            )]
-        };
-        Ok(Verdict::new(
-            problems,
-            serde_json::json!({ "answered": answered, "kernels": kernels }),
-        ))
     }
 
     async fn shutdown(&self) -> Result<(), StepEnd> {
@@ -1066,30 +909,48 @@ impl StepContext {
     }
 }
 
-/// Checks a code output against the expected answer, describing what came instead.
-fn check_answer(
-    code: &str,
-    answer: &str,
-    output: &sandbox_providers::CodeOutput,
-) -> Result<(), String> {
-    if output.result.as_deref() == Some(answer) {
-        Ok(())
-    } else {
-        Err(format!(
-            "`{code}` should answer `{answer}`, got {}",
-            describe(output)
-        ))
+impl CheckTarget for StepContext {
+    fn capabilities(&self) -> Capabilities {
+        self.provider.capabilities()
     }
-}
 
-fn describe(output: &sandbox_providers::CodeOutput) -> String {
-    match (&output.result, &output.error) {
-        (_, Some(error)) => format!("an error: {error}"),
-        (Some(result), None) => format!("`{result}`"),
-        (None, None) if !output.stdout.is_empty() => {
-            format!("no result (stdout: {:?})", output.stdout.trim())
-        }
-        (None, None) => "no result".to_owned(),
+    async fn probe(&self, code: &str) -> Result<serde_json::Value, StepEnd> {
+        StepContext::probe(self, code).await
+    }
+
+    async fn run_code(&self, code: &str) -> Result<sandbox_providers::CodeOutput, StepEnd> {
+        let sandbox = self.sandbox()?;
+        StepContext::run_code(self, &sandbox, code).await
+    }
+
+    async fn run_code_in(
+        &self,
+        context: &str,
+        code: &str,
+    ) -> Result<sandbox_providers::CodeOutput, ProviderError> {
+        let sandbox = self
+            .sandbox()
+            .map_err(|_| ProviderError::new(ErrorKind::Config, "no running sandbox"))?;
+        self.provider.run_code_in(&sandbox, context, code).await
+    }
+
+    async fn restart(&self) -> Result<(), StepEnd> {
+        let sandbox = self.sandbox()?;
+        let timings = self.provider.restart(&sandbox).await?;
+        self.log.timings(timings);
+        Ok(())
+    }
+
+    async fn find_secrets(&self) -> Result<Vec<String>, StepEnd> {
+        StepContext::find_secrets(self).await
+    }
+
+    fn measured(&self, name: &str) -> Option<Duration> {
+        self.state()
+            .timings
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| t.duration)
     }
 }
 

@@ -1,0 +1,204 @@
+//! The conformance suite's dispatch: for each check of sandbox-contract/v1, what it asks of
+//! the sandbox (a probe, code, a restart, contexts at once, the secrets scan) and how the
+//! answer is judged. The runner hands it a [`CheckTarget`]; what a check cannot test was
+//! decided before it runs ([`conformance::nothing_to_test`]).
+
+use std::future::Future;
+use std::time::Duration;
+
+use sandbox_providers::{Capabilities, CodeOutput, ProviderError};
+use serde_json::{Value, json};
+
+use crate::checks::conformance::{self, Check, CheckParams, Verdict};
+use crate::run::runner::StepEnd;
+
+/// What a check needs of the sandbox it runs in; the runner implements it for a step.
+pub trait CheckTarget: Sync {
+    /// What the variant can do.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Runs probe `code` and returns its one JSON answer.
+    fn probe(&self, code: &str) -> impl Future<Output = Result<Value, StepEnd>> + Send;
+
+    /// Runs `code` on the code channel.
+    fn run_code(&self, code: &str) -> impl Future<Output = Result<CodeOutput, StepEnd>> + Send;
+
+    /// Runs `code` in context `context`, a kernel of its own.
+    fn run_code_in(
+        &self,
+        context: &str,
+        code: &str,
+    ) -> impl Future<Output = Result<CodeOutput, ProviderError>> + Send;
+
+    /// Restarts the code channel, keeping its timings.
+    fn restart(&self) -> impl Future<Output = Result<(), StepEnd>> + Send;
+
+    /// Looks for the run's secrets; `name at location` for each hit.
+    fn find_secrets(&self) -> impl Future<Output = Result<Vec<String>, StepEnd>> + Send;
+
+    /// A timing measured earlier in the scenario, such as `create-to-first-result`.
+    fn measured(&self, name: &str) -> Option<Duration>;
+}
+
+/// Runs `check` with `params` against `target` and judges it.
+pub async fn run(
+    target: &impl CheckTarget,
+    check: Check,
+    params: &CheckParams,
+) -> Result<Verdict, StepEnd> {
+    Ok(match check {
+        Check::Doctor => {
+            conformance::judge_doctor(&target.probe(&conformance::doctor_probe()).await?)
+        }
+        Check::Identity => conformance::judge_identity(
+            &target
+                .probe(&conformance::probe_code(conformance::IDENTITY_PROBE))
+                .await?,
+        ),
+        Check::Python => conformance::judge_python(
+            &target
+                .probe(&conformance::probe_code(conformance::PYTHON_PROBE))
+                .await?,
+            params.python.as_deref(),
+        ),
+        Check::Kernel => {
+            let output = target.run_code("1+1").await?;
+            let problems = check_answer("1+1", "2", &output)
+                .err()
+                .into_iter()
+                .collect();
+            Verdict::new(problems, json!({ "answer": output.result }))
+        }
+        Check::Imports => conformance::judge_imports(
+            &target
+                .probe(&conformance::imports_probe(&params.packages))
+                .await?,
+            &params.packages,
+        ),
+        Check::Filesystem => {
+            conformance::judge_filesystem(&target.probe(&conformance::filesystem_probe()).await?)
+        }
+        Check::Restart => restart(target).await?,
+        Check::Shutdown => {
+            conformance::judge_shutdown(&target.probe(&conformance::shutdown_probe()).await?)
+        }
+        Check::Secrets => {
+            let found = target.find_secrets().await?;
+            let problems = if found.is_empty() {
+                Vec::new()
+            } else {
+                vec![format!("build secret found: {}", found.join(", "))]
+            };
+            Verdict::new(problems, json!({ "found": found }))
+        }
+        Check::Egress => conformance::judge_egress(
+            &target
+                .probe(&conformance::egress_probe(&params.allowed, &params.blocked))
+                .await?,
+            &params.allowed,
+            &params.blocked,
+        ),
+        Check::Gpu if target.capabilities().gpus < params.gpus.max(1) => Verdict::new(
+            vec![format!(
+                "{} GPU(s) asked for, and this variant attaches {}",
+                params.gpus.max(1),
+                target.capabilities().gpus
+            )],
+            json!({ "gpus": [] }),
+        ),
+        Check::Gpu => conformance::judge_gpu(
+            &target
+                .probe(&conformance::probe_code(conformance::GPU_PROBE))
+                .await?,
+            params.gpus.max(1),
+            params.cuda.as_deref(),
+        ),
+        Check::Throughput => conformance::judge_throughput(
+            &target.probe(&conformance::throughput_probe()).await?,
+            params
+                .minimum_mib_per_second
+                .unwrap_or(conformance::DEFAULT_MIN_MIB_PER_SECOND),
+        ),
+        Check::ColdStart => match params.within {
+            Some(within) => {
+                conformance::judge_cold_start(target.measured("create-to-first-result"), within)
+            }
+            // Decided before the check runs, by `conformance::nothing_to_test`.
+            None => Verdict::skip("no cold-start budget (`within:`)", json!({})),
+        },
+        Check::ConcurrentKernels => concurrent(target, params.kernels.unwrap_or(4)).await,
+    })
+}
+
+/// Check 7: a name bound before a kernel restart, and kept between calls, is gone after it.
+async fn restart(target: &impl CheckTarget) -> Result<Verdict, StepEnd> {
+    let marker = "_sm_restart_marker";
+    target.run_code(&format!("{marker} = 1")).await?;
+    // Without this, a channel that keeps nothing would pass on a marker never kept.
+    let before = target.run_code(&format!("{marker:?} in globals()")).await?;
+    if before.result.as_deref() != Some("True") {
+        return Err(StepEnd::Failed(format!(
+            "the code channel is declared stateful but kept nothing between two calls ({}), so the restart cannot be shown",
+            describe(&before)
+        )));
+    }
+    target.restart().await?;
+    let after = target.run_code(&format!("{marker:?} in globals()")).await?;
+    let problems = match after.result.as_deref() {
+        Some("False") => Vec::new(),
+        _ => vec![format!("state survived the restart: {}", describe(&after))],
+    };
+    Ok(Verdict::new(problems, json!({ "after": after.result })))
+}
+
+/// Check 14: `kernels` contexts each answer `1+1` at once.
+async fn concurrent(target: &impl CheckTarget, kernels: u32) -> Verdict {
+    let names: Vec<String> = (0..kernels).map(|i| format!("sm-context-{i}")).collect();
+    let answers =
+        futures_util::future::join_all(names.iter().map(|name| target.run_code_in(name, "1+1")))
+            .await;
+    let (mut answered, mut errors) = (0u32, Vec::new());
+    for answer in answers {
+        match answer {
+            Ok(output) if output.result.as_deref() == Some("2") => answered += 1,
+            Ok(output) => errors.push(describe(&output)),
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    let problems = if answered == kernels {
+        Vec::new()
+    } else {
+        vec![format!(
+            "{answered} of {kernels} contexts answered{}",
+            errors.first().map(|e| format!(": {e}")).unwrap_or_default()
+        )]
+    };
+    Verdict::new(
+        problems,
+        json!({ "answered": answered, "kernels": kernels }),
+    )
+}
+
+/// Checks a code output against the expected answer, describing what came instead.
+pub(crate) fn check_answer(code: &str, answer: &str, output: &CodeOutput) -> Result<(), String> {
+    if output.result.as_deref() == Some(answer) {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{code}` should answer `{answer}`, got {}",
+            describe(output)
+        ))
+    }
+}
+
+/// What a code output holds, for a person: its error, its result, its stdout, or nothing.
+pub(crate) fn describe(output: &CodeOutput) -> String {
+    match (&output.result, &output.error) {
+        (_, Some(error)) => format!("an error: {error}"),
+        (Some(result), None) => format!("`{result}`"),
+        (None, None) if !output.stdout.is_empty() => {
+            format!("no result (stdout: {:?})", output.stdout.trim())
+        }
+        (None, None) => "no result".to_owned(),
+    }
+}

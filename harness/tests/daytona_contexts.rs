@@ -7,12 +7,10 @@ mod common;
 use std::sync::Arc;
 
 use sandbox_matrix::report::results::{ScenarioResult, StepStatus};
-use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id};
 use sandbox_matrix::run::scenario::Scenario;
 use sandbox_providers::api::replay::{Pace, ReplayOptions, ReplayServer};
 use sandbox_providers::api::{Cassette, Mode, WsFrame};
 use sandbox_providers::daytona::{self, DaytonaProvider};
-use tokio_util::sync::CancellationToken;
 
 fn core_tier() -> Cassette {
     Cassette::load(&common::root().join("fixtures/cassettes/daytona/core-tier.yaml"))
@@ -23,12 +21,7 @@ fn core_tier() -> Cassette {
 async fn replay(cassette: Cassette) -> (ScenarioResult, ReplayServer) {
     let scenario = Scenario::load(&common::root().join("scenarios/core-tier.yaml"))
         .expect("the scenario loads");
-    let runner = Runner::new(
-        new_run_id(),
-        fake_canary(),
-        Arc::new(common::Quiet),
-        CancellationToken::new(),
-    );
+    let runner = common::quiet_runner();
     let volatiles = runner.scenario_volatiles();
     let server = ReplayServer::start(
         cassette,

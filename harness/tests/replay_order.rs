@@ -5,27 +5,19 @@
 mod common;
 
 use std::path::Path;
-use std::sync::Arc;
 
 use sandbox_matrix::report::results::{ScenarioResult, StepStatus};
-use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id};
 use sandbox_matrix::run::scenario::Scenario;
 use sandbox_matrix::run::variants;
 use sandbox_providers::api::Cassette;
 use sandbox_providers::api::replay::Pace;
-use tokio_util::sync::CancellationToken;
 
 /// Runs the core-tier scenario on e2b, replayed from the cassettes under `dir`, with the
 /// replay check `run` adds.
 async fn core_tier(dir: &Path) -> ScenarioResult {
     let scenario = Scenario::load(&common::root().join("scenarios/core-tier.yaml"))
         .expect("the scenario loads");
-    let runner = Runner::new(
-        new_run_id(),
-        fake_canary(),
-        Arc::new(common::Quiet),
-        CancellationToken::new(),
-    );
+    let runner = common::quiet_runner();
     let session = variants::open_cloud(
         variants::cloud("e2b").expect("the e2b variant"),
         &scenario.name,

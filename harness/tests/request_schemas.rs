@@ -8,14 +8,12 @@ mod schemas;
 
 use std::sync::Arc;
 
-use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id};
 use sandbox_matrix::run::scenario::Scenario;
 use sandbox_matrix::run::variants;
 use sandbox_providers::api::cassette::RecordedRequest;
 use sandbox_providers::api::replay::{Pace, ReplayOptions, ReplayServer};
 use sandbox_providers::api::{Body, Cassette, Mode};
 use schemas::SchemaSet;
-use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_request_of_every_replayed_scenario_matches_its_schema() {
@@ -33,12 +31,7 @@ async fn every_request_of_every_replayed_scenario_matches_its_schema() {
             let cassette = Cassette::load(&path).expect("the cassette loads");
             let scenario = Scenario::load(&common::root().join(format!("scenarios/{name}.yaml")))
                 .expect("the scenario loads");
-            let runner = Runner::new(
-                new_run_id(),
-                fake_canary(),
-                Arc::new(common::Quiet),
-                CancellationToken::new(),
-            );
+            let runner = common::quiet_runner();
             let volatiles = runner.scenario_volatiles();
             let checked = set.clone();
             let server = ReplayServer::start(

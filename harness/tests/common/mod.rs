@@ -123,6 +123,16 @@ pub fn assert_no_value_in_tree(dir: &Path, secrets: &[sandbox_providers::Secret]
 /// Drops every event: for tests that read the results, not the progress.
 pub struct Quiet;
 
+/// A runner for a fresh run id and fake canary, reporting to nothing.
+pub fn quiet_runner() -> sandbox_matrix::run::runner::Runner {
+    sandbox_matrix::run::runner::Runner::new(
+        sandbox_matrix::run::runner::new_run_id(),
+        sandbox_matrix::run::runner::fake_canary(),
+        std::sync::Arc::new(Quiet),
+        tokio_util::sync::CancellationToken::new(),
+    )
+}
+
 impl sandbox_matrix::run::events::EventSink for Quiet {
     fn emit(&self, _: &sandbox_matrix::run::events::RunEvent) {}
 }

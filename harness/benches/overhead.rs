@@ -1,11 +1,11 @@
 //! What the harness adds to create-to-first-result, measured against a replay server that
 //! holds every response back a known delay.
 //!
-//! Each run replays the e2b lifecycle cassette (build, launch, first result, cleanup)
-//! through the runner, the e2b client and its HTTP layer. The baseline is a bare HTTP
-//! client sending the same create-to-first-result requests, one after another, to the
-//! same kind of server at the same delay: it pays the server's and the loopback's costs
-//! and nothing of the harness's. The harness's overhead is the difference of the medians.
+//! Each run replays the e2b lifecycle cassette (the whole lifecycle scenario, since replay
+//! serves exchanges in order) through the runner, the e2b client and its HTTP layer. The
+//! baseline is a bare HTTP client sending the same create-to-first-result requests, one
+//! after another, to the same kind of server at the same delay: it pays the server's and
+//! the loopback's costs and nothing of the harness's. The harness's overhead is the difference of the medians.
 //! Exits 1 when it is over 5 ms.
 //!
 //! `cargo bench -p sandbox-matrix --bench overhead`
@@ -110,10 +110,9 @@ fn main() {
         return;
     }
     let cassette = common::e2b_lifecycle();
-    let scenario = common::temp_scenario(
-        "lifecycle",
-        "  - step: build\n    budget: 60s\n  - step: launch\n    budget: 30s\n  - step: first-result\n    budget: 30s\n  - step: cleanup\n    budget: 30s\n",
-    );
+    // The whole lifecycle, as the cassette recorded it: replay serves exchanges in order.
+    let scenario = Scenario::load(&common::root().join("scenarios/lifecycle.yaml"))
+        .expect("the lifecycle scenario loads");
     let exchanges = create_to_first_result(&cassette);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let http = reqwest::Client::new();

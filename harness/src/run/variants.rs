@@ -282,33 +282,42 @@ mod tests {
             "origin: authored from a spec\nwritten: 2026-11-29\nvariant: e2b\nscenario: lifecycle\nexchanges: []\n",
         )
         .expect("parses");
-        let shown = |dir: &str| {
-            let dir = Path::new(dir);
+        let shown = |dir: &Path| {
             let path = cassette_path(dir, "e2b", "lifecycle");
             match replay_source(dir, &path, Pace::Recorded, Some(&cassette)) {
                 Source::Replay { replay } => replay,
                 other => panic!("not a replay: {other:?}"),
             }
         };
+        // The project's own folder, however it is reached: relative, or under the checkout.
+        let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         for dir in [
-            "./fixtures/cassettes",
-            "fixtures/cassettes",
-            "/work/checkout/fixtures/cassettes",
+            PathBuf::from("./fixtures/cassettes"),
+            PathBuf::from(CASSETTES_DIR),
+            checkout.join(CASSETTES_DIR),
         ] {
             assert_eq!(
-                shown(dir).cassette,
+                shown(&dir).cassette,
                 "fixtures/cassettes/e2b/lifecycle.yaml",
-                "{dir}"
+                "{}",
+                dir.display()
             );
         }
-        assert_eq!(shown("/tmp/mine").cassette, "/tmp/mine/e2b/lifecycle.yaml");
-        let replay = shown("fixtures/cassettes");
+        // A folder of the user's own is shown as given.
+        let mine = std::env::temp_dir().join("mine");
+        assert_eq!(
+            shown(&mine).cassette,
+            mine.join("e2b/lifecycle.yaml").display().to_string()
+        );
+        let replay = shown(Path::new(CASSETTES_DIR));
         assert_eq!(replay.origin.as_deref(), Some("authored from a spec"));
         assert_eq!(replay.written.as_deref(), Some("2026-11-29"));
         assert_eq!(replay.pace, crate::report::results::ReplayPace::Recorded);
 
         let missing = CloudMode::Replay {
-            dir: PathBuf::from("/nonexistent/fixtures/cassettes"),
+            dir: std::env::temp_dir()
+                .join("sm-no-such-checkout")
+                .join(CASSETTES_DIR),
             pace: Pace::Instant,
         }
         .source("e2b", "lifecycle");

@@ -192,7 +192,8 @@ struct RunArgs {
     /// each credential replaced by a placeholder.
     #[arg(long, conflicts_with = "live")]
     record: bool,
-    /// How fast replayed responses come back: at once, or after their recorded latency.
+    /// How fast replayed responses come back: at once (replayed timings then read
+    /// `replayed`), or after their recorded latency (shown marked `(recorded <date>)`).
     #[arg(long, value_enum, default_value_t = PaceArg::Instant)]
     pace: PaceArg,
     /// Run each variant × scenario this many times, one after another; reports give

@@ -10,7 +10,7 @@ use sandbox_matrix::report::results::{
     Provenance, RESULTS_SCHEMA_VERSION, Replay, ReplayPace, RunResults, ScenarioResult, Source,
     StepResult, StepStatus,
 };
-use sandbox_providers::{BuildLogMode, Capabilities, RestartKind, ShutdownObservation, Timing};
+use sandbox_providers::Timing;
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/gate");
 
@@ -94,19 +94,8 @@ fn example_results() -> RunResults {
         artifact_id: Some(image.to_owned()),
         provider_version: Some("Docker Engine 28.3.2 (API 1.51)".to_owned()),
         region: Some("local".to_owned()),
-        capabilities: Some(Capabilities {
-            build: true,
-            restart: RestartKind::Kernel,
-            build_logs: BuildLogMode::Streamed,
-            exec_as_root: true,
-            artifact_metadata: true,
-            floor: true,
-            concurrent_contexts: 4,
-            stateful_code: true,
-            shutdown: ShutdownObservation::Signal,
-            gpus: 0,
-            egress_policy: false,
-        }),
+        // The example is a docker run: the docker variant's own capabilities.
+        capabilities: Some(sandbox_providers::docker::CAPABILITIES),
         steps: Vec::new(),
         timings: Vec::new(),
         leaked_resources: Vec::new(),

@@ -610,25 +610,7 @@ impl Respond for Responder {
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        let headers = self
-            .options
-            .matched_headers
-            .iter()
-            .filter_map(|name| {
-                let values: Vec<&str> = request
-                    .headers
-                    .get_all(*name)
-                    .iter()
-                    .map(|v| v.to_str().unwrap_or("(not UTF-8)"))
-                    .collect();
-                (!values.is_empty()).then(|| {
-                    (
-                        name.to_ascii_lowercase(),
-                        normalizer.text(&values.join(", ")),
-                    )
-                })
-            })
-            .collect();
+        let headers = matched(&request.headers, self.options.matched_headers, &normalizer);
         let incoming = RecordedRequest {
             method: request.method.to_string(),
             path: normalizer.text(&path),
@@ -728,25 +710,7 @@ impl Sockets {
             let path = uri
                 .path_and_query()
                 .map_or_else(|| uri.path().to_owned(), |p| p.as_str().to_owned());
-            let headers = this
-                .options
-                .matched_headers
-                .iter()
-                .filter_map(|name| {
-                    let values: Vec<&str> = request
-                        .headers()
-                        .get_all(*name)
-                        .iter()
-                        .map(|v| v.to_str().unwrap_or("(not UTF-8)"))
-                        .collect();
-                    (!values.is_empty()).then(|| {
-                        (
-                            name.to_ascii_lowercase(),
-                            normalizer.text(&values.join(", ")),
-                        )
-                    })
-                })
-                .collect();
+            let headers = matched(request.headers(), this.options.matched_headers, &normalizer);
             let incoming = RecordedRequest {
                 method: request.method().to_string(),
                 path: normalizer.text(&path),
@@ -1007,4 +971,29 @@ async fn serve_resets(listener: tokio::net::TcpListener, state: Arc<Mutex<State>
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The headers of `names` that `headers` holds, each normalized (credentials and volatile
+/// values as placeholders), several values of one name joined as HTTP joins them.
+fn matched(
+    headers: &tokio_tungstenite::tungstenite::http::HeaderMap,
+    names: &[&str],
+    normalizer: &Normalizer,
+) -> std::collections::BTreeMap<String, String> {
+    names
+        .iter()
+        .filter_map(|name| {
+            let values: Vec<&str> = headers
+                .get_all(*name)
+                .iter()
+                .map(|v| v.to_str().unwrap_or("(not UTF-8)"))
+                .collect();
+            (!values.is_empty()).then(|| {
+                (
+                    name.to_ascii_lowercase(),
+                    normalizer.text(&values.join(", ")),
+                )
+            })
+        })
+        .collect()
 }

@@ -464,15 +464,19 @@ impl DaytonaProvider {
         }
     }
 
+    /// Where snapshot `id`'s build logs are read.
+    async fn build_logs_url(&self, id: &str) -> Result<UrlRecord> {
+        self.call(
+            ApiRequest::get(Target::Api, format!("/snapshots/{id}/build-logs-url"))
+                .what("get snapshot build logs URL"),
+        )
+        .await?
+        .json()
+    }
+
     /// Polls snapshot `id` until `active`, fetching its build logs on every poll.
     async fn wait_for_snapshot(&self, id: &str, log: &LogFn) -> Result<()> {
-        let logs: UrlRecord = self
-            .call(
-                ApiRequest::get(Target::Api, format!("/snapshots/{id}/build-logs-url"))
-                    .what("get snapshot build logs URL"),
-            )
-            .await?
-            .json()?;
+        let logs = self.build_logs_url(id).await?;
         let seen = Mutex::new(0usize);
         let (this, seen, logs_url) = (self, &seen, logs.url.as_str());
         let started = Instant::now();
@@ -938,13 +942,7 @@ impl Provider for DaytonaProvider {
             .call(ApiRequest::get(Target::Api, format!("/snapshots/{id}")).what("get snapshot"))
             .await?
             .json()?;
-        let logs: UrlRecord = self
-            .call(
-                ApiRequest::get(Target::Api, format!("/snapshots/{id}/build-logs-url"))
-                    .what("get snapshot build logs URL"),
-            )
-            .await?
-            .json()?;
+        let logs = self.build_logs_url(id).await?;
         let log = match self
             .call(ApiRequest::get(Target::Absolute(logs.url), "").what("get snapshot build logs"))
             .await

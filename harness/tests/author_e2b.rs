@@ -349,6 +349,8 @@ impl Emulator {
             .unwrap_or_default();
         let request = BuildRequest {
             environment_dir: self.environment.clone(),
+            base: sandbox_providers::BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
+            registry_credential: None,
             build_secrets: secrets,
             labels: RunLabels {
                 run_id: name,

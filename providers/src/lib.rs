@@ -128,11 +128,63 @@ impl RunLabels {
     }
 }
 
+/// The base image an environment builds `FROM`, as the run resolved its
+/// [`BASE_ARG`] build argument.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BaseImage {
+    /// `<registry>/<repository>@sha256:<digest>`, or the local bootstrap's tag when the
+    /// base is only in the local engine.
+    pub reference: String,
+    /// The registry host (`host[:port]`) holding it; `None` for a local-only base.
+    pub registry: Option<String>,
+}
+
+impl BaseImage {
+    /// A base that exists only in the local engine, named by `tag`.
+    pub fn local(tag: impl Into<String>) -> Self {
+        Self {
+            reference: tag.into(),
+            registry: None,
+        }
+    }
+}
+
+/// The build argument, declared before the first `FROM`, that names an environment's base.
+pub const BASE_ARG: &str = "BASE_IMAGE";
+
+/// How a registry credential was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CredentialSource {
+    /// A login token from ECR's `GetAuthorizationToken`, made for this run.
+    EcrLoginToken,
+    /// A user and password taken from the environment.
+    Static,
+}
+
+/// The credential for the registry that holds the base, made once per run. Its
+/// password is a [`Secret`]: never printed, never written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryCredential {
+    /// Registry host (`host[:port]`) the credential is for.
+    pub registry: String,
+    /// User name (`AWS` for an ECR login token).
+    pub username: String,
+    /// The password or token.
+    pub password: Secret,
+    /// How it was made.
+    pub source: CredentialSource,
+}
+
 /// What to build: an environment directory (a Dockerfile and its context).
 #[derive(Debug, Clone)]
 pub struct BuildRequest {
     /// Directory holding the environment's Dockerfile and build context.
     pub environment_dir: PathBuf,
+    /// The base the Dockerfile's [`BASE_ARG`] resolves to.
+    pub base: BaseImage,
+    /// The credential for the base's registry, when it has one.
+    pub registry_credential: Option<RegistryCredential>,
     /// Build-time credentials handed to the builder the way a registry token
     /// would be; none of them may remain in the artifact.
     pub build_secrets: Vec<Secret>,

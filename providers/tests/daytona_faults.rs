@@ -151,6 +151,8 @@ async fn a_failed_build_is_a_build_error_and_its_log_lines_arrive() {
     let log = move |line: &str| sink.lock().unwrap().push(line.to_owned());
     let request = BuildRequest {
         environment_dir: root().join("fixtures/environments/reference"),
+        base: sandbox_providers::BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
+        registry_credential: None,
         build_secrets: vec![fake_canary()],
         labels: labels(),
     };

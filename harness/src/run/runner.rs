@@ -479,6 +479,8 @@ impl StepContext {
         }
         let request = BuildRequest {
             environment_dir: self.environment.clone(),
+            base: sandbox_providers::BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
+            registry_credential: None,
             build_secrets: self.secrets.clone(),
             labels: self.labels.clone(),
         };

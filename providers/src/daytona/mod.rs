@@ -2,8 +2,10 @@
 //!
 //! A build creates a snapshot from the environment's Dockerfile (`buildInfo`), polls it
 //! until `active` while polling its build logs, and hands back the snapshot's **id**:
-//! names are rewritten and reused, ids are not. Build secrets travel as a docker-registry
-//! entry that is deleted by id as soon as the build ends. A launch creates a sandbox from
+//! names are rewritten and reused, ids are not. The Dockerfile's `FROM ${BASE_IMAGE}` is
+//! resolved to the run's base before it is sent. The base registry's credential (or, with
+//! none, the run's canary build secret) travels as a docker-registry entry created for the
+//! build and deleted by id as soon as the build ends, success or failure. A launch creates a sandbox from
 //! the snapshot id with the run's labels and polls until `started`. Code and commands go
 //! to the toolbox at the sandbox's `toolboxProxyUrl`: commands to `process/execute`, code
 //! to interpreter contexts (`process/interpreter/context`), run over the
@@ -247,6 +249,40 @@ struct RegistryRecord {
     name: String,
 }
 
+/// The docker-registry entry a build creates, and why.
+struct RegistryEntry {
+    /// The registry host the entry is for.
+    url: String,
+    username: String,
+    password: Secret,
+    /// What the entry holds, for the build log.
+    what: &'static str,
+}
+
+/// The entry `request`'s build needs: the base registry's credential when the run has one;
+/// otherwise the first build secret (the run's canary), handed over as a registry login
+/// to the base's registry, or to [`CANARY_REGISTRY`] for a base that names none, so that
+/// it reaches Daytona as a real credential would and the secrets scan can look for it.
+/// With a credential the canary is not sent: one entry per build, the one a live build
+/// needs.
+fn registry_entry(request: &BuildRequest, dockerfile: &str) -> Option<RegistryEntry> {
+    if let Some(credential) = &request.registry_credential {
+        return Some(RegistryEntry {
+            url: credential.registry.clone(),
+            username: credential.username.clone(),
+            password: credential.password.clone(),
+            what: "the base registry's credential",
+        });
+    }
+    let secret = request.build_secrets.first()?;
+    Some(RegistryEntry {
+        url: dockerfile::base_registry(dockerfile).unwrap_or_else(|| CANARY_REGISTRY.to_owned()),
+        username: "build".to_owned(),
+        password: secret.clone(),
+        what: "the build secret",
+    })
+}
+
 /// A URL answer (`Url`, `ToolboxProxyUrl`).
 #[derive(Debug, Deserialize)]
 struct UrlRecord {
@@ -391,28 +427,30 @@ impl DaytonaProvider {
         code::output_from_frames(&frames).map_err(context_of)
     }
 
-    /// Creates the registry entry that hands `secret` to the builder; returns its id.
+    /// Creates docker-registry entry `entry` under the run's `name`; returns its id.
     async fn create_registry(
         &self,
         name: &str,
-        dockerfile: &str,
-        secret: &Secret,
+        entry: &RegistryEntry,
+        log: &LogFn,
     ) -> Result<String> {
-        let url =
-            dockerfile::base_registry(dockerfile).unwrap_or_else(|| CANARY_REGISTRY.to_owned());
         let created: RegistryRecord = self
             .call(
                 ApiRequest::post(Target::Api, "/docker-registry")
                     .json(json!({
                         "name": name,
-                        "url": url,
-                        "username": "build",
-                        "password": secret.expose(),
+                        "url": entry.url,
+                        "username": entry.username,
+                        "password": entry.password.expose(),
                     }))
                     .what("create docker-registry entry"),
             )
             .await?
             .json()?;
+        log(&format!(
+            "docker-registry entry {} created for {} ({})",
+            created.id, entry.url, entry.what
+        ));
         Ok(created.id)
     }
 
@@ -761,16 +799,24 @@ impl Provider for DaytonaProvider {
     }
 
     async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact> {
-        let dockerfile = dockerfile::inline_context(&request.environment_dir)?;
+        let dockerfile = dockerfile::resolve_base(
+            &dockerfile::inline_context(&request.environment_dir)?,
+            &request.base.reference,
+        );
         let name = resource_name(&request.labels);
         for secret in &request.build_secrets {
             self.client.add_secret(secret.clone());
         }
-        let registry = match request.build_secrets.first() {
-            Some(secret) => Some(self.create_registry(&name, &dockerfile, secret).await?),
+        if let Some(credential) = &request.registry_credential {
+            self.client.add_secret(credential.password.clone());
+        }
+        let registry = match registry_entry(request, &dockerfile) {
+            Some(entry) => Some(self.create_registry(&name, &entry, log).await?),
             None => None,
         };
         let built = self.build_snapshot(&name, dockerfile, log).await;
+        // The entry goes as soon as the build has ended, whichever way it ended; one left
+        // behind (the delete failed) is found by name and deleted by the run's cleanup.
         if let Some(id) = registry {
             match self
                 .delete(
@@ -1039,6 +1085,48 @@ mod tests {
         assert!(e.message.contains("DAYTONA_API_KEY"), "{e}");
         let e = credentials_from(env(&[("DAYTONA_JWT_TOKEN", "fake-jwt")])).unwrap_err();
         assert!(e.message.contains("DAYTONA_ORGANIZATION_ID"), "{e}");
+    }
+
+    fn build_request(credential: Option<crate::RegistryCredential>) -> BuildRequest {
+        BuildRequest {
+            environment_dir: std::path::PathBuf::from("/nowhere"),
+            base: crate::BaseImage::local("local/base:v1"),
+            registry_credential: credential,
+            // A fake canary, made up for this test.
+            build_secrets: vec![Secret::new("REGISTRY_TOKEN", "sm-fake-canary-00")],
+            labels: RunLabels {
+                run_id: "r".into(),
+                variant: "daytona".into(),
+                scenario: "s".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn the_registry_entry_holds_the_credential_else_the_canary() {
+        let credential = crate::RegistryCredential {
+            registry: "127.0.0.1:5000".into(),
+            username: "AWS".into(),
+            // A fake token, made up for this test.
+            password: Secret::new("REGISTRY_PASSWORD", "fake-login-token"),
+            source: crate::CredentialSource::EcrLoginToken,
+        };
+        let entry = registry_entry(&build_request(Some(credential)), "FROM x\n").unwrap();
+        assert_eq!(
+            (entry.url.as_str(), entry.username.as_str()),
+            ("127.0.0.1:5000", "AWS")
+        );
+        assert_eq!(entry.password.expose(), "fake-login-token");
+        let entry = registry_entry(&build_request(None), "FROM local/base:v1\n").unwrap();
+        assert_eq!(
+            (entry.url.as_str(), entry.password.name()),
+            (CANARY_REGISTRY, "REGISTRY_TOKEN")
+        );
+        let entry = registry_entry(&build_request(None), "FROM reg.test:1/b@sha256:a\n").unwrap();
+        assert_eq!(entry.url, "reg.test:1");
+        let mut bare = build_request(None);
+        bare.build_secrets.clear();
+        assert!(registry_entry(&bare, "FROM x\n").is_none());
     }
 
     #[test]

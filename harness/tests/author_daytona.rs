@@ -1,4 +1,5 @@
-//! Authors `fixtures/cassettes/daytona/{lifecycle,core-tier}.yaml`.
+//! Authors `fixtures/cassettes/daytona/{lifecycle,core-tier}.yaml` and the build cassettes
+//! `builds/{private-base,private-base-failed}.yaml`.
 //!
 //! Each scenario runs through the real runner with the daytona client in record mode,
 //! against a small emulator of Daytona's control plane and toolbox on 127.0.0.1 written
@@ -30,7 +31,10 @@ use sandbox_matrix::run::variants;
 use sandbox_providers::api::ws::{Rewound, accept, close_with, split_upgrades};
 use sandbox_providers::api::{ApiSettings, Endpoints, Mode, Recorder, Volatiles};
 use sandbox_providers::daytona::DaytonaProvider;
-use sandbox_providers::{Artifact, BuildRequest, Provider, Resource, RunLabels, SandboxId, Secret};
+use sandbox_providers::{
+    Artifact, BaseImage, BuildRequest, CredentialSource, Provider, RegistryCredential, Resource,
+    RunLabels, SandboxId, Secret,
+};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
@@ -72,6 +76,8 @@ struct State {
     snapshots: BTreeMap<String, Snapshot>,
     sandboxes: BTreeMap<String, Sandbox>,
     registries: BTreeMap<String, Value>,
+    /// The password of each registry entry, by id; never in an answer.
+    passwords: BTreeMap<String, String>,
     /// Interpreter contexts by id: the sandbox each belongs to.
     contexts: BTreeMap<String, String>,
 }
@@ -83,9 +89,21 @@ impl State {
     }
 }
 
+/// A private base the emulator's builder pulls as if from its registry: `reference`
+/// (`<registry>/<repository>@sha256:<digest>`) is served from the local image `local` to
+/// whoever holds `username` and `password` in a docker-registry entry for the registry.
+#[derive(Clone)]
+struct StandInBase {
+    reference: String,
+    local: String,
+    username: String,
+    password: Secret,
+}
+
 /// The emulator: Daytona's API on the outside, the docker variant inside.
 struct Emulator {
     url: String,
+    bases: Vec<StandInBase>,
     docker: Arc<dyn Provider>,
     engine: Docker,
     labels: RunLabels,
@@ -138,6 +156,7 @@ impl Emulator {
         docker: Arc<dyn Provider>,
         labels: RunLabels,
         volatiles: Arc<Volatiles>,
+        bases: Vec<StandInBase>,
     ) -> Arc<Self> {
         let (upstream, _) = common::bind_loopback().await;
         let upstream_addr = upstream.local_addr().expect("a local address");
@@ -145,6 +164,7 @@ impl Emulator {
         let engine = Docker::connect_with_local_defaults().expect("connect to the Docker engine");
         let emulator = Arc::new(Self {
             url,
+            bases,
             docker,
             engine,
             labels,
@@ -197,17 +217,23 @@ impl Emulator {
                     "username": body["username"], "project": "",
                     "registryType": "organization", "createdAt": STAMP, "updatedAt": STAMP,
                 });
-                state.registries.insert(id, entry.clone());
+                state.registries.insert(id.clone(), entry.clone());
+                let password = body["password"].as_str().unwrap_or_default().to_owned();
+                state.passwords.insert(id, password);
                 json_answer(201, entry)
             }
             ("GET", ["docker-registry"]) => {
                 let entries: Vec<Value> = lock(&self.state).registries.values().cloned().collect();
                 json_answer(200, json!(entries))
             }
-            ("DELETE", ["docker-registry", id]) => match lock(&self.state).registries.remove(*id) {
-                Some(_) => (204, "application/json", Vec::new()),
-                None => not_found("docker registry"),
-            },
+            ("DELETE", ["docker-registry", id]) => {
+                let mut state = lock(&self.state);
+                state.passwords.remove(*id);
+                match state.registries.remove(*id) {
+                    Some(_) => (204, "application/json", Vec::new()),
+                    None => not_found("docker registry"),
+                }
+            }
             ("POST", ["snapshots"]) => self.create_snapshot(&body),
             ("GET", ["snapshots"]) => {
                 let name = req.query.get("name").cloned().unwrap_or_default();
@@ -388,13 +414,24 @@ impl Emulator {
             std::fs::write(dir.join(&name), content).expect("write a context file");
             out.push_str(&format!("{head} {name} {dest}\n"));
         }
-        std::fs::write(dir.join("Dockerfile"), out).expect("write the Dockerfile");
         let set = |f: &dyn Fn(&mut Snapshot)| {
             if let Some(s) = lock(&self.state).snapshots.get_mut(&id) {
                 f(s);
             }
         };
         set(&|s| s.state = "building".into());
+        let out = match self.pull_base(&out) {
+            Ok(out) => out,
+            Err(why) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return set(&|s| {
+                    s.logs.push(format!("ERROR: {why}"));
+                    s.error = Some(why.clone());
+                    s.state = "build_failed".into();
+                });
+            }
+        };
+        std::fs::write(dir.join("Dockerfile"), out).expect("write the Dockerfile");
         let state = self.state.clone();
         let log_id = id.clone();
         let log = move |line: &str| {
@@ -428,6 +465,58 @@ impl Emulator {
                 s.state = "build_failed".into();
             }),
         }
+    }
+
+    /// `dockerfile` with each base pulled from a registry replaced by the local image that
+    /// stands in for it, after checking, as a registry would, the credential of the
+    /// docker-registry entry for that registry; a base no entry opens fails the build with
+    /// the registry named, as Daytona's builder does.
+    fn pull_base(&self, dockerfile: &str) -> Result<String, String> {
+        let mut out = String::with_capacity(dockerfile.len());
+        for line in dockerfile.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let image = match words.as_slice() {
+                [from, image, ..] if from.eq_ignore_ascii_case("FROM") => *image,
+                _ => {
+                    out.push_str(line);
+                    out.push('\n');
+                    continue;
+                }
+            };
+            let Some((host, _)) = image
+                .split_once('/')
+                .filter(|(host, _)| host.contains(['.', ':']) || *host == "localhost")
+            else {
+                out.push_str(line);
+                out.push('\n');
+                continue;
+            };
+            let Some(base) = self.bases.iter().find(|b| b.reference == image) else {
+                return Err(format!(
+                    "pull {image}: {host} has no such image (the emulator serves no such base)"
+                ));
+            };
+            let state = lock(&self.state);
+            let entry = state
+                .registries
+                .iter()
+                .find(|(_, entry)| entry["url"] == host)
+                .map(|(id, entry)| (id.clone(), entry["username"].clone()));
+            let Some((id, username)) = entry else {
+                return Err(format!(
+                    "pull {image}: {host}: unauthorized: no docker-registry entry holds a credential for it"
+                ));
+            };
+            let password = state.passwords.get(&id).cloned().unwrap_or_default();
+            if username != base.username.as_str() || password != base.password.expose() {
+                return Err(format!(
+                    "pull {image}: {host}: unauthorized: the registry refused the credential of docker-registry entry {id}"
+                ));
+            }
+            out.push_str(&line.replacen(image, &base.local, 1));
+            out.push('\n');
+        }
+        Ok(out)
     }
 
     fn create_sandbox(self: &Arc<Self>, body: &Value) -> Answer {
@@ -654,6 +743,30 @@ fn context_dto(id: &str, request: &Value) -> Value {
 /// The fake key the client sends; it grants nothing anywhere.
 const FAKE_KEY: &str = "fake-daytona-key-00000000";
 
+/// The private base the build cassettes name: a made-up registry under `.test` and a
+/// made-up digest, served by the emulator from the local contract base.
+const PRIVATE_BASE: &str = "registry.emulator.test/sandbox-matrix/contract-base@sha256:31344e332d1cb7f81f5a4c0242cf60d19d1008ad9a56bad86fd2caa56b46632e";
+/// The stand-in registry's user, as for an ECR login token.
+const REGISTRY_USER: &str = "AWS";
+/// The login token the stand-in registry accepts; fake, it opens nothing anywhere.
+const FAKE_LOGIN_TOKEN: &str = "fake-ecr-login-token-0000";
+/// A token the stand-in registry refuses (an expired one); fake too.
+const FAKE_EXPIRED_TOKEN: &str = "fake-ecr-login-token-expired";
+
+/// The credential a build cassette is recorded with, holding `token`.
+fn registry_credential(token: &str) -> RegistryCredential {
+    RegistryCredential {
+        registry: PRIVATE_BASE
+            .split_once('/')
+            .expect("a registry host")
+            .0
+            .to_owned(),
+        username: REGISTRY_USER.to_owned(),
+        password: Secret::new("REGISTRY_PASSWORD", token),
+        source: CredentialSource::EcrLoginToken,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs Docker; rewrites fixtures/cassettes/daytona/{lifecycle,core-tier}.yaml"]
 async fn author_daytona_cassettes() {
@@ -662,6 +775,15 @@ async fn author_daytona_cassettes() {
     }
     let root = common::root();
     record(&root.join("fixtures/cassettes/daytona")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs Docker; rewrites fixtures/cassettes/daytona/builds/*.yaml"]
+async fn author_daytona_build_cassettes() {
+    if !common::docker_or_skip("author_daytona_build_cassettes") {
+        return;
+    }
+    record_builds(&common::root().join("fixtures/cassettes/daytona/builds")).await;
 }
 
 /// Recording with fake credentials writes none of their values: not in the cassettes, not
@@ -673,6 +795,7 @@ async fn recording_with_fake_credentials_writes_none_of_them() {
     }
     let out = common::out_dir("record-daytona");
     let (results, mut fakes) = record(&out.join("cassettes")).await;
+    fakes.extend(record_builds(&out.join("cassettes/builds")).await);
     fakes.push(Secret::new("DAYTONA_API_KEY", FAKE_KEY));
     common::write_reports(&out.join("reports"), results, &fakes);
     common::assert_no_value_in_tree(&out, &fakes);
@@ -703,7 +826,7 @@ async fn record(dir: &Path) -> (Vec<ScenarioResult>, Vec<Secret>) {
             variant: "daytona".into(),
             scenario: name.into(),
         };
-        let emulator = Emulator::start(docker.clone(), labels, volatiles.clone()).await;
+        let emulator = Emulator::start(docker.clone(), labels, volatiles.clone(), Vec::new()).await;
         let path = dir.join(format!("{name}.yaml"));
         let recorder = Arc::new(Recorder::new(&path, ORIGIN, "daytona", name));
         let provider = DaytonaProvider::new(
@@ -744,4 +867,107 @@ async fn record(dir: &Path) -> (Vec<ScenarioResult>, Vec<Secret>) {
         results.push(result);
     }
     (results, secrets)
+}
+
+/// Records `dir/{private-base,private-base-failed}.yaml`: the build alone of
+/// `builds/environment` from [`PRIVATE_BASE`] with a registry credential, accepted (the
+/// snapshot is then deleted) and refused (an expired token: the build fails). Both hold
+/// the docker-registry entry's create and its delete by id. Returns the fake secrets used.
+async fn record_builds(dir: &Path) -> Vec<Secret> {
+    let root = common::root();
+    let docker = variants::connect_docker(&root, Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")))
+        .await
+        .expect("the docker variant connects");
+    common::quiet_runner()
+        .prepare(&docker)
+        .await
+        .expect("the docker variant's base image is ready");
+    let accepted = registry_credential(FAKE_LOGIN_TOKEN);
+    let stand_in = StandInBase {
+        reference: PRIVATE_BASE.to_owned(),
+        local: sandbox_providers::docker::base::BASE_IMAGE.to_owned(),
+        username: accepted.username.clone(),
+        password: accepted.password.clone(),
+    };
+    let mut secrets = Vec::new();
+    for (name, token) in [
+        ("private-base", FAKE_LOGIN_TOKEN),
+        ("private-base-failed", FAKE_EXPIRED_TOKEN),
+    ] {
+        let run_id = new_run_id();
+        let volatiles = Arc::new(Volatiles::default());
+        volatiles.register("run-id", &run_id);
+        let labels = RunLabels {
+            run_id: run_id.clone(),
+            variant: "daytona".into(),
+            scenario: name.into(),
+        };
+        let emulator = Emulator::start(
+            docker.clone(),
+            labels.clone(),
+            volatiles.clone(),
+            vec![stand_in.clone()],
+        )
+        .await;
+        let recorder = Arc::new(Recorder::new(
+            dir.join(format!("{name}.yaml")),
+            ORIGIN,
+            "daytona",
+            name,
+        ));
+        let provider = DaytonaProvider::new(
+            ApiSettings {
+                endpoints: Endpoints {
+                    api_base: emulator.url.clone(),
+                    sandbox_domain: String::new(),
+                },
+                mode: Mode::Record(recorder.clone()),
+                // Fake: the emulator checks no API key.
+                credentials: vec![Secret::new("DAYTONA_API_KEY", FAKE_KEY)],
+                volatiles,
+                call_timeout: Duration::from_secs(120),
+            },
+            None,
+            None,
+        )
+        .expect("the daytona client starts");
+        let credential = registry_credential(token);
+        secrets.push(credential.password.clone());
+        let request = BuildRequest {
+            environment_dir: root.join("fixtures/cassettes/daytona/builds/environment"),
+            base: BaseImage {
+                reference: PRIVATE_BASE.to_owned(),
+                registry: Some(credential.registry.clone()),
+            },
+            registry_credential: Some(credential),
+            build_secrets: Vec::new(),
+            labels,
+        };
+        let built = provider.build(&request, &|_: &str| {}).await;
+        match (name, built) {
+            ("private-base", Ok(artifact)) => provider
+                .delete_resource(&Resource {
+                    kind: sandbox_providers::daytona::KIND_SNAPSHOT.into(),
+                    id: artifact.id,
+                })
+                .await
+                .expect("the snapshot is deleted"),
+            ("private-base-failed", Err(e)) => assert!(
+                e.message.contains("registry.emulator.test: unauthorized"),
+                "the failed build names the registry: {e}"
+            ),
+            (name, other) => panic!("{name} built unexpectedly: {other:?}"),
+        }
+        assert!(
+            lock(&emulator.state).registries.is_empty(),
+            "{name} left its docker-registry entry"
+        );
+        recorder.finish().expect("the cassette is written");
+        assert_eq!(
+            common::left_by_run(&run_id),
+            Vec::<String>::new(),
+            "{name} left resources"
+        );
+    }
+    secrets
 }

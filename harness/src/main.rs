@@ -148,7 +148,7 @@ enum Command {
         /// Port on 127.0.0.1; 0 takes a free one.
         #[arg(long, default_value_t = 0)]
         port: u16,
-        /// The domain it serves (default: e2b.test for e2b).
+        /// The domain it serves (default: e2b.test for e2b, daytona.test for daytona).
         #[arg(long, value_name = "DOMAIN")]
         domain: Option<String>,
         /// Where to write the test CA's certificate (PEM). Default: a file in the temp
@@ -591,11 +591,24 @@ async fn emulate(
             let ca = emulator.ca_pem().to_owned();
             (ca, settings, Emulating::E2b(emulator))
         }
-        // The daytona emulator plugs in here: `emulate::daytona`, printing
-        // DAYTONA_API_URL and the same CA and resolve settings.
         EmulatedProvider::Daytona => {
-            eprintln!("error: emulate daytona: not yet (the daytona emulator is not merged)");
-            return EXIT_BAD_INPUT;
+            let options = emulate::daytona::Options::new(
+                port,
+                domain.unwrap_or_else(|| emulate::daytona::DEFAULT_DOMAIN.to_owned()),
+            );
+            let emulator = match emulate::daytona::Emulator::start(docker, options).await {
+                Ok(e) => e,
+                Err(e) => {
+                    eprintln!("error: cannot start the daytona emulator: {e}");
+                    return EXIT_FAILED;
+                }
+            };
+            let settings = vec![
+                ("DAYTONA_API_URL", emulator.api_url_with_port()),
+                (RESOLVE_VAR, format!("{}=127.0.0.1", emulator.domain())),
+            ];
+            let ca = emulator.ca_pem().to_owned();
+            (ca, settings, Emulating::Daytona(emulator))
         }
     };
     let (ca_file, temporary) = match ca_out {
@@ -636,6 +649,8 @@ async fn emulate(
 enum Emulating {
     /// E2B's.
     E2b(sandbox_matrix::emulate::e2b::Emulator),
+    /// Daytona's.
+    Daytona(sandbox_matrix::emulate::daytona::Emulator),
 }
 
 impl Emulating {
@@ -643,6 +658,10 @@ impl Emulating {
     async fn stop(self) {
         match self {
             Self::E2b(emulator) => {
+                emulator.stop();
+                emulator.cleanup().await;
+            }
+            Self::Daytona(emulator) => {
                 emulator.stop();
                 emulator.cleanup().await;
             }

@@ -8,6 +8,7 @@
 //! host forms (`api.<domain>`, `<port>-<id>.<domain>`), the client pinning `<domain>` and
 //! every name under it to 127.0.0.1 and trusting the test CA.
 
+pub mod daytona;
 pub mod e2b;
 pub mod tls;
 

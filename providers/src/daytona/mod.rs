@@ -25,7 +25,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::api::ws::WsMessage;
-use crate::api::{ApiClient, ApiRequest, ApiSettings, Endpoints, Mode, Target, Volatiles};
+use crate::api::{ApiClient, ApiRequest, ApiSettings, Endpoints, Mode, Network, Target, Volatiles};
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, ErrorKind,
     LogFn, Provider, ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId, Secret,
@@ -178,20 +178,51 @@ impl DaytonaProvider {
     }
 
     /// Builds the provider from explicit settings; the first credential is the bearer
-    /// token, `organization` goes with a JWT and `target` names a region.
+    /// token, `organization` goes with a JWT and `target` names a region. Live, it takes
+    /// the test network settings of the environment, if any (see [`crate::api::network`]).
     pub fn new(
         settings: ApiSettings,
         organization: Option<String>,
         target: Option<String>,
     ) -> Result<Self> {
-        let bearer = settings.credentials.first().cloned().ok_or_else(|| {
+        let bearer = Self::bearer(&settings)?;
+        Self::with_client(ApiClient::new(settings)?, bearer, organization, target)
+    }
+
+    /// As [`Self::new`], trusting `network`'s extra roots and resolving through its pin:
+    /// an emulator reached through Daytona's live URL forms.
+    pub fn with_network(
+        settings: ApiSettings,
+        organization: Option<String>,
+        target: Option<String>,
+        network: &Network,
+    ) -> Result<Self> {
+        let bearer = Self::bearer(&settings)?;
+        Self::with_client(
+            ApiClient::with_network(settings, network)?,
+            bearer,
+            organization,
+            target,
+        )
+    }
+
+    fn bearer(settings: &ApiSettings) -> Result<Secret> {
+        settings.credentials.first().cloned().ok_or_else(|| {
             ProviderError::new(
                 ErrorKind::Config,
                 "the daytona variant needs a bearer credential",
             )
-        })?;
+        })
+    }
+
+    fn with_client(
+        client: ApiClient,
+        bearer: Secret,
+        organization: Option<String>,
+        target: Option<String>,
+    ) -> Result<Self> {
         Ok(Self {
-            client: ApiClient::new(settings)?,
+            client,
             bearer,
             organization,
             target,

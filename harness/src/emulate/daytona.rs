@@ -1,0 +1,1036 @@
+//! An emulator of Daytona's control plane and its per-sandbox toolbox, written from the
+//! published OpenAPI documents (`daytona/openapi.yaml@1.0`, `toolbox-swagger.yaml`),
+//! served over HTTPS on 127.0.0.1 and backed by the local docker variant, so every answer
+//! about a sandbox is real: a snapshot build is a docker build of the Dockerfile it is
+//! sent, a sandbox is a container, `process/execute` is `sh -c` in it, an interpreter
+//! context is a Jupyter kernel of its own in it (the docker variant's `run_code_in`;
+//! deleting a context drops it, so a new one starts empty), the execute WebSocket runs
+//! code in that kernel and streams its output as the toolbox's frames, and stop/start
+//! stop and start the container.
+//!
+//! It answers through Daytona's live URL forms only: the control plane at
+//! `https://app.<domain>/api`, the toolbox at the `toolboxProxyUrl` it hands out,
+//! `https://proxy.app.<domain>/toolbox` (the client calls `<toolboxProxyUrl>/<id>/...`).
+//! A client that called with a port gets URLs with that port; one that pins `<domain>`
+//! to 127.0.0.1 at the emulator's port (see [`sandbox_providers::api::network`]) gets
+//! URLs with none, as live ones.
+//!
+//! A base named in a registry (`<registry>/<repository>@sha256:<digest>`) is pulled as
+//! Daytona's builder would, with the docker-registry entry for that registry: the
+//! emulator serves the [`StandInBase`]s it is given from local images to whoever holds
+//! their credential, and fails the build, naming the registry, otherwise.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use bollard::Docker;
+use bollard::query_parameters::StopContainerOptionsBuilder;
+use futures_util::{SinkExt as _, StreamExt as _};
+use sandbox_providers::api::ws::{Rewound, accept, close_with, split_upgrades};
+use sandbox_providers::api::{Network, ResolvePin, Volatiles};
+use sandbox_providers::{Artifact, BuildRequest, Provider, Resource, RunLabels, SandboxId, Secret};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+
+use super::{Answer, EmulateError, Front, HttpRequest};
+
+/// The domain the daytona emulator serves when none is given.
+pub const DEFAULT_DOMAIN: &str = "daytona.test";
+/// The control plane's host label: `app.<domain>`, its API under `/api`.
+const API_HOST: &str = "app";
+/// The toolbox proxy's host label: `proxy.app.<domain>`, the toolbox under `/toolbox`.
+const PROXY_HOST: &str = "proxy.app";
+/// The organization every emulated record belongs to; made up.
+const ORGANIZATION: &str = "0b5e1c4e-0000-4000-8000-00000000000a";
+/// Every emulated timestamp.
+const STAMP: &str = "2026-01-01T00:00:00.000Z";
+
+/// A private base the emulator's builder pulls as if from its registry: `reference`
+/// (`<registry>/<repository>@sha256:<digest>`) is served from the local image `local` to
+/// whoever holds `username` and `password` in a docker-registry entry for the registry.
+#[derive(Debug, Clone)]
+pub struct StandInBase {
+    /// The reference a Dockerfile names.
+    pub reference: String,
+    /// The local image standing in for it.
+    pub local: String,
+    /// The registry user the entry must hold.
+    pub username: String,
+    /// The password or token the entry must hold.
+    pub password: Secret,
+}
+
+/// Where and as what the emulator serves.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Port on 127.0.0.1; 0 takes a free one.
+    pub port: u16,
+    /// The domain: the control plane is `app.<domain>`.
+    pub domain: String,
+    /// Labels every docker build and container behind it carries. By default builds carry
+    /// a run id of the emulator's own, and a container the run id and scenario of the
+    /// sandbox's labels (when they hold them); [`Emulator::cleanup`] removes both.
+    pub labels: Option<RunLabels>,
+    /// When recording: where the run-varying values the emulator sees (restart markers in
+    /// code) are registered, so the cassette holds placeholders.
+    pub volatiles: Option<Arc<Volatiles>>,
+    /// Private bases it serves.
+    pub bases: Vec<StandInBase>,
+}
+
+impl Options {
+    /// On `port` under `domain`, with no labels, volatiles or private bases.
+    pub fn new(port: u16, domain: impl Into<String>) -> Self {
+        Self {
+            port,
+            domain: domain.into(),
+            labels: None,
+            volatiles: None,
+            bases: Vec::new(),
+        }
+    }
+}
+
+/// An emulated snapshot.
+struct Snapshot {
+    name: String,
+    state: String,
+    image: Option<String>,
+    logs: Vec<String>,
+    error: Option<String>,
+}
+
+/// An emulated sandbox and the container behind it.
+struct Sandbox {
+    snapshot: String,
+    labels: BTreeMap<String, String>,
+    state: String,
+    container: Option<String>,
+}
+
+#[derive(Default)]
+struct State {
+    next: u64,
+    snapshots: BTreeMap<String, Snapshot>,
+    sandboxes: BTreeMap<String, Sandbox>,
+    registries: BTreeMap<String, Value>,
+    /// The password of each registry entry, by id; never in an answer.
+    passwords: BTreeMap<String, String>,
+    /// Interpreter contexts by id: the sandbox each belongs to.
+    contexts: BTreeMap<String, String>,
+}
+
+impl State {
+    fn id(&mut self) -> String {
+        self.next += 1;
+        format!("5d1a7000-0000-4000-8000-{:012x}", self.next)
+    }
+}
+
+/// The daytona emulator. Dropping the last clone stops serving; [`Emulator::cleanup`]
+/// removes what its docker builds and containers left.
+#[derive(Clone)]
+pub struct Emulator {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    domain: String,
+    port: u16,
+    ca_pem: String,
+    docker: Arc<dyn Provider>,
+    engine: Docker,
+    labels: RunLabels,
+    /// Whether `labels` go on everything (given by the options).
+    fixed_labels: bool,
+    /// The labels of every container started, for cleanup.
+    launched: Mutex<Vec<RunLabels>>,
+    volatiles: Option<Arc<Volatiles>>,
+    bases: Vec<StandInBase>,
+    state: Mutex<State>,
+    front: Mutex<Option<Front>>,
+}
+
+impl std::fmt::Debug for Emulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Emulator")
+            .field("domain", &self.inner.domain)
+            .field("port", &self.inner.port)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Daytona's error shape.
+fn error(status: u16, message: &str) -> Answer {
+    Answer::json(
+        status,
+        json!({"statusCode": status, "message": message, "error": message}),
+    )
+}
+
+fn not_found(what: &str) -> Answer {
+    error(404, &format!("{what} not found"))
+}
+
+/// The host the client called, lower case, and the port it named (`:8443`, or empty).
+fn split_host(host: &str) -> (String, String) {
+    match host
+        .rsplit_once(':')
+        .filter(|(_, port)| !port.is_empty() && port.chars().all(|c| c.is_ascii_digit()))
+    {
+        Some((name, port)) => (name.to_ascii_lowercase(), format!(":{port}")),
+        None => (host.to_ascii_lowercase(), String::new()),
+    }
+}
+
+/// The query's pairs, decoded.
+fn query_pairs(query: &str) -> BTreeMap<String, String> {
+    reqwest::Url::parse(&format!("https://emulator.invalid/?{query}"))
+        .map(|url| url.query_pairs().into_owned().collect())
+        .unwrap_or_default()
+}
+
+impl Emulator {
+    /// Serves Daytona's API over HTTPS on 127.0.0.1 with `docker` behind it.
+    pub async fn start(docker: Arc<dyn Provider>, options: Options) -> Result<Self, EmulateError> {
+        let domain = options.domain.trim_end_matches('.').to_ascii_lowercase();
+        let engine = Docker::connect_with_local_defaults()
+            .map_err(|e| EmulateError::Backend(format!("cannot reach the Docker engine: {e}")))?;
+        let (plain_listener, plain) = super::bind_loopback(0).await?;
+        let (split_listener, split) = super::bind_loopback(0).await?;
+        let (public, _) = super::bind_loopback(options.port).await?;
+        // The certificate's names are `app.<domain>` and every name under it, which holds
+        // the toolbox proxy `proxy.app.<domain>`.
+        let mut front = Front::with_upstream(public, split, &format!("{API_HOST}.{domain}"))?;
+        let fixed_labels = options.labels.is_some();
+        let labels = options.labels.unwrap_or_else(|| RunLabels {
+            run_id: format!(
+                "emulator-{}-{:06x}",
+                std::process::id(),
+                rand::random::<u32>() >> 8
+            ),
+            variant: "daytona-emulator".into(),
+            scenario: "emulate".into(),
+        });
+        let emulator = Self {
+            inner: Arc::new(Inner {
+                port: front.port(),
+                ca_pem: front.ca().ca_pem().to_owned(),
+                domain,
+                docker,
+                engine,
+                labels,
+                fixed_labels,
+                launched: Mutex::default(),
+                volatiles: options.volatiles,
+                bases: options.bases,
+                state: Mutex::default(),
+                front: Mutex::new(None),
+            }),
+        };
+        let sockets = emulator.clone();
+        front.serve(split_upgrades(split_listener, plain, move |stream| {
+            sockets.clone().execute(stream)
+        }));
+        let serving = emulator.clone();
+        front.serve(super::serve_http(plain_listener, move |request| {
+            let emulator = serving.clone();
+            async move {
+                let answer = emulator.serve(request).await;
+                (answer.status, answer.content_type.to_owned(), answer.body)
+            }
+        }));
+        *lock(&emulator.inner.front) = Some(front);
+        Ok(emulator)
+    }
+
+    /// Stops serving (what [`Self::cleanup`] removes is left to it).
+    pub fn stop(&self) {
+        lock(&self.inner.front).take();
+    }
+
+    /// The port it serves on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.inner.port
+    }
+
+    /// The domain, without a port.
+    pub fn domain(&self) -> &str {
+        &self.inner.domain
+    }
+
+    /// The test CA's certificate, PEM.
+    pub fn ca_pem(&self) -> &str {
+        &self.inner.ca_pem
+    }
+
+    /// `DAYTONA_API_URL` for a client that pins the domain: `https://app.<domain>/api`,
+    /// the live form with no port.
+    pub fn api_url(&self) -> String {
+        format!("https://{API_HOST}.{}/api", self.inner.domain)
+    }
+
+    /// `DAYTONA_API_URL` for a client that resolves `<domain>` but keeps the port in its
+    /// URLs: `https://app.<domain>:<port>/api`.
+    pub fn api_url_with_port(&self) -> String {
+        format!(
+            "https://{API_HOST}.{}:{}/api",
+            self.inner.domain, self.inner.port
+        )
+    }
+
+    /// What a client needs besides the URL: the test CA trusted, and `<domain>` pinned to
+    /// 127.0.0.1 at the emulator's port.
+    pub fn network(&self) -> Network {
+        Network::default()
+            .trust_pem(self.inner.ca_pem.clone())
+            .pin(ResolvePin {
+                domain: self.inner.domain.clone(),
+                addr: std::net::SocketAddr::from(([127, 0, 0, 1], self.inner.port)),
+            })
+    }
+
+    /// Whether no docker-registry entry is left.
+    pub fn registry_entries_left(&self) -> usize {
+        lock(&self.inner.state).registries.len()
+    }
+
+    /// Removes, by their labels, whatever the emulator's docker builds and containers left.
+    pub async fn cleanup(&self) {
+        let docker = &self.inner.docker;
+        let mut labels = lock(&self.inner.launched).clone();
+        labels.push(self.inner.labels.clone());
+        for labels in labels {
+            for resource in docker.list_resources(&labels).await.unwrap_or_default() {
+                let _ = docker.delete_resource(&resource).await;
+            }
+        }
+    }
+
+    /// The labels of the container behind a sandbox labelled `requested`.
+    fn container_labels(&self, requested: &BTreeMap<String, String>) -> RunLabels {
+        let run = requested.get(sandbox_providers::RUN_LABEL);
+        let labels = match run {
+            Some(run) if !self.inner.fixed_labels => RunLabels {
+                run_id: run.clone(),
+                variant: "daytona-emulator".into(),
+                scenario: requested
+                    .get(sandbox_providers::SCENARIO_LABEL)
+                    .cloned()
+                    .unwrap_or_default(),
+            },
+            _ => self.inner.labels.clone(),
+        };
+        lock(&self.inner.launched).push(labels.clone());
+        labels
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        lock(&self.inner.state)
+    }
+
+    /// Routes by the host the client called: the control plane at `app.<domain>` under
+    /// `/api`, the toolbox at `proxy.app.<domain>` under `/toolbox`.
+    async fn serve(&self, request: HttpRequest) -> Answer {
+        let (host, port) = split_host(&request.host);
+        let label = host
+            .strip_suffix(&self.inner.domain)
+            .and_then(|rest| rest.strip_suffix('.'));
+        let bearer = request
+            .headers
+            .get("authorization")
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|token| !token.trim().is_empty());
+        let origin = |label: &str| format!("https://{label}.{}{port}", self.inner.domain);
+        let path = request.path.clone();
+        match (label, path.split_once('/').map(|(_, rest)| rest)) {
+            (Some(API_HOST), Some(rest)) if rest == "api" || rest.starts_with("api/") => {
+                if !bearer {
+                    return error(401, "Unauthorized: a bearer token is required");
+                }
+                let parts: Vec<&str> = rest.split('/').skip(1).collect();
+                self.control(&request, &parts, &origin(API_HOST), &origin(PROXY_HOST))
+                    .await
+            }
+            (Some(PROXY_HOST), Some(rest)) if rest.starts_with("toolbox/") => {
+                if !bearer {
+                    return error(401, "Unauthorized: a bearer token is required");
+                }
+                let parts: Vec<&str> = rest.split('/').skip(1).collect();
+                let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+                self.toolbox(&request.method, &parts, &body).await
+            }
+            _ => error(
+                404,
+                &format!(
+                    "the emulator has no {} {}{} (the API is https://{API_HOST}.{}/api)",
+                    request.method, request.host, request.path, self.inner.domain
+                ),
+            ),
+        }
+    }
+
+    fn snapshot_dto(id: &str, s: &Snapshot) -> Value {
+        json!({
+            "id": id, "organizationId": ORGANIZATION, "general": false, "name": s.name,
+            "state": s.state, "size": null, "entrypoint": null, "cpu": 1, "gpu": 0, "mem": 1,
+            "disk": 3, "errorReason": s.error, "createdAt": STAMP, "updatedAt": STAMP,
+            "lastUsedAt": null,
+        })
+    }
+
+    fn sandbox_dto(id: &str, s: &Sandbox, proxy: &str) -> Value {
+        json!({
+            "id": id, "organizationId": ORGANIZATION, "name": id, "snapshot": s.snapshot,
+            "user": "datalayer", "env": {}, "labels": s.labels, "public": false,
+            "networkBlockAll": false, "target": "us", "cpu": 1, "gpu": 0, "memory": 1,
+            "disk": 3, "state": s.state, "createdAt": STAMP, "updatedAt": STAMP,
+            "toolboxProxyUrl": format!("{proxy}/toolbox"),
+        })
+    }
+
+    /// The control plane: `parts` is the path under `/api`.
+    async fn control(&self, req: &HttpRequest, parts: &[&str], api: &str, proxy: &str) -> Answer {
+        let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+        let query = query_pairs(&req.query);
+        match (req.method.as_str(), parts) {
+            ("POST", ["docker-registry"]) => {
+                let mut state = self.state();
+                let id = state.id();
+                let entry = json!({
+                    "id": id, "name": body["name"], "url": body["url"],
+                    "username": body["username"], "project": "",
+                    "registryType": "organization", "createdAt": STAMP, "updatedAt": STAMP,
+                });
+                state.registries.insert(id.clone(), entry.clone());
+                let password = body["password"].as_str().unwrap_or_default().to_owned();
+                state.passwords.insert(id, password);
+                Answer::json(201, entry)
+            }
+            ("GET", ["docker-registry"]) => {
+                let entries: Vec<Value> = self.state().registries.values().cloned().collect();
+                Answer::json(200, json!(entries))
+            }
+            ("DELETE", ["docker-registry", id]) => {
+                let mut state = self.state();
+                state.passwords.remove(*id);
+                match state.registries.remove(*id) {
+                    Some(_) => Answer::empty(204),
+                    None => not_found("docker registry"),
+                }
+            }
+            ("POST", ["snapshots"]) => self.create_snapshot(&body),
+            ("GET", ["snapshots"]) => {
+                let name = query.get("name").cloned().unwrap_or_default();
+                let state = self.state();
+                let items: Vec<Value> = state
+                    .snapshots
+                    .iter()
+                    .filter(|(_, s)| s.name.contains(&name))
+                    .map(|(id, s)| Self::snapshot_dto(id, s))
+                    .collect();
+                Answer::json(
+                    200,
+                    json!({"items": items, "total": items.len(), "page": 1, "totalPages": 1}),
+                )
+            }
+            ("GET", ["snapshots", id]) => match self.find_snapshot(id) {
+                Some(dto) => Answer::json(200, dto),
+                None => not_found("snapshot"),
+            },
+            ("GET", ["snapshots", id, "build-logs-url"]) => Answer::json(
+                200,
+                json!({"url": format!("{api}/api/snapshots/{id}/build-logs")}),
+            ),
+            ("GET", ["snapshots", id, "build-logs"]) => match self.state().snapshots.get(*id) {
+                Some(s) => Answer {
+                    status: 200,
+                    content_type: "text/plain",
+                    body: s
+                        .logs
+                        .iter()
+                        .map(|l| format!("{l}\n"))
+                        .collect::<String>()
+                        .into_bytes(),
+                },
+                None => not_found("snapshot"),
+            },
+            ("DELETE", ["snapshots", id]) => {
+                let removed = self.state().snapshots.remove(*id);
+                match removed {
+                    Some(s) => {
+                        if let Some(image) = s.image {
+                            let _ = self
+                                .inner
+                                .docker
+                                .delete_resource(&Resource {
+                                    kind: "image".into(),
+                                    id: image,
+                                })
+                                .await;
+                        }
+                        Answer::empty(200)
+                    }
+                    None => not_found("snapshot"),
+                }
+            }
+            ("POST", ["sandbox"]) => self.create_sandbox(&body, proxy),
+            ("GET", ["sandbox"]) => {
+                let wanted: BTreeMap<String, String> = query
+                    .get("labels")
+                    .and_then(|l| serde_json::from_str(l).ok())
+                    .unwrap_or_default();
+                let state = self.state();
+                let items: Vec<Value> = state
+                    .sandboxes
+                    .iter()
+                    .filter(|(_, s)| wanted.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
+                    .map(|(id, s)| Self::sandbox_dto(id, s, proxy))
+                    .collect();
+                Answer::json(200, json!({"items": items, "nextCursor": null}))
+            }
+            ("GET", ["sandbox", id]) => match self.state().sandboxes.get(*id) {
+                Some(s) => Answer::json(200, Self::sandbox_dto(id, s, proxy)),
+                None => not_found("sandbox"),
+            },
+            ("GET", ["sandbox", id, "toolbox-proxy-url"]) => {
+                match self.state().sandboxes.contains_key(*id) {
+                    true => Answer::json(200, json!({"url": format!("{proxy}/toolbox")})),
+                    false => not_found("sandbox"),
+                }
+            }
+            ("POST", ["sandbox", id, action @ ("stop" | "start")]) => {
+                self.stop_or_start(id, action, proxy)
+            }
+            ("DELETE", ["sandbox", id]) => {
+                let removed = self.state().sandboxes.remove(*id);
+                match removed {
+                    Some(mut s) => {
+                        if let Some(container) = s.container.take() {
+                            let _ = self
+                                .inner
+                                .docker
+                                .delete_resource(&Resource {
+                                    kind: "container".into(),
+                                    id: container,
+                                })
+                                .await;
+                        }
+                        s.state = "destroying".into();
+                        Answer::json(200, Self::sandbox_dto(id, &s, proxy))
+                    }
+                    None => not_found("sandbox"),
+                }
+            }
+            _ => error(
+                404,
+                &format!("the emulator has no {} {}", req.method, req.path),
+            ),
+        }
+    }
+
+    /// Snapshot `wanted`'s record, by id or by name as Daytona takes either.
+    fn find_snapshot(&self, wanted: &str) -> Option<Value> {
+        let state = self.state();
+        let (id, s) = state
+            .snapshots
+            .iter()
+            .find(|(id, s)| id.as_str() == wanted || s.name == wanted)?;
+        Some(Self::snapshot_dto(id, s))
+    }
+
+    /// The toolbox: `parts` is the path under `/toolbox`, the sandbox id first.
+    async fn toolbox(&self, method: &str, parts: &[&str], body: &Value) -> Answer {
+        match (method, parts) {
+            ("POST", [id, "process", "execute"]) => self.execute_command(id, body).await,
+            ("POST", [id, "process", "interpreter", "context"]) => {
+                let mut state = self.state();
+                if !state.sandboxes.contains_key(*id) {
+                    return not_found("sandbox");
+                }
+                let context = state.id();
+                state.contexts.insert(context.clone(), (*id).to_owned());
+                Answer::json(200, context_dto(&context, body))
+            }
+            ("GET", [id, "process", "interpreter", "context"]) => {
+                let state = self.state();
+                let contexts: Vec<Value> = state
+                    .contexts
+                    .iter()
+                    .filter(|(_, sandbox)| sandbox.as_str() == *id)
+                    .map(|(context, _)| context_dto(context, &Value::Null))
+                    .collect();
+                Answer::json(200, json!({ "contexts": contexts }))
+            }
+            ("DELETE", [_, "process", "interpreter", "context", context]) => {
+                // The kernel behind it is never reached again: a new context is a new one.
+                match self.state().contexts.remove(*context) {
+                    Some(_) => Answer::json(200, json!({ "message": "context deleted" })),
+                    None => not_found("context"),
+                }
+            }
+            _ => error(
+                404,
+                &format!("the emulator's toolbox has no {method} {}", parts.join("/")),
+            ),
+        }
+    }
+
+    fn create_snapshot(&self, body: &Value) -> Answer {
+        let dockerfile = body["buildInfo"]["dockerfileContent"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let mut state = self.state();
+        let id = state.id();
+        let snapshot = Snapshot {
+            name: body["name"].as_str().unwrap_or_default().to_owned(),
+            state: "pending".into(),
+            image: None,
+            logs: Vec::new(),
+            error: None,
+        };
+        let dto = Self::snapshot_dto(&id, &snapshot);
+        state.snapshots.insert(id.clone(), snapshot);
+        drop(state);
+        let this = self.clone();
+        tokio::spawn(async move { this.build(id, dockerfile).await });
+        Answer::json(200, dto)
+    }
+
+    /// Sets snapshot `id` with `f`, if it still exists.
+    fn set_snapshot(&self, id: &str, f: impl FnOnce(&mut Snapshot)) {
+        if let Some(s) = self.state().snapshots.get_mut(id) {
+            f(s);
+        }
+    }
+
+    /// Builds like Daytona's builder would: pulls a registry base with its entry, writes
+    /// the Dockerfile's heredocs out as context files (the docker variant's builder takes
+    /// no heredocs) and builds.
+    async fn build(self, id: String, dockerfile: String) {
+        self.set_snapshot(&id, |s| s.state = "building".into());
+        let dockerfile = match self.pull_base(&dockerfile) {
+            Ok(dockerfile) => dockerfile,
+            Err(why) => {
+                return self.set_snapshot(&id, |s| {
+                    s.logs.push(format!("ERROR: {why}"));
+                    s.error = Some(why);
+                    s.state = "build_failed".into();
+                });
+            }
+        };
+        let dir =
+            std::env::temp_dir().join(format!("sm-daytona-emulator-{}-{id}", std::process::id()));
+        let built = match write_context(&dir, &dockerfile) {
+            Ok(()) => {
+                let state = self.inner.clone();
+                let log_id = id.clone();
+                let log = move |line: &str| {
+                    if let Some(s) = lock(&state.state).snapshots.get_mut(&log_id) {
+                        s.logs.push(line.to_owned());
+                    }
+                };
+                self.inner
+                    .docker
+                    .build(
+                        &BuildRequest {
+                            environment_dir: dir.clone(),
+                            base: sandbox_providers::BaseImage::local(
+                                sandbox_providers::docker::base::BASE_IMAGE,
+                            ),
+                            registry_credential: None,
+                            build_secrets: Vec::new(),
+                            labels: self.inner.labels.clone(),
+                        },
+                        &log,
+                    )
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+            Err(e) => Err(format!("cannot write the build context: {e}")),
+        };
+        let _ = std::fs::remove_dir_all(&dir);
+        match built {
+            Ok(artifact) => self.set_snapshot(&id, |s| {
+                s.image = Some(artifact.id);
+                s.state = "active".into();
+            }),
+            Err(e) => self.set_snapshot(&id, |s| {
+                s.error = Some(e);
+                s.state = "build_failed".into();
+            }),
+        }
+    }
+
+    /// `dockerfile` with each base pulled from a registry replaced by the local image that
+    /// stands in for it, after checking, as a registry would, the credential of the
+    /// docker-registry entry for that registry; a base no entry opens fails the build with
+    /// the registry named, as Daytona's builder does.
+    fn pull_base(&self, dockerfile: &str) -> Result<String, String> {
+        let mut out = String::with_capacity(dockerfile.len());
+        for line in dockerfile.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let image = match words.as_slice() {
+                [from, image, ..] if from.eq_ignore_ascii_case("FROM") => *image,
+                _ => {
+                    out.push_str(line);
+                    out.push('\n');
+                    continue;
+                }
+            };
+            let Some((host, _)) = image
+                .split_once('/')
+                .filter(|(host, _)| host.contains(['.', ':']) || *host == "localhost")
+            else {
+                out.push_str(line);
+                out.push('\n');
+                continue;
+            };
+            let Some(base) = self.inner.bases.iter().find(|b| b.reference == image) else {
+                return Err(format!(
+                    "pull {image}: {host} has no such image (the emulator serves no such base)"
+                ));
+            };
+            let state = self.state();
+            let entry = state
+                .registries
+                .iter()
+                .find(|(_, entry)| entry["url"] == host)
+                .map(|(id, entry)| (id.clone(), entry["username"].clone()));
+            let Some((id, username)) = entry else {
+                return Err(format!(
+                    "pull {image}: {host}: unauthorized: no docker-registry entry holds a credential for it"
+                ));
+            };
+            let password = state.passwords.get(&id).cloned().unwrap_or_default();
+            if username != base.username.as_str() || password != base.password.expose() {
+                return Err(format!(
+                    "pull {image}: {host}: unauthorized: the registry refused the credential of docker-registry entry {id}"
+                ));
+            }
+            out.push_str(&line.replacen(image, &base.local, 1));
+            out.push('\n');
+        }
+        Ok(out)
+    }
+
+    fn create_sandbox(&self, body: &Value, proxy: &str) -> Answer {
+        let wanted = body["snapshot"].as_str().unwrap_or_default().to_owned();
+        let mut state = self.state();
+        // Daytona takes a snapshot's id or its name.
+        let found = state
+            .snapshots
+            .iter()
+            .find(|(id, s)| **id == wanted || s.name == wanted)
+            .and_then(|(_, s)| s.image.clone());
+        let Some(image) = found else {
+            return error(400, &format!("snapshot {wanted} is not active"));
+        };
+        let id = state.id();
+        let labels: BTreeMap<String, String> =
+            serde_json::from_value(body["labels"].clone()).unwrap_or_default();
+        let sandbox = Sandbox {
+            snapshot: wanted,
+            labels,
+            state: "creating".into(),
+            container: None,
+        };
+        let dto = Self::sandbox_dto(&id, &sandbox, proxy);
+        let container_labels = self.container_labels(&sandbox.labels);
+        state.sandboxes.insert(id.clone(), sandbox);
+        drop(state);
+        let this = self.clone();
+        tokio::spawn(async move {
+            let launched = this
+                .inner
+                .docker
+                .launch(
+                    &Artifact {
+                        id: image,
+                        kind: "image-id".into(),
+                    },
+                    &container_labels,
+                )
+                .await;
+            let orphan = {
+                let mut state = this.state();
+                match (state.sandboxes.get_mut(&id), launched) {
+                    (Some(s), Ok((container, _))) => {
+                        s.container = Some(container.0);
+                        s.state = "started".into();
+                        None
+                    }
+                    (Some(s), Err(_)) => {
+                        s.state = "error".into();
+                        None
+                    }
+                    // Deleted while it started: its container goes too.
+                    (None, Ok((container, _))) => Some(container.0),
+                    (None, Err(_)) => None,
+                }
+            };
+            if let Some(container) = orphan {
+                let _ = this
+                    .inner
+                    .docker
+                    .delete_resource(&Resource {
+                        kind: "container".into(),
+                        id: container,
+                    })
+                    .await;
+            }
+        });
+        Answer::json(200, dto)
+    }
+
+    fn stop_or_start(&self, id: &str, action: &str, proxy: &str) -> Answer {
+        let mut state = self.state();
+        let Some(sandbox) = state.sandboxes.get_mut(id) else {
+            return not_found("sandbox");
+        };
+        let Some(container) = sandbox.container.clone() else {
+            return error(409, "the sandbox is not created yet");
+        };
+        let stop = action == "stop";
+        sandbox.state = if stop { "stopping" } else { "starting" }.into();
+        let dto = Self::sandbox_dto(id, sandbox, proxy);
+        drop(state);
+        let (this, id) = (self.clone(), id.to_owned());
+        tokio::spawn(async move {
+            let engine = &this.inner.engine;
+            let done = if stop {
+                engine
+                    .stop_container(
+                        &container,
+                        Some(StopContainerOptionsBuilder::default().t(10).build()),
+                    )
+                    .await
+            } else {
+                engine.start_container(&container, None).await
+            };
+            if let Some(s) = this.state().sandboxes.get_mut(&id) {
+                s.state = match (done, stop) {
+                    (Err(_), _) => "error",
+                    (Ok(()), true) => "stopped",
+                    (Ok(()), false) => "started",
+                }
+                .into();
+            }
+        });
+        Answer::json(200, dto)
+    }
+
+    async fn execute_command(&self, id: &str, body: &Value) -> Answer {
+        let container = self
+            .state()
+            .sandboxes
+            .get(id)
+            .and_then(|s| s.container.clone());
+        let Some(container) = container else {
+            return not_found("sandbox");
+        };
+        let command = body["command"].as_str().unwrap_or_default();
+        let argv = vec!["sh".into(), "-c".into(), command.to_owned()];
+        match self
+            .inner
+            .docker
+            .exec(&SandboxId(container), &argv, false)
+            .await
+        {
+            Ok(out) => Answer::json(
+                200,
+                json!({
+                    "exitCode": out.exit_code,
+                    "result": format!("{}{}", out.stdout, out.stderr),
+                }),
+            ),
+            Err(e) => error(500, &e.to_string()),
+        }
+    }
+
+    /// Serves one execute WebSocket: reads `{code, contextId}`, runs the code in that
+    /// context's kernel and answers as the toolbox does: stdout, stderr and error frames,
+    /// `control: completed`, close 1000.
+    async fn execute(self, stream: Rewound) {
+        let sandbox: Arc<Mutex<Option<String>>> = Arc::default();
+        let seen = sandbox.clone();
+        let check = move |request: &tokio_tungstenite::tungstenite::handshake::server::Request| {
+            let parts: Vec<&str> = request
+                .uri()
+                .path()
+                .trim_start_matches('/')
+                .split('/')
+                .collect();
+            match parts.as_slice() {
+                ["toolbox", id, "process", "interpreter", "execute"] => {
+                    *lock(&seen) = Some((*id).to_owned());
+                    Ok(())
+                }
+                _ => Err((
+                    404,
+                    format!("the emulator has no WebSocket at {}", request.uri()),
+                )),
+            }
+        };
+        let Some(mut socket) = accept(stream, check).await else {
+            return;
+        };
+        let sandbox = lock(&sandbox).clone().unwrap_or_default();
+        let request: Value = match socket.next().await {
+            Some(Ok(Message::Text(text))) => {
+                serde_json::from_str(text.as_str()).unwrap_or_default()
+            }
+            _ => return,
+        };
+        let code = request["code"].as_str().unwrap_or_default();
+        let context = request["contextId"].as_str().unwrap_or_default().to_owned();
+        if let Some(volatiles) = &self.inner.volatiles {
+            // The runner's restart marker changes every run: a placeholder in the cassette.
+            for (at, _) in code.match_indices("sm-marker-") {
+                if let Some(marker) = code.get(at..at + 18) {
+                    volatiles.register("marker", marker);
+                }
+            }
+        }
+        let container = {
+            let state = self.state();
+            match state.contexts.get(&context) {
+                Some(owner) if *owner == sandbox => state
+                    .sandboxes
+                    .get(&sandbox)
+                    .and_then(|s| s.container.clone()),
+                _ => None,
+            }
+        };
+        let mut frames = Vec::new();
+        match container {
+            None => frames.push(output(
+                "error",
+                "",
+                "ContextNotFound",
+                &format!("no context {context}"),
+            )),
+            Some(container) => match self
+                .inner
+                .docker
+                .run_code_in(&SandboxId(container), &context, code)
+                .await
+            {
+                Ok(out) => {
+                    if !out.stdout.is_empty() {
+                        frames.push(output("stdout", &out.stdout, "", ""));
+                    }
+                    if !out.stderr.is_empty() {
+                        frames.push(output("stderr", &out.stderr, "", ""));
+                    }
+                    if let Some(error) = out.error {
+                        let (name, value) = error.split_once(": ").unwrap_or((&error, ""));
+                        frames.push(output("error", "", name, value));
+                    }
+                }
+                Err(e) => frames.push(output("error", "", "WorkerProcessError", &e.to_string())),
+            },
+        }
+        frames.push(output("control", "completed", "", ""));
+        for frame in frames {
+            if socket.send(Message::text(frame.to_string())).await.is_err() {
+                return;
+            }
+        }
+        close_with(&mut socket, 1000, "").await;
+    }
+}
+
+/// Writes `dockerfile` into `dir` with its heredoc `COPY`s as context files.
+fn write_context(dir: &std::path::Path, dockerfile: &str) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut out = String::new();
+    let mut lines = dockerfile.lines();
+    let mut files = 0;
+    while let Some(line) = lines.next() {
+        let Some((head, rest)) = line.split_once(" <<'") else {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        };
+        let Some((delimiter, dest)) = rest.split_once("' ") else {
+            return Err(std::io::Error::other(format!(
+                "a heredoc COPY names no destination: {line}"
+            )));
+        };
+        let mut content = String::new();
+        for l in lines.by_ref() {
+            if l == delimiter {
+                break;
+            }
+            content.push_str(l);
+            content.push('\n');
+        }
+        files += 1;
+        let name = format!("heredoc-{files}");
+        std::fs::write(dir.join(&name), content)?;
+        out.push_str(&format!("{head} {name} {dest}\n"));
+    }
+    std::fs::write(dir.join("Dockerfile"), out)
+}
+
+/// An `OutputMessage` frame, every field present as the toolbox sends them.
+fn output(kind: &str, text: &str, name: &str, value: &str) -> Value {
+    json!({"type": kind, "text": text, "name": name, "value": value, "traceback": ""})
+}
+
+/// An `InterpreterContext` record.
+fn context_dto(id: &str, request: &Value) -> Value {
+    json!({
+        "id": id,
+        "cwd": request["cwd"].as_str().unwrap_or("/home/datalayer"),
+        "language": request["language"].as_str().unwrap_or("python"),
+        "active": true,
+        "createdAt": STAMP,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("sm-daytona-emulate-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn heredoc_copies_become_context_files() {
+        let dir = scratch("heredoc");
+        write_context(
+            &dir,
+            "FROM x\nCOPY <<'SANDBOX_MATRIX_CONTEXT_0' /etc/a\nline\nSANDBOX_MATRIX_CONTEXT_0\nRUN true\n",
+        )
+        .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.join("Dockerfile")).unwrap(),
+            "FROM x\nCOPY heredoc-1 /etc/a\nRUN true\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("heredoc-1")).unwrap(),
+            "line\n"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_host_splits_from_its_port() {
+        assert_eq!(
+            split_host("App.Daytona.test:8443"),
+            ("app.daytona.test".to_owned(), ":8443".to_owned())
+        );
+        assert_eq!(
+            split_host("proxy.app.daytona.test"),
+            ("proxy.app.daytona.test".to_owned(), String::new())
+        );
+    }
+}

@@ -480,6 +480,8 @@ struct Inner {
     credentials: Mutex<Vec<Secret>>,
     volatiles: Arc<Volatiles>,
     call_timeout: Duration,
+    /// Extra roots and the resolve pin, which WebSockets honour too.
+    network: Network,
 }
 
 /// One attempt's outcome before it is judged.
@@ -527,6 +529,7 @@ impl ApiClient {
                 credentials: Mutex::new(settings.credentials),
                 volatiles: settings.volatiles,
                 call_timeout: settings.call_timeout,
+                network: network.clone(),
             }),
         })
     }

@@ -121,8 +121,7 @@ impl ApiClient {
                 .collect(),
             body: None,
         };
-        let connected =
-            tokio::time::timeout(deadline, tokio_tungstenite::connect_async(request)).await;
+        let connected = tokio::time::timeout(deadline, self.connect_ws(request, &url)).await;
         let socket = match connected {
             Err(_) => {
                 return Err(ProviderError::new(
@@ -204,6 +203,79 @@ impl ApiClient {
             closed: false,
         })
     }
+}
+
+impl ApiClient {
+    /// Connects `request` to `url`, through the resolve pin and trusting the extra roots
+    /// of this client's network, as its HTTP calls do.
+    async fn connect_ws(
+        &self,
+        request: tungstenite::handshake::client::Request,
+        url: &str,
+    ) -> std::result::Result<
+        (
+            WebSocketStream<MaybeTlsStream<TcpStream>>,
+            tungstenite::handshake::client::Response,
+        ),
+        tungstenite::Error,
+    > {
+        let network = &self.inner.network;
+        if network.pin.is_none() && network.extra_roots_pem.is_empty() {
+            return tokio_tungstenite::connect_async(request).await;
+        }
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|_| tungstenite::Error::Url(tungstenite::error::UrlError::NoHostName))?;
+        let host = parsed.host_str().unwrap_or_default().to_owned();
+        let port = parsed.port_or_known_default().unwrap_or(443);
+        let stream = match network.pinned(&host) {
+            Some(pin) => {
+                let port = match (parsed.port(), pin.port()) {
+                    (Some(port), _) => port,
+                    (None, 0) => port,
+                    (None, pinned) => pinned,
+                };
+                TcpStream::connect(SocketAddr::new(pin.ip(), port)).await
+            }
+            None => TcpStream::connect((host.as_str(), port)).await,
+        }
+        .map_err(tungstenite::Error::Io)?;
+        let _ = stream.set_nodelay(true);
+        let connector = if network.extra_roots_pem.is_empty() {
+            None
+        } else {
+            Some(tokio_tungstenite::Connector::Rustls(tls_config(
+                &network.extra_roots_pem,
+            )?))
+        };
+        tokio_tungstenite::client_async_tls_with_config(request, stream, None, connector).await
+    }
+}
+
+/// A TLS client configuration trusting the built-in roots and `extra` (PEM).
+fn tls_config(
+    extra: &[String],
+) -> std::result::Result<std::sync::Arc<rustls::ClientConfig>, tungstenite::Error> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let tls = |e: String| tungstenite::Error::Io(std::io::Error::other(e));
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    for pem in extra {
+        for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            let cert = cert.map_err(|e| tls(format!("an extra root is not PEM: {e}")))?;
+            roots
+                .add(cert)
+                .map_err(|e| tls(format!("an extra root is refused: {e}")))?;
+        }
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| tls(e.to_string()))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(std::sync::Arc::new(config))
 }
 
 fn latency_ms(d: Duration) -> f64 {

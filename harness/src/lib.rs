@@ -10,5 +10,6 @@
 
 pub mod analyze;
 pub mod checks;
+pub mod emulate;
 pub mod report;
 pub mod run;

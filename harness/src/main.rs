@@ -133,6 +133,31 @@ enum Command {
         #[arg(long, value_name = "RESULTS_JSON")]
         baseline: Option<PathBuf>,
     },
+    /// Serve a provider's API on 127.0.0.1 over HTTPS, backed by the docker variant (what
+    /// authors the cassettes), until Ctrl-C or SIGTERM.
+    ///
+    /// It answers through the provider's live host forms under --domain, with a test CA
+    /// made at start (its key never leaves the process). It prints, one `NAME=value` a
+    /// line on stdout, what a client needs: the provider's URL settings, the CA file to
+    /// trust (SANDBOX_MATRIX_CA_FILE) and the name pin (SANDBOX_MATRIX_RESOLVE). These two
+    /// are test settings; a live run sets neither.
+    Emulate {
+        /// The provider to emulate.
+        #[arg(value_enum)]
+        provider: EmulatedProvider,
+        /// Port on 127.0.0.1; 0 takes a free one.
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        /// The domain it serves (default: e2b.test for e2b).
+        #[arg(long, value_name = "DOMAIN")]
+        domain: Option<String>,
+        /// Where to write the test CA's certificate (PEM). Default: a file in the temp
+        /// folder, removed on exit.
+        #[arg(long, value_name = "FILE")]
+        ca_out: Option<PathBuf>,
+        #[command(flatten)]
+        root: RootArg,
+    },
     /// Write the HTML report of a run (the report.html of a run folder): provenance, the
     /// comparison table, failures, each metric's distribution per variant, and with
     /// --history the p50 and p90 of each metric across earlier runs.
@@ -205,6 +230,15 @@ struct RunArgs {
     cassettes: Option<PathBuf>,
 }
 
+/// The providers `emulate` serves.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum EmulatedProvider {
+    /// E2B's control plane, envd and the code interpreter.
+    E2b,
+    /// Daytona's API and toolbox.
+    Daytona,
+}
+
 /// Replay pacing, as the command line names it.
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum PaceArg {
@@ -251,6 +285,13 @@ fn main() -> ExitCode {
                 results,
                 history,
             } => html_report(&out, &results, &history),
+            Command::Emulate {
+                provider,
+                port,
+                domain,
+                ca_out,
+                root,
+            } => emulate(provider, port, domain, ca_out, &root.root).await,
         }
     });
     ExitCode::from(code)
@@ -501,6 +542,132 @@ async fn bootstrap(root: &Path) -> u8 {
             eprintln!("error: {e}");
             EXIT_FAILED
         }
+    }
+}
+
+async fn emulate(
+    provider: EmulatedProvider,
+    port: u16,
+    domain: Option<String>,
+    ca_out: Option<PathBuf>,
+    root: &Path,
+) -> u8 {
+    use sandbox_matrix::emulate;
+    use sandbox_providers::api::network::{CA_FILE_VAR, RESOLVE_VAR};
+    let docker = match variants::connect_docker(root, &harness_executable()).await {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_FAILED;
+        }
+    };
+    if let Err(e) = docker
+        .prepare(&|line: &str| eprintln!("prepare: {line}"))
+        .await
+    {
+        eprintln!("error: the docker variant's base image: {e}");
+        return EXIT_FAILED;
+    }
+    let environment = root.join("fixtures/environments/reference");
+    let (ca_pem, settings, running) = match provider {
+        EmulatedProvider::E2b => {
+            let options = emulate::e2b::Options {
+                port,
+                domain: domain.unwrap_or_else(|| emulate::e2b::DEFAULT_DOMAIN.to_owned()),
+                environment,
+            };
+            let emulator = match emulate::e2b::Emulator::start(docker, options).await {
+                Ok(e) => e,
+                Err(e) => {
+                    eprintln!("error: cannot start the e2b emulator: {e}");
+                    return EXIT_FAILED;
+                }
+            };
+            let settings = vec![
+                ("E2B_API_URL", emulator.api_url_with_port()),
+                ("E2B_DOMAIN", emulator.domain_with_port()),
+                (RESOLVE_VAR, format!("{}=127.0.0.1", emulator.domain())),
+            ];
+            let ca = emulator.ca_pem().to_owned();
+            (ca, settings, Emulating::E2b(emulator))
+        }
+        // The daytona emulator plugs in here: `emulate::daytona`, printing
+        // DAYTONA_API_URL and the same CA and resolve settings.
+        EmulatedProvider::Daytona => {
+            eprintln!("error: emulate daytona: not yet (the daytona emulator is not merged)");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let (ca_file, temporary) = match ca_out {
+        Some(path) => (path, false),
+        None => (
+            std::env::temp_dir().join(format!(
+                "sandbox-matrix-emulate-{}-ca.pem",
+                std::process::id()
+            )),
+            true,
+        ),
+    };
+    if let Err(e) = std::fs::write(&ca_file, &ca_pem) {
+        eprintln!(
+            "error: cannot write the CA certificate to {}: {e}",
+            ca_file.display()
+        );
+        running.stop().await;
+        return EXIT_FAILED;
+    }
+    for (name, value) in &settings {
+        println!("{name}={value}");
+    }
+    println!("{CA_FILE_VAR}={}", ca_file.display());
+    eprintln!(
+        "serving until Ctrl-C or SIGTERM; any non-empty API key is accepted (the emulator checks only that one is sent)"
+    );
+    wait_for_stop().await;
+    eprintln!("stopping: removing the emulator's sandboxes and builds");
+    running.stop().await;
+    if temporary {
+        let _ = std::fs::remove_file(&ca_file);
+    }
+    EXIT_PASSED
+}
+
+/// An emulator `emulate` runs.
+enum Emulating {
+    /// E2B's.
+    E2b(sandbox_matrix::emulate::e2b::Emulator),
+}
+
+impl Emulating {
+    /// Stops serving and removes what the emulator's sandboxes and builds left.
+    async fn stop(self) {
+        match self {
+            Self::E2b(emulator) => {
+                emulator.stop();
+                emulator.cleanup().await;
+            }
+        }
+    }
+}
+
+/// Returns on Ctrl-C or SIGTERM.
+async fn wait_for_stop() {
+    #[cfg(unix)]
+    {
+        let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 

@@ -203,18 +203,7 @@ pub fn e2b_lifecycle() -> sandbox_providers::api::Cassette {
 }
 
 /// One HTTP request as a test server (an authoring emulator) reads it.
-pub struct HttpRequest {
-    /// Method, upper case.
-    pub method: String,
-    /// Path, without the query.
-    pub path: String,
-    /// The raw query, empty when there is none.
-    pub query: String,
-    /// Headers, names lower case.
-    pub headers: std::collections::HashMap<String, String>,
-    /// The whole body.
-    pub body: Vec<u8>,
-}
+pub use sandbox_matrix::emulate::HttpRequest;
 
 /// A listener on 127.0.0.1 and its base URL, for [`serve_http`].
 pub async fn bind_loopback() -> (tokio::net::TcpListener, String) {
@@ -226,55 +215,13 @@ pub async fn bind_loopback() -> (tokio::net::TcpListener, String) {
 }
 
 /// Serves HTTP/1.1 on `listener` with hyper, answering each request with what `handle`
-/// returns: status, content type and body.
+/// returns: status, content type and body (the emulators' server, detached).
 pub fn serve_http<F, Fut>(listener: tokio::net::TcpListener, handle: F)
 where
     F: Fn(HttpRequest) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = (u16, String, Vec<u8>)> + Send + 'static,
 {
-    use http_body_util::BodyExt as _;
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let handle = handle.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(
-                    move |request: hyper::Request<hyper::body::Incoming>| {
-                        let handle = handle.clone();
-                        async move {
-                            let (parts, body) = request.into_parts();
-                            let body = body.collect().await?.to_bytes().to_vec();
-                            let request = HttpRequest {
-                                method: parts.method.to_string(),
-                                path: parts.uri.path().to_owned(),
-                                query: parts.uri.query().unwrap_or_default().to_owned(),
-                                headers: parts
-                                    .headers
-                                    .iter()
-                                    .map(|(k, v)| {
-                                        (
-                                            k.as_str().to_owned(),
-                                            String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                                        )
-                                    })
-                                    .collect(),
-                                body,
-                            };
-                            let (status, content_type, body) = handle(request).await;
-                            let response = hyper::Response::builder()
-                                .status(status)
-                                .header("content-type", content_type)
-                                .body(http_body_util::Full::new(bytes::Bytes::from(body)))
-                                .expect("a valid response");
-                            Ok::<_, hyper::Error>(response)
-                        }
-                    },
-                );
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
+    drop(sandbox_matrix::emulate::serve_http(listener, handle));
 }
 
 /// `step: reason` for each failed step of `result`.

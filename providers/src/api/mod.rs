@@ -6,6 +6,7 @@
 //! retried with backoff, 5xx and resets only when the call is idempotent.
 
 pub mod cassette;
+pub mod network;
 mod poll;
 pub mod replay;
 pub mod ws;
@@ -20,6 +21,7 @@ use futures_util::StreamExt as _;
 use reqwest::Method;
 
 pub use cassette::{Body, Cassette, ConnectFrame, Exchange, Normalizer, Volatiles, WsFrame};
+pub use network::{Network, ResolvePin};
 pub use poll::PollIntervals;
 
 use crate::{ErrorKind, ProviderError, Result, Secret, tail};
@@ -497,17 +499,26 @@ enum Attempt {
 }
 
 impl ApiClient {
-    /// A client with `settings`.
+    /// A client with `settings`; live and recording, it also takes the test network
+    /// settings of the environment ([`Network::from_env`]), which a live run leaves unset.
     pub fn new(settings: ApiSettings) -> Result<Self> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| {
-                ProviderError::new(
-                    ErrorKind::Config,
-                    format!("cannot make an HTTP client: {e}"),
-                )
-            })?;
+        let network = match settings.mode {
+            Mode::Live | Mode::Record(_) => Network::from_env()?,
+            Mode::Replay { .. } => Network::default(),
+        };
+        Self::with_network(settings, &network)
+    }
+
+    /// A client with `settings` trusting `network`'s extra roots and resolving through its
+    /// pin (an emulator reached through the live host forms).
+    pub fn with_network(settings: ApiSettings, network: &Network) -> Result<Self> {
+        let builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(10));
+        let http = network.apply(builder)?.build().map_err(|e| {
+            ProviderError::new(
+                ErrorKind::Config,
+                format!("cannot make an HTTP client: {e}"),
+            )
+        })?;
         Ok(Self {
             inner: Arc::new(Inner {
                 http,

@@ -25,8 +25,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::api::{
-    ApiClient, ApiRequest, ApiResponse, ApiSettings, Endpoints, Mode, Normalizer, ReqBody, Target,
-    Volatiles,
+    ApiClient, ApiRequest, ApiResponse, ApiSettings, Endpoints, Mode, Network, Normalizer, ReqBody,
+    Target, Volatiles,
 };
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, ErrorKind,
@@ -153,7 +153,8 @@ impl E2bProvider {
         Self::new(endpoints, mode, api_key, volatiles, options)
     }
 
-    /// A provider talking to `endpoints` with `api_key`.
+    /// A provider talking to `endpoints` with `api_key`; live, with the test network
+    /// settings of the environment, if any (see [`crate::api::network`]).
     pub fn new(
         endpoints: Endpoints,
         mode: Mode,
@@ -161,20 +162,50 @@ impl E2bProvider {
         volatiles: Arc<Volatiles>,
         options: BuildOptions,
     ) -> Result<Self> {
-        let client = ApiClient::new(ApiSettings {
+        let client = ApiClient::new(Self::settings(endpoints, mode, &api_key, volatiles))?;
+        Ok(Self::with_client(client, api_key, options))
+    }
+
+    /// A provider talking to `endpoints` with `api_key`, trusting `network`'s extra roots
+    /// and resolving through its pin (an emulator reached through the live host forms).
+    pub fn with_network(
+        endpoints: Endpoints,
+        mode: Mode,
+        api_key: Secret,
+        volatiles: Arc<Volatiles>,
+        options: BuildOptions,
+        network: &Network,
+    ) -> Result<Self> {
+        let client = ApiClient::with_network(
+            Self::settings(endpoints, mode, &api_key, volatiles),
+            network,
+        )?;
+        Ok(Self::with_client(client, api_key, options))
+    }
+
+    fn settings(
+        endpoints: Endpoints,
+        mode: Mode,
+        api_key: &Secret,
+        volatiles: Arc<Volatiles>,
+    ) -> ApiSettings {
+        ApiSettings {
             endpoints,
             mode,
             credentials: vec![api_key.clone()],
             volatiles,
             call_timeout: CALL_TIMEOUT,
-        })?;
-        Ok(Self {
+        }
+    }
+
+    fn with_client(client: ApiClient, api_key: Secret, options: BuildOptions) -> Self {
+        Self {
             client,
             api_key,
             options,
             ready_deadline: READY_DEADLINE,
             sandboxes: Mutex::new(HashMap::new()),
-        })
+        }
     }
 
     /// Sets how long launch waits for the code interpreter (60 s unless set).

@@ -46,6 +46,8 @@ struct Template {
     logs: Arc<Mutex<Vec<String>>>,
     /// The docker build's outcome once it ended.
     outcome: Arc<Mutex<Option<std::result::Result<Artifact, String>>>>,
+    /// The build's start command: what serves the code channel.
+    start_cmd: Option<String>,
 }
 
 struct Sandbox {
@@ -54,6 +56,9 @@ struct Sandbox {
     metadata: BTreeMap<String, String>,
     /// Context ids; the first is the docker sandbox's own kernel.
     contexts: Vec<String>,
+    /// Whether its template has a start command: without one, nothing listens on the
+    /// code interpreter's port.
+    code_channel: bool,
 }
 
 #[derive(Default)]
@@ -241,6 +246,7 @@ impl Emulator {
                     name: name.clone(),
                     logs: Arc::default(),
                     outcome: Arc::default(),
+                    start_cmd: None,
                 });
                 Answer::json(
                     202,
@@ -306,21 +312,59 @@ impl Emulator {
     }
 
     fn start_build(&self, tid: &str, body: &Value) -> Answer {
-        let world = self.world();
-        let Some(template) = world.templates.iter().find(|t| t.id == tid) else {
+        let text = |name: &str| {
+            body[name]
+                .as_str()
+                .filter(|v| !v.trim().is_empty())
+                .map(str::to_owned)
+        };
+        let start_cmd = text("startCmd");
+        if start_cmd.is_none() && text("readyCmd").is_some() {
+            return Answer::error(
+                400,
+                "readyCmd needs a startCmd: there is nothing to wait for",
+            );
+        }
+        let Some(from_image) = text("fromImage") else {
+            return Answer::error(400, "the build names no fromImage");
+        };
+        let mut world = self.world();
+        let Some(template) = world.templates.iter_mut().find(|t| t.id == tid) else {
             return Answer::error(404, "template not found");
         };
+        template.start_cmd = start_cmd;
         let (logs, outcome) = (template.logs.clone(), template.outcome.clone());
         let name = template.name.clone();
         drop(world);
-        let secrets = body["fromImageRegistry"]["password"]
-            .as_str()
-            .map(|p| vec![Secret::new("REGISTRY_TOKEN", p)])
-            .unwrap_or_default();
+        let login = &body["fromImageRegistry"];
+        let password = login["password"].as_str();
+        let (base, registry_credential, secrets) =
+            if from_image == sandbox_providers::docker::base::BASE_IMAGE {
+                // The local base: the password handed over is the run's canary.
+                let canary = password.map(|p| vec![Secret::new("REGISTRY_TOKEN", p)]);
+                (
+                    sandbox_providers::BaseImage::local(from_image),
+                    None,
+                    canary.unwrap_or_default(),
+                )
+            } else {
+                let registry = from_image.split('/').next().unwrap_or_default().to_owned();
+                let credential = password.map(|p| sandbox_providers::RegistryCredential {
+                    registry: registry.clone(),
+                    username: login["username"].as_str().unwrap_or_default().to_owned(),
+                    password: Secret::new("E2B_FROM_IMAGE_REGISTRY", p),
+                    source: sandbox_providers::CredentialSource::Static,
+                });
+                let base = sandbox_providers::BaseImage {
+                    reference: from_image,
+                    registry: Some(registry),
+                };
+                (base, credential, Vec::new())
+            };
         let request = BuildRequest {
             environment_dir: self.inner.environment.clone(),
-            base: sandbox_providers::BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
-            registry_credential: None,
+            base,
+            registry_credential,
             build_secrets: secrets,
             labels: RunLabels {
                 run_id: name,
@@ -379,15 +423,20 @@ impl Emulator {
         let Some((tid, bid)) = template.split_once(':') else {
             return Answer::error(400, "templateID must name a build here");
         };
-        let artifact = {
+        let found = {
             let world = self.world();
             world
                 .templates
                 .iter()
                 .find(|t| t.id == tid && t.build == bid)
-                .and_then(|t| t.outcome.lock().expect("outcome").clone())
+                .map(|t| {
+                    (
+                        t.outcome.lock().expect("outcome").clone(),
+                        t.start_cmd.is_some(),
+                    )
+                })
         };
-        let Some(Ok(artifact)) = artifact else {
+        let Some((Some(Ok(artifact)), code_channel)) = found else {
             return Answer::error(404, "no ready build by that id");
         };
         let metadata: BTreeMap<String, String> =
@@ -416,6 +465,7 @@ impl Emulator {
                 template: tid.to_owned(),
                 metadata,
                 contexts: Vec::new(),
+                code_channel,
             },
         );
         Answer::json(
@@ -459,10 +509,18 @@ impl Emulator {
         r: &HttpRequest,
         body: &Value,
     ) -> Answer {
-        let (inner, contexts) = match self.world().sandboxes.get(id) {
-            Some(s) => (s.inner.clone(), s.contexts.clone()),
+        let (inner, contexts, code_channel) = match self.world().sandboxes.get(id) {
+            Some(s) => (s.inner.clone(), s.contexts.clone(), s.code_channel),
             None => return Answer::error(502, "sandbox not running"),
         };
+        if port == "49999" && !code_channel {
+            // E2B's proxy, for a port nothing listens on.
+            return Answer::json(
+                502,
+                json!({"code": 502, "sandboxId": id, "port": 49999,
+                       "message": "The sandbox is running but port is not open"}),
+            );
+        }
         if r.headers.get("x-access-token").map(String::as_str)
             != Some(&format!("fake-envd-token-{id}"))
         {

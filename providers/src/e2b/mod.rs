@@ -93,15 +93,15 @@ pub(crate) fn locale_env() -> BTreeMap<&'static str, &'static str> {
     ])
 }
 
-/// Optional parts of a build that the environment directory does not say.
+/// Overrides of what the build request and the environment directory say.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BuildOptions {
-    /// Replaces the Dockerfile's `FROM` image (a local name no builder can pull).
+    /// Replaces the base the build request resolved (`E2B_BASE_IMAGE`).
     pub base_image: Option<String>,
-    /// The template's start command (the code interpreter server), run once at build time
-    /// and snapshotted.
+    /// Replaces the environment's start command (`E2B_START_CMD`), which E2B runs once at
+    /// build time and snapshots: the server of the code channel.
     pub start_cmd: Option<String>,
-    /// The command that says the start command is ready.
+    /// Replaces the environment's ready command (`E2B_READY_CMD`).
     pub ready_cmd: Option<String>,
 }
 
@@ -127,8 +127,10 @@ pub struct E2bProvider {
 
 impl E2bProvider {
     /// Connects with `E2B_API_KEY` (not needed in replay mode), `E2B_API_URL` and
-    /// `E2B_DOMAIN` overriding the public addresses, and the optional build settings
-    /// `E2B_BASE_IMAGE`, `E2B_START_CMD` and `E2B_READY_CMD`.
+    /// `E2B_DOMAIN` overriding the public addresses (`E2B_DOMAIN` may carry a port:
+    /// `<domain>:<port>`), and the optional overrides `E2B_BASE_IMAGE`, `E2B_START_CMD` and
+    /// `E2B_READY_CMD` of the build request's base and the environment's start and ready
+    /// commands.
     pub fn from_env(mode: Mode, volatiles: Arc<Volatiles>) -> Result<Self> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         let api_key = match (&mode, var("E2B_API_KEY")) {
@@ -753,6 +755,14 @@ impl Provider for E2bProvider {
 
     async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact> {
         let plan = template::plan(&request.environment_dir)?;
+        // Refused before anything is created: without a start command nothing would serve
+        // the code channel, and every launch would wait out its readiness deadline.
+        let commands = template::start_commands(&request.environment_dir, &self.options)?;
+        let from_image = self
+            .options
+            .base_image
+            .clone()
+            .unwrap_or_else(|| template::resolve_base(&plan.from_image, &request.base));
         if !plan.ignored.is_empty() {
             log(&format!(
                 "E2B templates take no {}: the start command and the contract's identity replace them",
@@ -813,24 +823,32 @@ impl Provider for E2bProvider {
             }
         }
         let mut start = json!({
-            "fromImage": self.options.base_image.clone().unwrap_or(plan.from_image),
+            "fromImage": from_image,
             "steps": plan.steps,
             "force": false,
         });
-        if let Some(secret) = request.build_secrets.first() {
-            // Handed over the only way E2B takes a build credential: a registry login.
-            self.client.add_secret(secret.clone());
+        let registry_login = match &request.registry_credential {
+            // The base's registry credential, made for this run (an ECR login token is a
+            // registry password for user `AWS`).
+            Some(credential) => Some((credential.username.clone(), credential.password.clone())),
+            // A local base needs none; the run's fake canary goes the way a registry
+            // credential would, so the secrets scan checks E2B's side for it.
+            None => request
+                .build_secrets
+                .first()
+                .map(|canary| ("sandbox-matrix".to_owned(), canary.clone())),
+        };
+        if let Some((username, password)) = registry_login {
+            self.client.add_secret(password.clone());
             start["fromImageRegistry"] = json!({
                 "type": "registry",
-                "username": "sandbox-matrix",
-                "password": secret.expose(),
+                "username": username,
+                "password": password.expose(),
             });
         }
-        if let Some(cmd) = &self.options.start_cmd {
-            start["startCmd"] = json!(cmd);
-        }
-        if let Some(cmd) = &self.options.ready_cmd {
-            start["readyCmd"] = json!(cmd);
+        start["startCmd"] = json!(commands.start);
+        if let Some(ready) = &commands.ready {
+            start["readyCmd"] = json!(ready);
         }
         self.client
             .call(

@@ -117,6 +117,77 @@ pub fn plan(dir: &Path) -> Result<TemplatePlan> {
     })
 }
 
+/// The template's start and ready commands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartCommands {
+    /// Starts the code channel's server.
+    pub start: String,
+    /// Exits 0 once it answers.
+    pub ready: Option<String>,
+}
+
+/// The start and ready commands: `E2B_START_CMD`/`E2B_READY_CMD` when set, else the
+/// environment description's `start.command` and `start.ready` (`environment.json`).
+/// None at all is refused: the template's code channel would never answer.
+pub fn start_commands(dir: &Path, options: &super::BuildOptions) -> Result<StartCommands> {
+    let path = dir.join(ENVIRONMENT_FILE);
+    let described: Value = match std::fs::read_to_string(&path) {
+        Ok(text) => serde_json::from_str(&text).map_err(|e| {
+            ProviderError::new(
+                ErrorKind::Config,
+                format!("{} is not JSON: {e}", path.display()),
+            )
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Value::Null,
+        Err(e) => {
+            return Err(ProviderError::new(
+                ErrorKind::Config,
+                format!("cannot read {}: {e}", path.display()),
+            ));
+        }
+    };
+    let field = |name: &str| {
+        described["start"][name]
+            .as_str()
+            .filter(|v| !v.trim().is_empty())
+            .map(str::to_owned)
+    };
+    let start = options
+        .start_cmd
+        .clone()
+        .or_else(|| field("command"))
+        .ok_or_else(|| {
+            ProviderError::new(
+                ErrorKind::Config,
+                format!(
+                    "the e2b variant needs a start command: {} names no `start.command` and \
+                 E2B_START_CMD is not set; without one nothing serves the code channel (port {})",
+                    path.display(),
+                    super::INTERPRETER_PORT
+                ),
+            )
+        })?;
+    let ready = options.ready_cmd.clone().or_else(|| field("ready"));
+    Ok(StartCommands { start, ready })
+}
+
+/// The environment description in an environment folder.
+const ENVIRONMENT_FILE: &str = "environment.json";
+
+/// The image a template builds from: the build request's resolved base where the
+/// Dockerfile's `FROM` names the base argument (`${BASE_IMAGE}` or `$BASE_IMAGE`), else the
+/// `FROM` as written.
+pub fn resolve_base(from: &str, base: &crate::BaseImage) -> String {
+    // A local equivalent of the shared Dockerfile resolution, until that is merged.
+    let braced = format!("${{{}}}", crate::BASE_ARG);
+    let bare = format!("${}", crate::BASE_ARG);
+    if from == braced || from == bare {
+        base.reference.clone()
+    } else {
+        from.to_owned()
+    }
+}
+
 /// The steps that re-assert the contract's identity, last in every build.
 fn reassert_identity() -> Vec<Value> {
     vec![
@@ -246,6 +317,54 @@ fn mode_of(_path: &Path) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn start_commands_come_from_the_environment_and_are_required() {
+        let dir = std::env::temp_dir().join(format!("sm-e2b-start-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let none = super::super::BuildOptions::default();
+        std::fs::write(dir.join(ENVIRONMENT_FILE), r#"{"name": "x"}"#).unwrap();
+        let refused = start_commands(&dir, &none).unwrap_err();
+        assert!(
+            refused.kind == ErrorKind::Config && refused.to_string().contains("E2B_START_CMD"),
+            "{refused}"
+        );
+        std::fs::write(
+            dir.join(ENVIRONMENT_FILE),
+            r#"{"start": {"command": "serve", "ready": "probe"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            start_commands(&dir, &none).unwrap(),
+            StartCommands {
+                start: "serve".into(),
+                ready: Some("probe".into())
+            }
+        );
+        let overridden = super::super::BuildOptions {
+            start_cmd: Some("other".into()),
+            ..Default::default()
+        };
+        assert_eq!(start_commands(&dir, &overridden).unwrap().start, "other");
+        // The reference environment names its own.
+        let reference =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/environments/reference");
+        let commands = start_commands(&reference, &none).unwrap();
+        assert!(commands.start.contains("49999") && commands.ready.is_some());
+    }
+
+    #[test]
+    fn the_base_argument_resolves_to_the_requests_base_and_a_literal_stays() {
+        let base = crate::BaseImage {
+            reference: "registry.test/contract-base@sha256:00ff".into(),
+            registry: Some("registry.test".into()),
+        };
+        for from in ["${BASE_IMAGE}", "$BASE_IMAGE"] {
+            assert_eq!(resolve_base(from, &base), base.reference);
+        }
+        assert_eq!(resolve_base("debian:bookworm", &base), "debian:bookworm");
+        assert_eq!(resolve_base("${OTHER}", &base), "${OTHER}");
+    }
 
     fn dir_with(dockerfile: &str) -> std::path::PathBuf {
         let digest: String = Sha256::digest(dockerfile.as_bytes())[..8]

@@ -155,6 +155,11 @@ enum Command {
         /// folder, removed on exit.
         #[arg(long, value_name = "FILE")]
         ca_out: Option<PathBuf>,
+        /// Build this environment (a folder of fixtures/environments, such as `reference`)
+        /// into a template before serving, and print its name (E2B_TEMPLATE) and exact
+        /// build (E2B_TEMPLATE_BUILD, `<templateID>:<buildID>`).
+        #[arg(long, value_name = "ENVIRONMENT")]
+        template: Option<String>,
         #[command(flatten)]
         root: RootArg,
     },
@@ -290,8 +295,17 @@ fn main() -> ExitCode {
                 port,
                 domain,
                 ca_out,
+                template,
                 root,
-            } => emulate(provider, port, domain, ca_out, &root.root).await,
+            } => {
+                let options = EmulateArgs {
+                    port,
+                    domain,
+                    ca_out,
+                    template,
+                };
+                emulate(provider, options, &root.root).await
+            }
         }
     });
     ExitCode::from(code)
@@ -545,13 +559,21 @@ async fn bootstrap(root: &Path) -> u8 {
     }
 }
 
-async fn emulate(
-    provider: EmulatedProvider,
+/// What `emulate` was asked for, besides the provider.
+struct EmulateArgs {
     port: u16,
     domain: Option<String>,
     ca_out: Option<PathBuf>,
-    root: &Path,
-) -> u8 {
+    template: Option<String>,
+}
+
+async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> u8 {
+    let EmulateArgs {
+        port,
+        domain,
+        ca_out,
+        template,
+    } = args;
     use sandbox_matrix::emulate;
     use sandbox_providers::api::network::{CA_FILE_VAR, RESOLVE_VAR};
     let docker = match variants::connect_docker(root, &harness_executable()).await {
@@ -583,11 +605,29 @@ async fn emulate(
                     return EXIT_FAILED;
                 }
             };
-            let settings = vec![
+            let mut settings = vec![
                 ("E2B_API_URL", emulator.api_url_with_port()),
                 ("E2B_DOMAIN", emulator.domain_with_port()),
                 (RESOLVE_VAR, format!("{}=127.0.0.1", emulator.domain())),
             ];
+            if let Some(folder) = template {
+                let dir = root.join("fixtures/environments").join(&folder);
+                eprintln!("building {} into a template", dir.display());
+                match emulator
+                    .seed(&dir, &|line: &str| eprintln!("template: {line}"))
+                    .await
+                {
+                    Ok(seeded) => {
+                        settings.push(("E2B_TEMPLATE", seeded.name));
+                        settings.push(("E2B_TEMPLATE_BUILD", seeded.build));
+                    }
+                    Err(e) => {
+                        eprintln!("error: the {folder} template: {e}");
+                        Emulating::E2b(emulator).stop().await;
+                        return EXIT_FAILED;
+                    }
+                }
+            }
             let ca = emulator.ca_pem().to_owned();
             (ca, settings, Emulating::E2b(emulator))
         }

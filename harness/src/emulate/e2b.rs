@@ -3,10 +3,17 @@
 //! 127.0.0.1 and forwarding builds, code and commands to the local docker variant, so
 //! every answer about a sandbox is real.
 //!
-//! It answers through E2B's live host forms only: the control plane at `api.<domain>`,
-//! a sandbox's port at `<port>-<sandboxID>.<domain>`. A client reaches it with the
-//! emulator's test CA trusted and `<domain>` pinned to 127.0.0.1 (see
-//! [`sandbox_providers::api::network`]).
+//! It answers through E2B's live host forms: the control plane at `api.<domain>`, a
+//! sandbox's port at `<port>-<sandboxID>.<domain>`, and, as E2B's own single sandbox
+//! host does, any other host with the `E2b-Sandbox-Id` and `E2b-Sandbox-Port` headers
+//! (what the SDK sends given `E2B_SANDBOX_URL`). A client reaches it with the emulator's
+//! test CA trusted and `<domain>` pinned to 127.0.0.1 (see
+//! [`sandbox_providers::api::network`]); the official SDK needs no pin for a domain
+//! under `.localhost`, which its resolver sends to loopback.
+//!
+//! A sandbox is created from a template named as E2B resolves it: `name`, `name:tag`,
+//! the template id, or `<templateID>:<buildID>` (the exact build; what the project's
+//! client launches). A bare name or id means the `default` tag.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -38,10 +45,21 @@ pub struct Options {
     pub environment: PathBuf,
 }
 
+/// A template [`Emulator::seed`] built.
+#[derive(Debug, Clone)]
+pub struct Seeded {
+    /// Its name: what a client passes to create a sandbox from its newest build.
+    pub name: String,
+    /// `<templateID>:<buildID>`: the exact build, as the project's client launches it.
+    pub build: String,
+}
+
 struct Template {
     id: String,
     build: String,
     name: String,
+    /// Its tags: the one its name carried (`name:tag`), else `default`, and any others.
+    tags: Vec<String>,
     /// Log lines of the docker build, as it runs.
     logs: Arc<Mutex<Vec<String>>>,
     /// The docker build's outcome once it ended.
@@ -170,6 +188,53 @@ impl Emulator {
             })
     }
 
+    /// Builds the environment folder `environment` into a template, as the project's e2b
+    /// client builds one against the emulator, so that a client can create sandboxes
+    /// without building first. Its name is unique to this emulator; `log` gets the
+    /// build's lines.
+    pub async fn seed(
+        &self,
+        environment: &std::path::Path,
+        log: &sandbox_providers::LogFn,
+    ) -> Result<Seeded, EmulateError> {
+        let folder = environment
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "environment".into());
+        let client = sandbox_providers::e2b::E2bProvider::with_network(
+            sandbox_providers::api::Endpoints {
+                api_base: self.api_url_with_port(),
+                sandbox_domain: self.domain_with_port(),
+            },
+            sandbox_providers::api::Mode::Live,
+            // Fake: the emulator checks only that a key is sent.
+            Secret::new("E2B_API_KEY", "e2b_fake_seed_key_0000"),
+            Arc::default(),
+            Default::default(),
+            &self.network(),
+        )
+        .map_err(|e| EmulateError::Backend(format!("an e2b client for the emulator: {e}")))?;
+        let labels = RunLabels {
+            run_id: format!("emulate-{}", self.inner.port),
+            variant: "e2b".into(),
+            scenario: folder,
+        };
+        let request = BuildRequest {
+            environment_dir: environment.to_owned(),
+            base: sandbox_providers::BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
+            registry_credential: None,
+            build_secrets: Vec::new(),
+            labels: labels.clone(),
+        };
+        let artifact = client.build(&request, log).await.map_err(|e| {
+            EmulateError::Backend(format!("seeding {}: {e}", environment.display()))
+        })?;
+        Ok(Seeded {
+            name: sandbox_providers::e2b::template_name(&labels),
+            build: artifact.id,
+        })
+    }
+
     fn world(&self) -> std::sync::MutexGuard<'_, World> {
         self.inner.world.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -198,30 +263,42 @@ impl Emulator {
             .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
             .map_or(request.host.as_str(), |(name, _)| name)
             .to_ascii_lowercase();
-        let Some(label) = host
+        let label = host
             .strip_suffix(&self.inner.domain)
-            .and_then(|rest| rest.strip_suffix('.'))
-        else {
-            return Answer::error(
-                404,
-                &format!(
-                    "{host} is not under this emulator's domain {}",
-                    self.inner.domain
-                ),
-            );
-        };
-        if label == "api" {
+            .and_then(|rest| rest.strip_suffix('.'));
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        let rest: Vec<&str> = request.path.trim_start_matches('/').split('/').collect();
+        // `<port>-<id>.<domain>`, the live form of a sandbox's port.
+        if let Some((port, id)) = label
+            .filter(|l| *l != "api")
+            .and_then(|l| l.split_once('-'))
+        {
+            return self.in_sandbox(port, id, &rest, &request, &body).await;
+        }
+        // One host for every sandbox (E2B's `sandbox.<domain>`, `E2B_SANDBOX_URL`): the
+        // sandbox and its port come as headers, envd's port when none is named.
+        if let Some(id) = request.headers.get("e2b-sandbox-id") {
+            let port = request
+                .headers
+                .get("e2b-sandbox-port")
+                .cloned()
+                .unwrap_or_else(|| sandbox_providers::e2b::ENVD_PORT.to_string());
+            return self.in_sandbox(&port, id, &rest, &request, &body).await;
+        }
+        // The control plane: `api.<domain>`, or a loopback name given as `E2B_API_URL`.
+        if label == Some("api") || host == "localhost" || host == "127.0.0.1" {
             if !request.headers.contains_key("x-api-key") && !request.path.starts_with("/upload/") {
                 return Answer::error(401, "missing X-API-Key");
             }
             return self.answer(&request).await;
         }
-        let Some((port, id)) = label.split_once('-') else {
-            return Answer::error(404, &format!("no such host {host}"));
-        };
-        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
-        let rest: Vec<&str> = request.path.trim_start_matches('/').split('/').collect();
-        self.in_sandbox(port, id, &rest, &request, &body).await
+        Answer::error(
+            404,
+            &format!(
+                "no such host {host} under this emulator's domain {}",
+                self.inner.domain
+            ),
+        )
     }
 
     fn next_id(&self, prefix: &str) -> String {
@@ -235,7 +312,17 @@ impl Emulator {
         let body: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
         match (r.method.as_str(), parts.as_slice()) {
             ("POST", ["v3", "templates"]) => {
-                let name = body["name"].as_str().unwrap_or_default().to_owned();
+                let named = body["name"].as_str().unwrap_or_default();
+                let (name, tag) = named.split_once(':').unwrap_or((named, "default"));
+                let mut tags = vec![tag.to_owned()];
+                tags.extend(
+                    body["tags"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned),
+                );
                 let (id, build) = (
                     self.next_id("tpl"),
                     "0b5e7c1e-0000-4000-8000-000000000001".to_owned(),
@@ -243,7 +330,8 @@ impl Emulator {
                 self.world().templates.push(Template {
                     id: id.clone(),
                     build: build.clone(),
-                    name: name.clone(),
+                    name: name.to_owned(),
+                    tags: tags.clone(),
                     logs: Arc::default(),
                     outcome: Arc::default(),
                     start_cmd: None,
@@ -251,7 +339,7 @@ impl Emulator {
                 Answer::json(
                     202,
                     json!({"templateID": id, "buildID": build, "public": false,
-                           "names": [name], "tags": ["default"], "aliases": [name]}),
+                           "names": [name], "tags": tags, "aliases": [name]}),
                 )
             }
             // The upload link names the host the client called, its port included if any.
@@ -264,7 +352,8 @@ impl Emulator {
             ("GET", ["templates", tid, "builds", bid, "status"]) => {
                 self.build_status(tid, bid, &r.query)
             }
-            ("POST", ["sandboxes"]) => self.create(&body).await,
+            // The SDK creates through v2; the project's client through the first version.
+            ("POST", ["sandboxes"] | ["v2", "sandboxes"]) => self.create(&body).await,
             ("GET", ["sandboxes", id]) => match self.world().sandboxes.get(*id) {
                 Some(s) => Answer::json(200, detail(id, s)),
                 None => Answer::error(404, "sandbox not found"),
@@ -273,11 +362,17 @@ impl Emulator {
                 let removed = self.world().sandboxes.remove(*id);
                 match removed {
                     Some(s) => {
-                        let _ = self
-                            .inner
-                            .docker
-                            .shutdown(&s.inner, Duration::from_secs(10))
-                            .await;
+                        let docker = &self.inner.docker;
+                        let _ = docker.shutdown(&s.inner, Duration::from_secs(10)).await;
+                        // A killed E2B sandbox is gone: its container goes too (the
+                        // docker variant's sandbox id is the container's).
+                        let container = sandbox_providers::Resource {
+                            kind: "container".into(),
+                            id: s.inner.0.clone(),
+                        };
+                        if let Err(e) = docker.delete_resource(&container).await {
+                            return Answer::error(500, &format!("removing the sandbox: {e}"));
+                        }
                         Answer::empty(204)
                     }
                     None => Answer::error(404, "sandbox not found"),
@@ -419,33 +514,32 @@ impl Emulator {
     }
 
     async fn create(&self, body: &Value) -> Answer {
-        let template = body["templateID"].as_str().unwrap_or_default();
-        let Some((tid, bid)) = template.split_once(':') else {
-            return Answer::error(400, "templateID must name a build here");
-        };
+        let selector = body["templateID"].as_str().unwrap_or_default();
         let found = {
             let world = self.world();
-            world
-                .templates
-                .iter()
-                .find(|t| t.id == tid && t.build == bid)
-                .map(|t| {
-                    (
-                        t.outcome.lock().expect("outcome").clone(),
-                        t.start_cmd.is_some(),
-                    )
-                })
+            resolve(&world.templates, selector).map(|t| {
+                (
+                    t.id.clone(),
+                    t.outcome.lock().expect("outcome").clone(),
+                    t.start_cmd.is_some(),
+                )
+            })
         };
-        let Some((Some(Ok(artifact)), code_channel)) = found else {
-            return Answer::error(404, "no ready build by that id");
+        let (tid, artifact, code_channel) = match found {
+            Some((tid, Some(Ok(artifact)), code_channel)) => (tid, artifact, code_channel),
+            Some(_) => return Answer::error(400, &format!("template {selector} is not ready")),
+            None => return Answer::error(404, &format!("template {selector} not found")),
         };
         let metadata: BTreeMap<String, String> =
             serde_json::from_value(body["metadata"].clone()).unwrap_or_default();
+        let id = self.next_id("sbx");
         let labels = RunLabels {
+            // A sandbox created without the run's labels (as the SDK's, by default) still
+            // gets a run label of its own, unique to this emulator, for cleanup.
             run_id: metadata
                 .get("sandbox-matrix.run")
                 .cloned()
-                .unwrap_or_default(),
+                .unwrap_or_else(|| format!("e2b-emulator-{}-{id}", self.inner.port)),
             variant: "e2b-emulator".into(),
             scenario: metadata
                 .get("sandbox-matrix.scenario")
@@ -457,12 +551,11 @@ impl Emulator {
             Ok((inner, _)) => inner,
             Err(e) => return Answer::error(500, &e.to_string()),
         };
-        let id = self.next_id("sbx");
         self.world().sandboxes.insert(
             id.clone(),
             Sandbox {
                 inner,
-                template: tid.to_owned(),
+                template: tid.clone(),
                 metadata,
                 contexts: Vec::new(),
                 code_channel,
@@ -521,13 +614,18 @@ impl Emulator {
                        "message": "The sandbox is running but port is not open"}),
             );
         }
+        match (port, r.method.as_str(), rest) {
+            // Health answers without the access token, as envd's and the interpreter's do.
+            ("49999", "GET", ["health"]) => return Answer::json(200, json!("OK")),
+            ("49983", "GET", ["health"]) => return Answer::empty(204),
+            _ => {}
+        }
         if r.headers.get("x-access-token").map(String::as_str)
             != Some(&format!("fake-envd-token-{id}"))
         {
             return Answer::error(401, "bad access token");
         }
         match (port, r.method.as_str(), rest) {
-            ("49999", "GET", ["health"]) => Answer::json(200, json!("OK")),
             ("49999", "POST", ["contexts"]) => {
                 let context = self.next_id("ctx");
                 if let Some(s) = self.world().sandboxes.get_mut(id) {
@@ -550,15 +648,17 @@ impl Emulator {
             }
             ("49999", "POST", ["execute"]) => {
                 let code = body["code"].as_str().unwrap_or_default();
-                let context = body["context_id"].as_str().unwrap_or_default();
-                let output = if contexts.first().map(String::as_str) == Some(context) {
-                    self.inner
+                // No context (`null`, as the SDK sends by default) is the default kernel.
+                let output = match body["context_id"].as_str() {
+                    Some(context) if contexts.first().map(String::as_str) != Some(context) => {
+                        self.inner.docker.run_code_in(&inner, context, code).await
+                    }
+                    _ => self
+                        .inner
                         .docker
                         .run_code(&inner, code)
                         .await
-                        .map(|(o, _)| o)
-                } else {
-                    self.inner.docker.run_code_in(&inner, context, code).await
+                        .map(|(o, _)| o),
                 };
                 match output {
                     Ok(output) => execute_lines(&output),
@@ -576,7 +676,10 @@ impl Emulator {
                 let Ok(frames) = decode_connect(&r.body) else {
                     return Answer::error(400, "not a Connect envelope");
                 };
-                let process = &frames[0].message["process"];
+                let Some(first) = frames.first() else {
+                    return Answer::error(400, "no Connect message");
+                };
+                let process = &first.message["process"];
                 let mut argv = vec![process["cmd"].as_str().unwrap_or_default().to_owned()];
                 argv.extend(
                     process["args"]
@@ -594,6 +697,17 @@ impl Emulator {
             _ => Answer::error(404, &format!("the emulator has no {} {}", r.method, r.path)),
         }
     }
+}
+
+/// The template build `selector` names, as E2B resolves a create's `templateID`: `name`
+/// or `id` (its `default` tag), `name:tag` or `id:tag`, or `id:buildID`; the newest
+/// build wins.
+fn resolve<'a>(templates: &'a [Template], selector: &str) -> Option<&'a Template> {
+    let (head, tag) = selector.split_once(':').unwrap_or((selector, "default"));
+    templates.iter().rev().find(|t| {
+        (t.id == head || t.name == head)
+            && (t.tags.iter().any(|g| g == tag) || (t.id == head && t.build == tag))
+    })
 }
 
 fn detail(id: &str, s: &Sandbox) -> Value {
@@ -691,4 +805,50 @@ fn decode(text: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template(id: &str, build: &str, name: &str, tags: &[&str]) -> Template {
+        Template {
+            id: id.into(),
+            build: build.into(),
+            name: name.into(),
+            tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+            logs: Arc::default(),
+            outcome: Arc::default(),
+            start_cmd: None,
+        }
+    }
+
+    #[test]
+    fn templates_resolve_by_name_tag_id_and_build_as_e2b_does() {
+        let templates = [
+            template("tpl1", "b-old", "ref", &["default"]),
+            template("tpl2", "b-new", "ref", &["default", "v2"]),
+            template("tpl3", "b-other", "other", &["stable"]),
+        ];
+        let found = |s: &str| resolve(&templates, s).map(|t| t.build.as_str());
+        assert_eq!(
+            found("ref"),
+            Some("b-new"),
+            "a name: its newest default build"
+        );
+        assert_eq!(found("ref:default"), Some("b-new"));
+        assert_eq!(found("ref:v2"), Some("b-new"));
+        assert_eq!(found("tpl1"), Some("b-old"), "a bare id");
+        assert_eq!(
+            found("tpl1:b-old"),
+            Some("b-old"),
+            "id:build, the exact build"
+        );
+        assert_eq!(found("other:stable"), Some("b-other"));
+        assert_eq!(found("other"), None, "no default tag");
+        assert_eq!(found("ref:v3"), None, "no such tag");
+        assert_eq!(found("tpl1:b-new"), None, "a build of another template");
+        assert_eq!(found("ref:b-new"), None, "a build id is no tag of a name");
+        assert_eq!(found(""), None);
+    }
 }

@@ -407,7 +407,9 @@ impl Emulator {
             .build(
                 &BuildRequest {
                     environment_dir: dir.clone(),
-                    base: sandbox_providers::BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
+                    base: sandbox_providers::BaseImage::local(
+                        sandbox_providers::docker::base::BASE_IMAGE,
+                    ),
                     registry_credential: None,
                     build_secrets: Vec::new(),
                     labels: self.labels.clone(),

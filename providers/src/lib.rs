@@ -7,6 +7,7 @@ pub mod docker;
 pub mod e2b;
 pub mod error;
 pub mod jupyter;
+pub mod registry;
 mod secret;
 
 use std::collections::BTreeMap;

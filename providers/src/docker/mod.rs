@@ -342,6 +342,29 @@ impl Provider for DockerProvider {
                             format!("the base {reference} cannot be pulled: {}", e.message),
                         )
                     })?;
+                // The engine resolves the digest through the registry: the reference is
+                // untagged (the layers, and images built on them, stay) and the build pulls.
+                // Measured on the classic builder: the first use of a digest GETs its manifest
+                // by digest with the credential, a digest whose manifest the engine has
+                // cached is HEAD-ed or only pinged (/v2/). The check above runs every build.
+                match self
+                    .docker
+                    .remove_image(
+                        &request.base.reference,
+                        Some(RemoveImageOptionsBuilder::default().noprune(true).build()),
+                        None,
+                    )
+                    .await
+                {
+                    Ok(_)
+                    | Err(bollard::errors::Error::DockerResponseServerError {
+                        status_code: 404,
+                        ..
+                    }) => {}
+                    Err(e) => log(&format!(
+                        "the engine kept its copy of {reference} ({e}); the pull may not fetch its manifest"
+                    )),
+                }
                 log(&format!(
                     "base {reference}: from registry {registry} by digest ({}), pulled by the engine",
                     request.credential_made()

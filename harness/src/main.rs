@@ -706,7 +706,7 @@ async fn run(args: RunArgs) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
-    eprintln!("{}", base.describe());
+    let base_line = base.describe();
     let cancel = interrupt_token();
     let run_id = new_run_id();
     let runner =
@@ -802,6 +802,7 @@ async fn run(args: RunArgs) -> u8 {
             CloudMode::Replay { dir, .. } => format!("replayed from {}", dir.display()),
         }
     );
+    eprintln!("{base_line}");
     let mut report_error = None;
     for name in &variant_names {
         let plan = match &docker {

@@ -24,7 +24,8 @@ pub enum Refusal {
     Stopsignal,
     /// A `FROM` whose base is neither an approved base nor an earlier stage.
     UnapprovedBase,
-    /// A `FROM` that names its base through a variable (`FROM $BASE`).
+    /// A `FROM` that names its base through a variable (`FROM $BASE`), other than the one
+    /// base argument, `BASE_IMAGE`, declared before the first `FROM` with a default.
     BaseFromBuildArg,
     /// A `FROM --platform=` other than [`PLATFORM`], or one given by a variable.
     Platform,
@@ -79,7 +80,7 @@ impl Refusal {
                 "The base is neither an approved Datalayer base nor an earlier stage of this Dockerfile."
             }
             Refusal::BaseFromBuildArg => {
-                "The base is named through a build argument, so it cannot be checked against the approved Datalayer bases."
+                "The base is named through a build argument other than BASE_IMAGE declared before the first FROM with an approved default, so it cannot be checked against the approved Datalayer bases."
             }
             Refusal::Platform => {
                 "Sandboxes run linux/amd64 only; another platform, or one given by a variable, is refused."
@@ -130,6 +131,47 @@ pub fn is_approved_base(reference: &str) -> bool {
     APPROVED_BASES.contains(&repository)
 }
 
+/// `text` with `$name` and `${name}` in its `FROM` instructions replaced by `reference`:
+/// how a builder that takes no build arguments is handed the base the run resolved (`name`
+/// is normally the providers' `BASE_ARG`, `BASE_IMAGE`). Only `FROM` lines change (with
+/// their continuation lines); `$name` is replaced only as a whole name, so `$BASE_IMAGE_X`
+/// stays. Everything else, the `ARG` that declares it included, is kept as written.
+pub fn resolve_base_arg(text: &str, name: &str, reference: &str) -> String {
+    let from_lines: Vec<(usize, usize)> = parse::parse(text)
+        .iter()
+        .filter(|instruction| instruction.keyword == "FROM")
+        .map(|instruction| (instruction.line, instruction.last_line))
+        .collect();
+    let braced = format!("${{{name}}}");
+    let bare = format!("${name}");
+    let is_name_char = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(text.len());
+    for (index, line) in text.split_inclusive('\n').enumerate() {
+        let number = index + 1;
+        if !from_lines
+            .iter()
+            .any(|&(first, last)| (first..=last).contains(&number))
+        {
+            out.push_str(line);
+            continue;
+        }
+        let line = line.replace(&braced, reference);
+        let mut rest = line.as_str();
+        while let Some(at) = rest.find(&bare) {
+            let after = &rest[at + bare.len()..];
+            out.push_str(&rest[..at]);
+            if after.starts_with(is_name_char) {
+                out.push_str(&bare);
+            } else {
+                out.push_str(reference);
+            }
+            rest = after;
+        }
+        out.push_str(rest);
+    }
+    out
+}
+
 /// `sha256:` followed by 64 lowercase hex digits.
 fn is_sha256_digest(digest: &str) -> bool {
     digest.strip_prefix("sha256:").is_some_and(|hex| {
@@ -173,6 +215,38 @@ mod tests {
         ] {
             assert!(is_approved_base(&reference), "{reference}");
         }
+    }
+
+    #[test]
+    fn the_base_argument_resolves_in_from_lines_only() {
+        let text = "\
+# uses ${BASE_IMAGE} in a comment
+ARG BASE_IMAGE=sandbox-matrix/contract-base:v1
+FROM ${BASE_IMAGE} AS base
+RUN echo $BASE_IMAGE
+FROM \\
+    $BASE_IMAGE
+FROM $BASE_IMAGE_OTHER
+FROM base
+";
+        let reference = format!("127.0.0.1:5000/sm/base@sha256:{}", "ab".repeat(32));
+        let resolved = resolve_base_arg(text, "BASE_IMAGE", &reference);
+        assert_eq!(
+            resolved,
+            text.replace("FROM ${BASE_IMAGE} AS", &format!("FROM {reference} AS"))
+                .replace("    $BASE_IMAGE\n", &format!("    {reference}\n"))
+        );
+        let froms: Vec<String> = parse::parse(&resolved)
+            .iter()
+            .filter(|i| i.keyword == "FROM")
+            .map(|i| i.args.words()[0].clone())
+            .collect();
+        assert_eq!(froms, [&reference, &reference, "$BASE_IMAGE_OTHER", "base"]);
+        // CRLF line ends and a file without a final newline are kept.
+        assert_eq!(
+            resolve_base_arg("FROM $BASE_IMAGE\r\nRUN x", "BASE_IMAGE", "img@sha256:1"),
+            "FROM img@sha256:1\r\nRUN x"
+        );
     }
 
     #[test]

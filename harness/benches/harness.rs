@@ -88,6 +88,7 @@ fn nightly_results() -> RunResults {
                     secrets_found: Vec::new(),
                     repetition,
                     samples: Vec::new(),
+                    base_credential: Some("none: local base".into()),
                 });
             }
         }

@@ -5,10 +5,12 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use clap::{Args, Parser, Subcommand};
+use sandbox_matrix::checks::approved::APPROVED_BASES_FILE;
 use sandbox_matrix::report::results::{
     Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, Source,
 };
 use sandbox_matrix::report::{self, results, run_folder};
+use sandbox_matrix::run::base::RunBase;
 use sandbox_matrix::run::events::{EventSink, Fanout, RunEvent};
 use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id, unreachable_variant};
 use sandbox_matrix::run::scenario::{Scenario, StepKind};
@@ -60,7 +62,13 @@ enum Command {
     /// With no registry, the root filesystem comes from Debian's packages through
     /// mmdebstrap (a few minutes), then the recipe in fixtures/images/contract-base/ is
     /// built on it. `run` does this on its own when it needs to.
-    Bootstrap(RootArg),
+    ///
+    /// With --push, the base is then pushed to a registry, logging in as
+    /// SANDBOX_MATRIX_REGISTRY_AUTH says (`ecr`: a login token from GetAuthorizationToken;
+    /// `static`: SANDBOX_MATRIX_REGISTRY_USER and SANDBOX_MATRIX_REGISTRY_PASSWORD; `none`),
+    /// and its digest and full reference are printed: set SANDBOX_MATRIX_BASE to that
+    /// reference and add the digest to policies/approved-bases.yaml.
+    Bootstrap(BootstrapArgs),
     /// Check Dockerfiles against what sandbox-contract/v1 refuses (VOLUME, an unapproved
     /// base, --privileged, ...), printing `file:line: refusal: reason` for each finding.
     ///
@@ -185,6 +193,16 @@ enum Command {
 }
 
 #[derive(Args)]
+struct BootstrapArgs {
+    #[command(flatten)]
+    root: RootArg,
+    /// Push the base to `<registry>/<repository>` (no tag: the base's own, v1, is used)
+    /// and print its digest.
+    #[arg(long, value_name = "REGISTRY/REPOSITORY")]
+    push: Option<String>,
+}
+
+#[derive(Args)]
 struct RootArg {
     /// The sandbox-matrix checkout holding scenarios/ and fixtures/.
     #[arg(long, default_value = ".", value_name = "DIR")]
@@ -233,6 +251,16 @@ struct RunArgs {
     /// Folder of cassettes. Default: <root>/fixtures/cassettes.
     #[arg(long, value_name = "DIR")]
     cassettes: Option<PathBuf>,
+    /// The base every environment builds from, in a registry by digest:
+    /// `<registry>/<repository>@sha256:<digest>` (a tag is refused). The credential is made
+    /// once for the run as SANDBOX_MATRIX_REGISTRY_AUTH says. Without it, the locally
+    /// bootstrapped sandbox-matrix/contract-base:v1.
+    #[arg(long, env = "SANDBOX_MATRIX_BASE", value_name = "REFERENCE")]
+    base: Option<String>,
+    /// The approved bases file a registry base's digest must be listed in. Default:
+    /// <root>/policies/approved-bases.yaml.
+    #[arg(long, env = "SANDBOX_MATRIX_APPROVED_BASES", value_name = "FILE")]
+    approved_bases: Option<PathBuf>,
 }
 
 /// The providers `emulate` serves.
@@ -275,7 +303,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::List(selection) => list(&selection),
             Command::Run(args) => run(args).await,
-            Command::Bootstrap(root) => bootstrap(&root.root).await,
+            Command::Bootstrap(args) => bootstrap(&args.root.root, args.push.as_deref()).await,
             Command::Lint { files } => lint(&files),
             Command::Sweep { run_id, selection } => sweep(&run_id, &selection).await,
             Command::Merge { files, out } => merge(&files, &out),
@@ -540,9 +568,19 @@ fn html_report(out: &Path, path: &Path, history_args: &[PathBuf]) -> u8 {
     }
 }
 
-async fn bootstrap(root: &Path) -> u8 {
-    let provider = match variants::connect_docker(root, &harness_executable()).await {
-        Ok(p) => p,
+async fn bootstrap(root: &Path, push: Option<&str>) -> u8 {
+    let target = match push
+        .map(sandbox_providers::registry::Repository::parse)
+        .transpose()
+    {
+        Ok(target) => target,
+        Err(e) => {
+            eprintln!("error: {}", e.message);
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let provider = match variants::docker_provider(root, &harness_executable()).await {
+        Ok(p) => Arc::new(p),
         Err(e) => {
             eprintln!("error: {e}");
             return EXIT_FAILED;
@@ -550,8 +588,44 @@ async fn bootstrap(root: &Path) -> u8 {
     };
     let sink: Arc<dyn EventSink> = Arc::new(Terminal::new());
     let runner = Runner::new(new_run_id(), fake_canary(), sink, interrupt_token());
-    match runner.prepare(&provider).await {
-        Ok(()) => EXIT_PASSED,
+    let as_provider: Arc<dyn sandbox_providers::Provider> = provider.clone();
+    if let Err(e) = runner.prepare(&as_provider).await {
+        eprintln!("error: {e}");
+        return EXIT_FAILED;
+    }
+    let Some(target) = target else {
+        return EXIT_PASSED;
+    };
+    use sandbox_providers::registry::{AuthMode, make_credential};
+    let credential = match AuthMode::from_env() {
+        Ok(mode) => make_credential(mode, &target.registry).await,
+        Err(e) => Err(e),
+    };
+    let credential = match credential {
+        Ok(credential) => credential,
+        Err(e) => {
+            eprintln!(
+                "error: no credential for registry {}: {}",
+                target.registry, e.message
+            );
+            return EXIT_FAILED;
+        }
+    };
+    eprintln!("pushing the base to {target}");
+    let progress = |line: &str| eprintln!("  {line}");
+    match provider
+        .push_base(&target, credential.as_ref(), &progress)
+        .await
+    {
+        Ok(reference) => {
+            println!("digest: {}", reference.digest);
+            println!("base: {reference}");
+            eprintln!(
+                "use it with SANDBOX_MATRIX_BASE={reference}, and approve it by adding {} under {} in policies/approved-bases.yaml",
+                reference.digest, reference.repository.path
+            );
+            EXIT_PASSED
+        }
         Err(e) => {
             eprintln!("error: {e}");
             EXIT_FAILED
@@ -846,9 +920,23 @@ async fn run(args: RunArgs) -> u8 {
         Box::new(Terminal::new()),
         Box::new(collector.clone()),
     ]));
+    let approved = args
+        .approved_bases
+        .clone()
+        .unwrap_or_else(|| root.join(APPROVED_BASES_FILE));
+    // The base and its registry credential, made once for the whole run.
+    let base = match RunBase::resolve(args.base.as_deref(), &approved).await {
+        Ok(base) => base,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let base_line = base.describe();
     let cancel = interrupt_token();
     let run_id = new_run_id();
-    let runner = Runner::new(run_id.clone(), fake_canary(), sink.clone(), cancel.clone());
+    let runner =
+        Runner::new(run_id.clone(), fake_canary(), sink.clone(), cancel.clone()).with_base(base);
     let provenance = Provenance {
         run_id: run_id.clone(),
         harness_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -940,6 +1028,7 @@ async fn run(args: RunArgs) -> u8 {
             CloudMode::Replay { dir, .. } => format!("replayed from {}", dir.display()),
         }
     );
+    eprintln!("{base_line}");
     let mut report_error = None;
     for name in &variant_names {
         let plan = match &docker {

@@ -102,6 +102,8 @@ fn example_results() -> RunResults {
         secrets_found: Vec::new(),
         repetition,
         samples: Vec::new(),
+        // Built from the local bootstrap's base, as a docker run with no registry is.
+        base_credential: Some("none: local base".to_owned()),
     };
     let mut scenarios = Vec::new();
     let lifecycle = [

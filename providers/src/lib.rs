@@ -7,6 +7,7 @@ pub mod docker;
 pub mod e2b;
 pub mod error;
 pub mod jupyter;
+pub mod registry;
 mod secret;
 
 use std::collections::BTreeMap;
@@ -192,6 +193,25 @@ pub struct BuildRequest {
     pub labels: RunLabels,
 }
 
+impl BuildRequest {
+    /// How the base's credential was made, as the table's "Credential for the private base"
+    /// row starts: `ECR login token, made for this run`, `static credential from
+    /// SANDBOX_MATRIX_REGISTRY_USER`, `none: local base`, or `none: the registry lets anyone
+    /// pull`. A provider's [`Provider::credential_use`] adds what it did with it.
+    pub fn credential_made(&self) -> String {
+        match (&self.registry_credential, &self.base.registry) {
+            (Some(c), _) => match c.source {
+                CredentialSource::EcrLoginToken => "ECR login token, made for this run".to_owned(),
+                CredentialSource::Static => {
+                    format!("static credential from {}", registry::credential::USER_VAR)
+                }
+            },
+            (None, None) => "none: local base".to_owned(),
+            (None, Some(_)) => "none: the registry lets anyone pull".to_owned(),
+        }
+    }
+}
+
 /// An immutable artifact a sandbox is launched from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Artifact {
@@ -310,6 +330,21 @@ pub trait Provider: Send + Sync {
 
     /// Builds the environment and returns its immutable id. `log` receives build log lines.
     async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact>;
+
+    /// What this variant did with the base's registry credential in the build of `request`,
+    /// for the table's "Credential for the private base" row: the runner asks once after
+    /// each build, passed or failed, so a provider may say what became of what it made from
+    /// the credential (`…; registry entry, deleted after the build`). Start from
+    /// [`BuildRequest::credential_made`]. The default says a credential was not handed on.
+    fn credential_use(&self, request: &BuildRequest) -> String {
+        match &request.registry_credential {
+            Some(_) => format!(
+                "{}; not handed to this variant's builder",
+                request.credential_made()
+            ),
+            None => request.credential_made(),
+        }
+    }
 
     /// Starts a sandbox from the artifact's immutable id and waits until it runs.
     /// Returns the sandbox and timings measured on the way (such as readiness polls).

@@ -390,6 +390,7 @@ mod tests {
             secrets_found: Vec::new(),
             repetition,
             samples: Vec::new(),
+            base_credential: None,
         }
     }
 

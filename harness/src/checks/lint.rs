@@ -4,8 +4,12 @@
 //!
 //! What is refused, beyond the instructions `VOLUME`, `ONBUILD` and `STOPSIGNAL`:
 //! - `FROM`: a base that is neither in [`dockerfile::APPROVED_BASES`] nor an earlier stage of
-//!   the file (stage names compare case-insensitively); any `$` in the base; a `--platform`
-//!   other than [`dockerfile::PLATFORM`], or with a `$` (it cannot be checked).
+//!   the file (stage names compare case-insensitively); any `$` in the base but one: exactly
+//!   `$BASE_IMAGE` or `${BASE_IMAGE}` ([`BASE_ARG`]) when `ARG BASE_IMAGE=<default>` is
+//!   declared before the first `FROM` and its default is an approved base (the run resolves
+//!   the argument and checks what it resolves to against the approved digests, see
+//!   [`crate::checks::approved`]); a `--platform` other than [`dockerfile::PLATFORM`], or
+//!   with a `$` (it cannot be checked).
 //! - `RUN`: `--network=host`, `--security=insecure`, `--privileged` anywhere in the
 //!   instruction or its heredoc bodies; a `$` in the network or security value.
 //! - `RUN --mount`: a source or target naming `docker.sock`, whatever the mount type; and a
@@ -29,6 +33,7 @@ use std::path::{Path, PathBuf};
 
 use sandbox_contract::dockerfile::parse::{Instruction, parse};
 use sandbox_contract::dockerfile::{self, Refusal};
+use sandbox_providers::BASE_ARG;
 
 /// Longest instruction excerpt a rendered finding shows, in characters.
 const EXCERPT_CHARS: usize = 80;
@@ -93,10 +98,10 @@ pub fn lint_file(path: &Path) -> Result<Vec<Finding>, LintError> {
 /// Lints Dockerfile `text`, naming `path` in the findings. Findings come in file order, at
 /// most one per refusal and instruction.
 pub fn lint_str(path: &Path, text: &str) -> Vec<Finding> {
-    let mut stages = Vec::new();
+    let mut scope = Scope::default();
     let mut findings = Vec::new();
     for instruction in &parse(text) {
-        for refusal in check(instruction, &mut stages) {
+        for refusal in check(instruction, &mut scope) {
             findings.push(Finding {
                 path: path.to_path_buf(),
                 line: instruction.line,
@@ -112,15 +117,40 @@ pub fn lint_str(path: &Path, text: &str) -> Vec<Finding> {
     findings
 }
 
-/// The refusals of one instruction, each once, in the order found. `stages` holds the
-/// lowercased stage names declared so far; a `FROM ... AS name` adds one.
-fn check(instruction: &Instruction, stages: &mut Vec<String>) -> Vec<Refusal> {
+/// What the instructions read so far declared.
+#[derive(Default)]
+struct Scope {
+    /// The lowercased stage names declared so far; a `FROM ... AS name` adds one.
+    stages: Vec<String>,
+    /// The default of [`BASE_ARG`] as the `ARG`s before the first `FROM` left it: `None`
+    /// when undeclared, `Some(None)` when declared without a default.
+    base_arg: Option<Option<String>>,
+    /// Whether a `FROM` was read: an `ARG` after it cannot name a base.
+    seen_from: bool,
+}
+
+/// The refusals of one instruction, each once, in the order found.
+fn check(instruction: &Instruction, scope: &mut Scope) -> Vec<Refusal> {
     let mut refusals = Vec::new();
     match instruction.keyword.as_str() {
         "VOLUME" => refusals.push(Refusal::Volume),
         "ONBUILD" => refusals.push(Refusal::Onbuild),
         "STOPSIGNAL" => refusals.push(Refusal::Stopsignal),
-        "FROM" => check_from(instruction, stages, &mut refusals),
+        "ARG" if !scope.seen_from => {
+            for word in instruction.args.words() {
+                let (name, default) = match word.split_once('=') {
+                    Some((name, default)) => (name, Some(default.to_owned())),
+                    None => (word.as_str(), None),
+                };
+                if name == BASE_ARG {
+                    scope.base_arg = Some(default);
+                }
+            }
+        }
+        "FROM" => {
+            check_from(instruction, scope, &mut refusals);
+            scope.seen_from = true;
+        }
         "RUN" => check_run(instruction, &mut refusals),
         _ => {}
     }
@@ -134,7 +164,8 @@ fn check(instruction: &Instruction, stages: &mut Vec<String>) -> Vec<Refusal> {
 }
 
 /// `FROM [--platform=P] base [AS name]`.
-fn check_from(instruction: &Instruction, stages: &mut Vec<String>, refusals: &mut Vec<Refusal>) {
+fn check_from(instruction: &Instruction, scope: &mut Scope, refusals: &mut Vec<Refusal>) {
+    let stages = &mut scope.stages;
     for flag in &instruction.flags {
         if flag.name == "platform"
             && (flag.value.contains('$') || !flag.value.eq_ignore_ascii_case(dockerfile::PLATFORM))
@@ -144,6 +175,13 @@ fn check_from(instruction: &Instruction, stages: &mut Vec<String>, refusals: &mu
     }
     let words = instruction.args.words();
     match words.first() {
+        Some(base) if *base == format!("${BASE_ARG}") || *base == format!("${{{BASE_ARG}}}") => {
+            match &scope.base_arg {
+                Some(Some(default)) if dockerfile::is_approved_base(default) => {}
+                Some(Some(_)) => refusals.push(Refusal::UnapprovedBase),
+                Some(None) | None => refusals.push(Refusal::BaseFromBuildArg),
+            }
+        }
         Some(base) if base.contains('$') => refusals.push(Refusal::BaseFromBuildArg),
         Some(base) => {
             if !stages.contains(&base.to_lowercase()) && !dockerfile::is_approved_base(base) {
@@ -382,6 +420,48 @@ FROM sandbox-matrix/contract-base:${TAG}
                 (7, "base-from-build-arg"),
             ]
         );
+    }
+
+    #[test]
+    fn the_base_argument_with_an_approved_default_is_accepted() {
+        let accepted = "\
+# syntax=docker/dockerfile:1
+ARG OTHER=1 BASE_IMAGE=sandbox-matrix/contract-base:v1
+FROM ${BASE_IMAGE} AS one
+FROM $BASE_IMAGE
+FROM one
+";
+        assert_eq!(found(accepted), []);
+        let text = "\
+ARG BASE_IMAGE=debian:trixie
+FROM $BASE_IMAGE
+ARG BASE_IMAGE=sandbox-matrix/contract-base:v1
+FROM ${BASE_IMAGE}
+";
+        // The default is unapproved; an ARG after the first FROM names no base.
+        assert_eq!(
+            found(text),
+            [(2, "unapproved-base"), (4, "unapproved-base")]
+        );
+        let text = "\
+ARG BASE_IMAGE
+FROM ${BASE_IMAGE}
+FROM ${BASE_IMAGE:-sandbox-matrix/contract-base:v1}
+FROM $BASE_IMAGE_2
+FROM ${base_image}
+";
+        assert_eq!(
+            found(text),
+            [
+                (2, "base-from-build-arg"),
+                (3, "base-from-build-arg"),
+                (4, "base-from-build-arg"),
+                (5, "base-from-build-arg"),
+            ]
+        );
+        // Declared only after the first FROM: not a global argument.
+        let late = "FROM sandbox-matrix/contract-base:v1\nARG BASE_IMAGE=sandbox-matrix/contract-base:v1\nFROM $BASE_IMAGE\n";
+        assert_eq!(found(late), [(3, "base-from-build-arg")]);
     }
 
     #[test]

@@ -134,6 +134,7 @@ pub(crate) mod fixture {
             secrets_found: Vec::new(),
             repetition: 1,
             samples: Vec::new(),
+            base_credential: None,
         }
     }
 
@@ -230,6 +231,7 @@ pub(crate) mod fixture {
                 ),
             ],
             timings: vec![timing("create-to-first-result", 2_310, None)],
+            base_credential: Some("ECR login token, made for this run".to_owned()),
             ..scenario("docker", "lifecycle")
         };
         let e2b = ScenarioResult {

@@ -150,6 +150,11 @@ pub struct ScenarioResult {
     /// a failed attempt.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub samples: Vec<Sample>,
+    /// What the variant did with the credential for the base's registry, once it built:
+    /// the table's "Credential for the private base" row (see
+    /// `sandbox_providers::Provider::credential_use`). Absent when nothing was built.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_credential: Option<String>,
 }
 
 fn first_repetition() -> u32 {

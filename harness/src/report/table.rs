@@ -79,10 +79,14 @@ impl Timed<'_> {
 }
 
 /// Every row: its label and how its cells are filled.
-const ROWS: [(&str, Fill); 14] = [
+const ROWS: [(&str, Fill); 15] = [
     ("Artifact launched", Fill::Plain(artifact)),
     ("Build", Fill::Timed(build)),
     ("Build logs", Fill::Plain(build_logs)),
+    (
+        "Credential for the private base",
+        Fill::Plain(base_credential),
+    ),
     ("Create to first 1+1", Fill::Timed(create_to_first_result)),
     (
         "Floor: python3 in a fresh container",
@@ -390,6 +394,16 @@ fn burst<'a>(scenarios: &[&'a ScenarioResult]) -> Timed<'a> {
         },
         None => Timed::Text(NOTHING.to_owned()),
     }
+}
+
+/// What the variant did with the base's registry credential, as the first scenario that
+/// built says (`ECR login token, made for this run; …`, `none: local base`).
+fn base_credential(scenarios: &[&ScenarioResult]) -> String {
+    scenarios
+        .iter()
+        .find_map(|scenario| scenario.base_credential.as_deref())
+        .unwrap_or(NOTHING)
+        .to_owned()
 }
 
 /// How build logs arrive, as the variant's capabilities declare.
@@ -1039,6 +1053,29 @@ mod tests {
             source,
             ..scenario(variant, "lifecycle")
         }
+    }
+
+    #[test]
+    fn the_credential_row_says_what_each_variant_did_with_it() {
+        let docker = ScenarioResult {
+            base_credential: Some("ECR login token, made for this run".to_owned()),
+            ..lifecycle("docker", Source::Live)
+        };
+        let local = ScenarioResult {
+            base_credential: Some("none: local base".to_owned()),
+            ..lifecycle("local", Source::Live)
+        };
+        // Nothing built: nothing to say.
+        let unbuilt = lifecycle("e2b", Source::Live);
+        let table = render(&run(vec![docker, local, unbuilt]));
+        assert_eq!(
+            row(&table, "Credential for the private base"),
+            [
+                "ECR login token, made for this run",
+                "none: local base",
+                "—"
+            ]
+        );
     }
 
     /// The timing rows of `table`'s first column.

@@ -1,6 +1,7 @@
 //! Running scenarios: the scenario files, the variants, the runner and the events it
 //! emits, and the terminal that shows them.
 
+pub mod base;
 pub mod events;
 pub mod runner;
 pub mod scenario;

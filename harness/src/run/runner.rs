@@ -16,6 +16,7 @@ use crate::checks::conformance::{self, Check, CheckParams};
 use crate::checks::secrets;
 use crate::checks::suite::{self, CheckTarget, check_answer, describe};
 use crate::report::results::{Sample, ScenarioResult, Source, StepResult, StepStatus};
+use crate::run::base::RunBase;
 use crate::run::events::{EventSink, RunEvent};
 use crate::run::scenario::{Expectation, Scenario, Step, StepKind};
 
@@ -32,6 +33,7 @@ const MAX_LOG_LINES: usize = 400;
 pub struct Runner {
     run_id: String,
     canary: Secret,
+    base: Arc<RunBase>,
     sink: Arc<dyn EventSink>,
     cancel: CancellationToken,
     volatiles: Mutex<Arc<Volatiles>>,
@@ -104,12 +106,26 @@ impl Runner {
         let runner = Self {
             run_id,
             canary,
+            base: Arc::new(RunBase::local()),
             sink,
             cancel,
             volatiles: Mutex::new(Arc::default()),
         };
         runner.scenario_volatiles();
         runner
+    }
+
+    /// This runner building every environment from `base`, with its credential, instead of
+    /// the local bootstrap's base. The credential's password joins the run's secrets.
+    pub fn with_base(mut self, base: RunBase) -> Self {
+        self.base = Arc::new(base);
+        self.scenario_volatiles();
+        self
+    }
+
+    /// The base every build uses.
+    pub fn base(&self) -> &RunBase {
+        &self.base
     }
 
     /// The run-varying values for the next scenario, which cloud variants keep out of
@@ -126,13 +142,22 @@ impl Runner {
             let hash = secrets::SecretFingerprint::of(&form).hash;
             volatiles.register("canary-hash", &hash.to_string());
         }
+        // The registry credential is real: no form of it may reach a cassette either.
+        for form in self.base.secret().iter().flat_map(secrets::forms) {
+            volatiles.register_secret(&form);
+            let hash = secrets::SecretFingerprint::of(&form).hash;
+            volatiles.register("credential-hash", &hash.to_string());
+        }
         *self.volatiles.lock().expect("volatiles lock") = volatiles.clone();
         volatiles
     }
 
-    /// The secrets this run hands out and must never find again.
+    /// The secrets this run hands out and must never find again: the fake canary and,
+    /// when the base is in a registry, the credential's password.
     pub fn secrets(&self) -> Vec<Secret> {
-        vec![self.canary.clone()]
+        std::iter::once(self.canary.clone())
+            .chain(self.base.secret())
+            .collect()
     }
 
     /// Prepares `provider` once; an error names the variant and what failed.
@@ -301,6 +326,7 @@ impl Runner {
             secrets_found: state.secrets_found,
             repetition,
             samples: state.samples,
+            base_credential: state.base_credential,
         };
         self.sink.emit(&RunEvent::ScenarioFinished {
             result: Box::new(result.clone()),
@@ -330,6 +356,8 @@ impl Runner {
             environment: scenario.environment.clone(),
             labels: labels.clone(),
             secrets: self.secrets(),
+            canary: self.canary.clone(),
+            base: self.base.clone(),
             state: state.clone(),
             log: log.clone(),
             volatiles: self.volatiles.lock().expect("volatiles lock").clone(),
@@ -410,6 +438,8 @@ struct ScenarioState {
     leaked: Vec<sandbox_providers::Resource>,
     secrets_found: Vec<String>,
     samples: Vec<Sample>,
+    /// What the variant did with the base's credential, once it built.
+    base_credential: Option<String>,
 }
 
 /// Everything a step's task owns.
@@ -418,7 +448,11 @@ struct StepContext {
     step: Step,
     environment: std::path::PathBuf,
     labels: RunLabels,
+    /// Every secret of the run, searched for and redacted.
     secrets: Vec<Secret>,
+    /// The fake canary, the one secret handed to builds as a build argument.
+    canary: Secret,
+    base: Arc<RunBase>,
     state: Arc<Mutex<ScenarioState>>,
     log: StepLog,
     volatiles: Arc<Volatiles>,
@@ -477,16 +511,25 @@ impl StepContext {
                 lines.join("; ")
             )));
         }
+        if let (Some(reference), Some(approved)) = (&self.base.reference, &self.base.approved) {
+            approved.check(reference).map_err(StepEnd::Failed)?;
+            self.log.line(&format!(
+                "base {reference} is approved in {}",
+                approved.path.display()
+            ));
+        }
         let request = BuildRequest {
             environment_dir: self.environment.clone(),
-            base: sandbox_providers::BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
-            registry_credential: None,
-            build_secrets: self.secrets.clone(),
+            base: self.base.base.clone(),
+            registry_credential: self.base.credential.clone(),
+            build_secrets: vec![self.canary.clone()],
             labels: self.labels.clone(),
         };
         let log = self.log.clone();
         let sink = move |line: &str| log.line(line);
-        let artifact = self.provider.build(&request, &sink).await?;
+        let built = self.provider.build(&request, &sink).await;
+        self.state().base_credential = Some(self.provider.credential_use(&request));
+        let artifact = built?;
         self.log
             .line(&format!("artifact: {} {}", artifact.kind, artifact.id));
         self.state().artifact = Some(artifact);
@@ -1019,6 +1062,7 @@ pub fn unreachable_variant(
         secrets_found: Vec::new(),
         repetition: 1,
         samples: Vec::new(),
+        base_credential: None,
     }
 }
 

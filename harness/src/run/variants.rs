@@ -263,12 +263,19 @@ pub fn doctor_binary(executable: &Path) -> DoctorBinary {
 /// Connects to the docker variant; `root` is the project checkout (fixtures live there) and
 /// `harness` the sandbox-matrix executable (it carries the doctor).
 pub async fn connect_docker(root: &Path, harness: &Path) -> Result<Arc<dyn Provider>, String> {
+    docker_provider(root, harness)
+        .await
+        .map(|p| Arc::new(p) as Arc<dyn Provider>)
+}
+
+/// [`connect_docker`]'s provider itself, for what only the docker variant does (pushing
+/// the base).
+pub async fn docker_provider(root: &Path, harness: &Path) -> Result<DockerProvider, String> {
     DockerProvider::connect(BaseRecipe::new(
         root.join(BASE_RECIPE_DIR),
         doctor_binary(harness),
     ))
     .await
-    .map(|p| Arc::new(p) as Arc<dyn Provider>)
     .map_err(|e| format!("the docker variant needs a Docker engine: {e}"))
 }
 

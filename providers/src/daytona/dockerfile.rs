@@ -82,51 +82,6 @@ pub fn inline_context(dir: &Path) -> Result<String> {
     Ok(out)
 }
 
-/// `dockerfile` with `${BASE_IMAGE}` and `$BASE_IMAGE` ([`crate::BASE_ARG`]) in its `FROM`
-/// instructions replaced by `reference`, as a build with `--build-arg BASE_IMAGE=reference`
-/// would see them; every other line stays as written, the `ARG` declaring it included.
-///
-/// A local equivalent of the resolver `sandbox_contract::dockerfile` is getting; this call
-/// site switches to it once it is on main.
-pub fn resolve_base(dockerfile: &str, reference: &str) -> String {
-    let mut lines: Vec<String> = dockerfile.lines().map(str::to_owned).collect();
-    let braced = format!("${{{}}}", crate::BASE_ARG);
-    let bare = format!("${}", crate::BASE_ARG);
-    for from in parse(dockerfile).iter().filter(|i| i.keyword == "FROM") {
-        for line in lines
-            .iter_mut()
-            .take(from.last_line)
-            .skip(from.line.saturating_sub(1))
-        {
-            let resolved = line.replace(&braced, reference);
-            *line = replace_bare(&resolved, &bare, reference);
-        }
-    }
-    let mut out = lines.join("\n");
-    if dockerfile.ends_with('\n') {
-        out.push('\n');
-    }
-    out
-}
-
-/// `text` with every `$NAME` (`bare`) not followed by a name character replaced.
-fn replace_bare(text: &str, bare: &str, value: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find(bare) {
-        let after = &rest[at + bare.len()..];
-        out.push_str(&rest[..at]);
-        if after.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
-            out.push_str(bare);
-        } else {
-            out.push_str(value);
-        }
-        rest = after;
-    }
-    out.push_str(rest);
-    out
-}
-
 /// The registry host the Dockerfile's first base image is pulled from, if it names one.
 pub fn base_registry(dockerfile: &str) -> Option<String> {
     let from = parse(dockerfile)
@@ -236,24 +191,6 @@ mod tests {
             base_registry("RUN <<EOF\nFROM a.io/b\nEOF\nFROM \\\n  localhost/b\n"),
             Some("localhost".to_owned())
         );
-    }
-
-    #[test]
-    fn the_base_argument_is_resolved_in_from_lines_only() {
-        let dockerfile = "ARG BASE_IMAGE=local/base:v1\n\
-                          FROM ${BASE_IMAGE} AS one\n\
-                          RUN echo $BASE_IMAGE\n\
-                          FROM \\\n  $BASE_IMAGE\n\
-                          FROM $BASE_IMAGE_OTHER\n";
-        assert_eq!(
-            resolve_base(dockerfile, "127.0.0.1:5000/b@sha256:ab"),
-            "ARG BASE_IMAGE=local/base:v1\n\
-             FROM 127.0.0.1:5000/b@sha256:ab AS one\n\
-             RUN echo $BASE_IMAGE\n\
-             FROM \\\n  127.0.0.1:5000/b@sha256:ab\n\
-             FROM $BASE_IMAGE_OTHER\n"
-        );
-        assert_eq!(resolve_base("FROM x:1", "y"), "FROM x:1");
     }
 
     #[test]

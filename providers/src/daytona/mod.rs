@@ -100,6 +100,8 @@ pub struct DaytonaProvider {
     toolboxes: Mutex<HashMap<String, String>>,
     /// Interpreter context ids by sandbox and name (`run_code`'s is [`DEFAULT_CONTEXT`]).
     contexts: Mutex<HashMap<(String, String), String>>,
+    /// What became of the last build's registry entry, for the credential row.
+    registry_entry: Mutex<Option<&'static str>>,
 }
 
 impl std::fmt::Debug for DaytonaProvider {
@@ -229,6 +231,7 @@ impl DaytonaProvider {
             waits: Waits::default(),
             toolboxes: Mutex::new(HashMap::new()),
             contexts: Mutex::new(HashMap::new()),
+            registry_entry: Mutex::new(None),
         })
     }
 }
@@ -829,9 +832,22 @@ impl Provider for DaytonaProvider {
         ))
     }
 
+    fn credential_use(&self, request: &BuildRequest) -> String {
+        let made = request.credential_made();
+        match (
+            &request.registry_credential,
+            *self.registry_entry.lock().expect("registry entry lock"),
+        ) {
+            (Some(_), Some(entry)) => format!("{made}; {entry}"),
+            (Some(_), None) => format!("{made}; no registry entry was made"),
+            (None, _) => made,
+        }
+    }
+
     async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact> {
-        let dockerfile = dockerfile::resolve_base(
+        let dockerfile = sandbox_contract::dockerfile::resolve_base_arg(
             &dockerfile::inline_context(&request.environment_dir)?,
+            crate::BASE_ARG,
             &request.base.reference,
         );
         let name = resource_name(&request.labels);
@@ -841,8 +857,16 @@ impl Provider for DaytonaProvider {
         if let Some(credential) = &request.registry_credential {
             self.client.add_secret(credential.password.clone());
         }
+        *self.registry_entry.lock().expect("registry entry lock") = None;
         let registry = match registry_entry(request, &dockerfile) {
-            Some(entry) => Some(self.create_registry(&name, &entry, log).await?),
+            Some(entry) => {
+                let created = self.create_registry(&name, &entry, log).await;
+                if created.is_err() {
+                    *self.registry_entry.lock().expect("registry entry lock") =
+                        Some("the registry entry could not be created");
+                }
+                Some(created?)
+            }
             None => None,
         };
         let built = self.build_snapshot(&name, dockerfile, log).await;
@@ -856,8 +880,16 @@ impl Provider for DaytonaProvider {
                 )
                 .await
             {
-                Ok(()) => log(&format!("docker-registry entry {id} deleted")),
-                Err(e) => log(&format!("could not delete docker-registry entry {id}: {e}")),
+                Ok(()) => {
+                    log(&format!("docker-registry entry {id} deleted"));
+                    *self.registry_entry.lock().expect("registry entry lock") =
+                        Some("registry entry, deleted after the build");
+                }
+                Err(e) => {
+                    log(&format!("could not delete docker-registry entry {id}: {e}"));
+                    *self.registry_entry.lock().expect("registry entry lock") =
+                        Some("registry entry; its delete failed, left to cleanup");
+                }
             }
         }
         Ok(Artifact {

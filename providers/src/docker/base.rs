@@ -176,6 +176,7 @@ impl BaseRecipe {
             labels,
             build_args: HashMap::new(),
             credentials: None,
+            pull: false,
         };
         let id = super::build_context(docker, spec, progress)
             .await

@@ -19,18 +19,20 @@ use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
 use bollard::query_parameters::{
     BuildImageOptionsBuilder, CreateContainerOptions, ListContainersOptionsBuilder,
-    ListImagesOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
-    RemoveImageOptionsBuilder, StopContainerOptionsBuilder,
+    ListImagesOptionsBuilder, LogsOptionsBuilder, PushImageOptionsBuilder,
+    RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder, StopContainerOptionsBuilder,
+    TagImageOptionsBuilder,
 };
 use futures_util::StreamExt;
 use rand::Rng;
 
 use crate::jupyter::{JupyterServer, KernelSocket};
+use crate::registry::{DigestReference, Repository, check_base};
 use crate::tail;
 use crate::{
-    Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, ErrorKind,
-    LogFn, Provider, ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId,
-    ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
+    Artifact, BASE_ARG, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput,
+    ErrorKind, LogFn, Provider, ProviderError, RegistryCredential, Resource, RestartKind, Result,
+    RunLabels, SandboxId, ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
 };
 
 pub use base::{BaseRecipe, DoctorBinary};
@@ -139,6 +141,86 @@ impl DockerProvider {
             })
     }
 
+    /// Pushes the reference base ([`base::BASE_IMAGE`], which must exist: see
+    /// [`Provider::prepare`]) to `target` under its tag, logging in with `credential`, and
+    /// returns the reference by digest the registry gave it. `progress` gets the engine's
+    /// push lines.
+    pub async fn push_base(
+        &self,
+        target: &Repository,
+        credential: Option<&RegistryCredential>,
+        progress: &LogFn,
+    ) -> Result<DigestReference> {
+        let tag = base::BASE_IMAGE
+            .rsplit_once(':')
+            .map_or("latest", |(_, tag)| tag);
+        let name = target.to_string();
+        self.docker
+            .tag_image(
+                base::BASE_IMAGE,
+                Some(
+                    TagImageOptionsBuilder::default()
+                        .repo(&name)
+                        .tag(tag)
+                        .build(),
+                ),
+            )
+            .await
+            .map_err(|e| {
+                engine_error(e).context(format!("tagging {} as {name}:{tag}", base::BASE_IMAGE))
+            })?;
+        let mut stream = self.docker.push_image(
+            &name,
+            Some(PushImageOptionsBuilder::default().tag(tag).build()),
+            credential.map(docker_credentials),
+        );
+        let mut pushed = None;
+        while let Some(item) = stream.next().await {
+            let info = item.map_err(|e| match e {
+                bollard::errors::Error::DockerStreamError { error } => ProviderError::new(
+                    ErrorKind::Api,
+                    format!("pushing to registry {}: {error}", target.registry),
+                ),
+                other => engine_error(other).context(format!("pushing {name}:{tag}")),
+            })?;
+            if let Some(status) = info.status.as_deref() {
+                if info.progress_detail.is_none() {
+                    progress(status);
+                }
+                // The engine's last line: `<tag>: digest: sha256:<hex> size: <n>`.
+                if let Some(digest) = status
+                    .split_once("digest: ")
+                    .and_then(|(_, rest)| rest.split_whitespace().next())
+                    .filter(|d| crate::registry::is_sha256_digest(d))
+                {
+                    pushed = Some(digest.to_owned());
+                }
+            }
+        }
+        let recorded = self
+            .docker
+            .inspect_image(&format!("{name}:{tag}"))
+            .await
+            .map_err(|e| engine_error(e).context("inspecting the pushed base"))?
+            .repo_digests
+            .unwrap_or_default()
+            .into_iter()
+            .find_map(|d| d.strip_prefix(&format!("{name}@")).map(str::to_owned));
+        match (pushed, recorded) {
+            (Some(pushed), Some(recorded)) if pushed != recorded => Err(ProviderError::new(
+                ErrorKind::Protocol,
+                format!(
+                    "the push reported digest {pushed} but the engine recorded {recorded} for {name}"
+                ),
+            )),
+            (Some(digest), _) | (None, Some(digest)) => Ok(target.at(&digest)),
+            (None, None) => Err(ProviderError::new(
+                ErrorKind::Protocol,
+                format!("the push to {name} finished without a digest"),
+            )),
+        }
+    }
+
     /// Runs `cmd` in a fresh container of `image` and returns its stdout, removing the container after.
     async fn run_once(&self, image: &str, cmd: Vec<String>, labels: &RunLabels) -> Result<String> {
         let config = ContainerCreateBody {
@@ -241,22 +323,81 @@ impl Provider for DockerProvider {
 
     async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact> {
         let labels = request.labels.to_map().into_iter().collect();
-        let build_args: HashMap<String, String> = request
+        let mut build_args: HashMap<String, String> = request
             .build_secrets
             .iter()
             .map(|s| (s.name().to_owned(), s.expose().to_owned()))
             .collect();
-        let credentials = request.build_secrets.first().map(|s| {
-            HashMap::from([(
-                CANARY_REGISTRY.to_owned(),
-                DockerCredentials {
-                    username: Some("build".into()),
-                    password: Some(s.expose().to_owned()),
-                    serveraddress: Some(CANARY_REGISTRY.into()),
-                    ..Default::default()
-                },
-            )])
-        });
+        build_args.insert(BASE_ARG.to_owned(), request.base.reference.clone());
+        let pull = match &request.base.registry {
+            Some(registry) => {
+                let reference = DigestReference::parse(&request.base.reference)?;
+                // The handshake first, so a refused credential is reported naming the
+                // registry, not as whatever the engine makes of it.
+                check_base(&reference, request.registry_credential.as_ref())
+                    .await
+                    .map_err(|e| {
+                        ProviderError::new(
+                            ErrorKind::Build,
+                            format!("the base {reference} cannot be pulled: {}", e.message),
+                        )
+                    })?;
+                // The engine resolves the digest through the registry: the reference is
+                // untagged (the layers, and images built on them, stay) and the build pulls.
+                // Measured on the classic builder: the first use of a digest GETs its manifest
+                // by digest with the credential, a digest whose manifest the engine has
+                // cached is HEAD-ed or only pinged (/v2/). The check above runs every build.
+                match self
+                    .docker
+                    .remove_image(
+                        &request.base.reference,
+                        Some(RemoveImageOptionsBuilder::default().noprune(true).build()),
+                        None,
+                    )
+                    .await
+                {
+                    Ok(_)
+                    | Err(bollard::errors::Error::DockerResponseServerError {
+                        status_code: 404,
+                        ..
+                    }) => {}
+                    Err(e) => log(&format!(
+                        "the engine kept its copy of {reference} ({e}); the pull may not fetch its manifest"
+                    )),
+                }
+                log(&format!(
+                    "base {reference}: from registry {registry} by digest ({}), pulled by the engine",
+                    request.credential_made()
+                ));
+                true
+            }
+            None => {
+                log(&format!(
+                    "base {}: local, bootstrapped on this engine, not from a registry",
+                    request.base.reference
+                ));
+                false
+            }
+        };
+        // The real registry's login where there is one; else the fake canary is handed over
+        // as a registry login would be, so that the scan can show none of it stays.
+        let credentials = match &request.registry_credential {
+            Some(credential) => Some(HashMap::from([(
+                credential.registry.clone(),
+                docker_credentials(credential),
+            )])),
+            None => request.build_secrets.first().map(|s| {
+                HashMap::from([(
+                    CANARY_REGISTRY.to_owned(),
+                    DockerCredentials {
+                        username: Some("build".into()),
+                        password: Some(s.expose().to_owned()),
+                        serveraddress: Some(CANARY_REGISTRY.into()),
+                        ..Default::default()
+                    },
+                )])
+            }),
+        };
         let spec = BuildSpec {
             dir: &request.environment_dir,
             extra_files: &[],
@@ -264,12 +405,19 @@ impl Provider for DockerProvider {
             labels,
             build_args,
             credentials,
+            pull,
         };
         let id = build_context(&self.docker, spec, log).await?;
         Ok(Artifact {
             id,
             kind: "image-id".into(),
         })
+    }
+
+    /// The credential goes into the build's registry config for its registry, so the
+    /// engine pulls the base with it: how it was made says it all.
+    fn credential_use(&self, request: &BuildRequest) -> String {
+        request.credential_made()
     }
 
     async fn launch(
@@ -676,6 +824,16 @@ impl Provider for DockerProvider {
     }
 }
 
+/// `credential` as the engine takes a registry login.
+fn docker_credentials(credential: &RegistryCredential) -> DockerCredentials {
+    DockerCredentials {
+        username: Some(credential.username.clone()),
+        password: Some(credential.password.expose().to_owned()),
+        serveraddress: Some(credential.registry.clone()),
+        ..Default::default()
+    }
+}
+
 /// Jupyter Server as the sandbox's command; the token comes from `JUPYTER_TOKEN`.
 fn jupyter_command() -> Vec<String> {
     [
@@ -728,6 +886,9 @@ pub(crate) struct BuildSpec<'a> {
     pub build_args: HashMap<String, String>,
     /// Registry credentials handed to the builder.
     pub credentials: Option<HashMap<String, DockerCredentials>>,
+    /// Pull the base from its registry even when the engine has it: a base by digest is
+    /// then fetched through the registry, with `credentials`.
+    pub pull: bool,
 }
 
 /// Builds a [`BuildSpec`] with the engine, with no network inside the build, streaming
@@ -744,6 +905,7 @@ pub(crate) async fn build_context(
         labels,
         build_args,
         credentials,
+        pull,
     } = spec;
     if !dir.join("Dockerfile").is_file() {
         return Err(ProviderError::new(
@@ -761,6 +923,9 @@ pub(crate) async fn build_context(
         .buildargs(&build_args);
     if let Some(tag) = tag {
         options = options.t(tag);
+    }
+    if pull {
+        options = options.pull("1");
     }
     let mut stream = docker.build_image(
         options.build(),

@@ -753,6 +753,16 @@ impl Provider for E2bProvider {
         Some(API_VERSION.to_owned())
     }
 
+    fn credential_use(&self, request: &BuildRequest) -> String {
+        match &request.registry_credential {
+            Some(_) => format!(
+                "{}; handed to the template build as fromImageRegistry",
+                request.credential_made()
+            ),
+            None => request.credential_made(),
+        }
+    }
+
     async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact> {
         let plan = template::plan(&request.environment_dir)?;
         // Refused before anything is created: without a start command nothing would serve

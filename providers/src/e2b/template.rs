@@ -178,14 +178,12 @@ const ENVIRONMENT_FILE: &str = "environment.json";
 /// Dockerfile's `FROM` names the base argument (`${BASE_IMAGE}` or `$BASE_IMAGE`), else the
 /// `FROM` as written.
 pub fn resolve_base(from: &str, base: &crate::BaseImage) -> String {
-    // A local equivalent of the shared Dockerfile resolution, until that is merged.
-    let braced = format!("${{{}}}", crate::BASE_ARG);
-    let bare = format!("${}", crate::BASE_ARG);
-    if from == braced || from == bare {
-        base.reference.clone()
-    } else {
-        from.to_owned()
-    }
+    let line = format!("FROM {from}");
+    let resolved =
+        sandbox_contract::dockerfile::resolve_base_arg(&line, crate::BASE_ARG, &base.reference);
+    resolved
+        .strip_prefix("FROM ")
+        .map_or_else(|| from.to_owned(), str::to_owned)
 }
 
 /// The steps that re-assert the contract's identity, last in every build.

@@ -1,0 +1,344 @@
+//! The live path on real parts: a local authenticated registry (Debian's docker-registry
+//! with htpasswd), the ECR API stood in by wiremock answering GetAuthorizationToken with a
+//! token that registry accepts, `bootstrap --push`, then lifecycle and core tier on docker
+//! with the base pulled by digest through the registry using the token from aws-sdk-ecr.
+//! A wrong token fails the build naming the registry, and the token is found nowhere in the
+//! run folder or the image. Everything runs through the CLI binary. Needs Docker.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use common::registry::LocalRegistry;
+use sandbox_matrix::checks::secrets;
+use sandbox_matrix::report::results::{self, StepStatus};
+use sandbox_providers::Secret;
+use wiremock::matchers::{header, method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const REPOSITORY: &str = "sandbox-matrix/contract-base";
+
+/// A fake login token, made up per test run; the local registry is its only taker.
+fn fake_token(what: &str) -> String {
+    format!("sm-fake-ecr-{what}-{:016x}", rand_u64())
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::SystemTime::now())
+}
+
+/// The ECR API's answer to GetAuthorizationToken, with `token` for the user AWS.
+async fn ecr_answering(server: &MockServer, token: &str) {
+    server.reset().await;
+    Mock::given(method("POST"))
+        .and(path("/"))
+        .and(header(
+            "x-amz-target",
+            "AmazonEC2ContainerRegistry_V20150921.GetAuthorizationToken",
+        ))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .insert_header("content-type", "application/x-amz-json-1.1")
+                .set_body_json(serde_json::json!({
+                    "authorizationData": [{
+                        "authorizationToken": BASE64.encode(format!("AWS:{token}")),
+                        "expiresAt": 4102444800.0,
+                        "proxyEndpoint": "http://127.0.0.1"
+                    }]
+                })),
+        )
+        .mount(server)
+        .await;
+}
+
+/// The CLI with the registry's environment: an ECR login token from `ecr`, fake AWS keys.
+fn cli(ecr: &MockServer, args: &[&str], extra: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"));
+    command
+        .args(args)
+        .arg("--root")
+        .arg(common::root())
+        .env_remove("SANDBOX_MATRIX_BASE")
+        .env_remove("SANDBOX_MATRIX_APPROVED_BASES")
+        .env("SANDBOX_MATRIX_REGISTRY_AUTH", "ecr")
+        .env("AWS_ENDPOINT_URL_ECR", ecr.uri())
+        .env("AWS_REGION", "us-east-1")
+        // Fake keys, made up for this test: the stand-in ECR API takes anything.
+        .env("AWS_ACCESS_KEY_ID", "AKIAFAKEFAKEFAKE0000")
+        .env("AWS_SECRET_ACCESS_KEY", "fake-secret-access-key-not-real")
+        .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("AWS_PROFILE")
+        .env("AWS_CONFIG_FILE", "/nonexistent/sandbox-matrix-aws-config")
+        .env(
+            "AWS_SHARED_CREDENTIALS_FILE",
+            "/nonexistent/sandbox-matrix-aws-credentials",
+        )
+        .env("AWS_EC2_METADATA_DISABLED", "true");
+    for (key, value) in extra {
+        command.env(key, value);
+    }
+    command.output().expect("the CLI runs")
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Removes the images this test tagged or pulled, by reference.
+struct Images(Vec<String>);
+
+impl Drop for Images {
+    fn drop(&mut self) {
+        for reference in &self.0 {
+            let _ = Command::new("docker").args(["rmi", reference]).output();
+        }
+    }
+}
+
+/// The one run folder under `out`.
+fn run_folder(out: &Path) -> std::path::PathBuf {
+    std::fs::read_dir(out)
+        .expect("out folder")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.is_dir() && p.join("results.json").is_file())
+        .expect("a run folder with results.json")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_base_is_pulled_by_digest_with_a_login_token_from_ecr() {
+    if !common::docker_or_skip("the_base_is_pulled_by_digest_with_a_login_token_from_ecr") {
+        return;
+    }
+    let token = fake_token("token");
+    let registry = LocalRegistry::start("AWS", &token);
+    let ecr = MockServer::start().await;
+    ecr_answering(&ecr, &token).await;
+    let target = format!("{}/{REPOSITORY}", registry.host);
+    let mut images = Images(vec![format!("{target}:v1")]);
+
+    // Push the base with the token aws-sdk-ecr got from the stand-in ECR API.
+    let pushed = cli(&ecr, &["bootstrap", "--push", &target], &[]);
+    assert!(pushed.status.success(), "{}", text(&pushed));
+    let stdout = String::from_utf8_lossy(&pushed.stdout).to_string();
+    let reference = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("base: "))
+        .unwrap_or_else(|| panic!("no `base:` line: {}", text(&pushed)))
+        .to_owned();
+    let digest = reference
+        .split_once('@')
+        .map(|(_, d)| d.to_owned())
+        .expect("a digest");
+    assert!(stdout.contains(&format!("digest: {digest}")), "{stdout}");
+    images.0.push(reference.clone());
+
+    let work = common::out_dir("private-base");
+    let approved = work.join("approved-bases.yaml");
+    std::fs::write(
+        &approved,
+        format!("bases:\n  - repository: {REPOSITORY}\n    digests: [\"{digest}\"]\n"),
+    )
+    .expect("approved bases written");
+    let approved = approved.display().to_string();
+    // The engine must not have it by digest before the run: the pull goes to the registry.
+    let _ = Command::new("docker").args(["rmi", &reference]).output();
+
+    // Lifecycle and core tier, the base pulled by digest through the registry.
+    let out = work.join("good");
+    let log_from = registry.log_len();
+    let run = cli(
+        &ecr,
+        &[
+            "run",
+            "--variant",
+            "docker",
+            "--scenario",
+            "lifecycle",
+            "--scenario",
+            "core-tier",
+            "--out",
+            &out.display().to_string(),
+        ],
+        &[
+            ("SANDBOX_MATRIX_BASE", &reference),
+            ("SANDBOX_MATRIX_APPROVED_BASES", &approved),
+        ],
+    );
+    assert!(run.status.success(), "{}", text(&run));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "base {reference}: from registry {}",
+            registry.host
+        )),
+        "{stderr}"
+    );
+    // The engine resolved the digest through the registry, logged in with the token (the
+    // registry answers 200 only to an authorised request): a GET of the manifest by digest,
+    // or a HEAD when its content store holds that manifest already. Every build first
+    // checked the base with the token, by digest.
+    let engine = registry.manifest_requests(log_from, "GET", REPOSITORY, &digest, true)
+        + registry.manifest_requests(log_from, "HEAD", REPOSITORY, &digest, true);
+    let checks = registry.manifest_requests(log_from, "HEAD", REPOSITORY, &digest, false);
+    assert!(
+        engine >= 1 && checks == 2,
+        "engine requests by digest: {engine}, checks: {checks}; the registry logged:\n{}",
+        &registry.access_log()[log_from..]
+    );
+    let folder = run_folder(&out);
+    let results = results::load(&folder.join("results.json")).expect("results load");
+    assert_eq!(results.scenarios.len(), 2);
+    // The scan looked for every form of the canary and of the real token.
+    let forms = secrets::forms(&sandbox_matrix::run::runner::fake_canary()).len()
+        + secrets::forms(&Secret::new("REGISTRY_CREDENTIAL", &token)).len();
+    for scenario in &results.scenarios {
+        assert!(
+            scenario.passed(),
+            "{}: {:?}",
+            scenario.scenario,
+            common::failures(scenario)
+        );
+        assert_eq!(
+            scenario.base_credential.as_deref(),
+            Some("ECR login token, made for this run")
+        );
+        assert!(
+            scenario.secrets_found.is_empty(),
+            "{:?}",
+            scenario.secrets_found
+        );
+    }
+    let lifecycle = results
+        .scenarios
+        .iter()
+        .find(|s| s.scenario == "lifecycle")
+        .expect("lifecycle ran");
+    let scan = lifecycle.step("secrets-scan").expect("a secrets scan");
+    assert_eq!(scan.status, StepStatus::Passed);
+    assert!(
+        scan.log
+            .iter()
+            .any(|l| l.ends_with(&format!("for {forms} forms"))),
+        "{:?}",
+        scan.log
+    );
+    assert!(common::left_by_run(&results.provenance.run_id).is_empty());
+    let summary = std::fs::read_to_string(folder.join("summary.md")).expect("summary");
+    assert!(
+        summary
+            .contains("| Credential for the private base     | ECR login token, made for this run"),
+        "{summary}"
+    );
+    // No form of the token anywhere in the run folder.
+    common::assert_no_value_in_tree(
+        &out,
+        &secrets::forms(&Secret::new("REGISTRY_CREDENTIAL", &token)),
+    );
+
+    // A digest the approved file does not list fails the build, naming the file.
+    let unapproved = work.join("unapproved.yaml");
+    std::fs::write(
+        &unapproved,
+        format!("bases:\n  - repository: {REPOSITORY}\n    digests: []\n"),
+    )
+    .expect("written");
+    let refused = cli(
+        &ecr,
+        &[
+            "run",
+            "--variant",
+            "docker",
+            "--scenario",
+            "lifecycle",
+            "--out",
+            &work.join("unapproved").display().to_string(),
+        ],
+        &[
+            ("SANDBOX_MATRIX_BASE", &reference),
+            (
+                "SANDBOX_MATRIX_APPROVED_BASES",
+                &unapproved.display().to_string(),
+            ),
+        ],
+    );
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    let results =
+        results::load(&run_folder(&work.join("unapproved")).join("results.json")).expect("loads");
+    let build = results.scenarios[0].step("build").expect("build");
+    assert!(
+        matches!(&build.status, StepStatus::Failed { reason } if reason.contains("is not approved") && reason.contains(&unapproved.display().to_string())),
+        "{:?}",
+        build.status
+    );
+
+    // A tag is refused before anything runs.
+    let tagged = cli(
+        &ecr,
+        &[
+            "run",
+            "--variant",
+            "docker",
+            "--scenario",
+            "lifecycle",
+            "--out",
+            &work.join("tag").display().to_string(),
+        ],
+        &[("SANDBOX_MATRIX_BASE", &format!("{target}:v1"))],
+    );
+    assert_eq!(tagged.status.code(), Some(2), "{}", text(&tagged));
+    assert!(
+        String::from_utf8_lossy(&tagged.stderr).contains("not by digest"),
+        "{}",
+        text(&tagged)
+    );
+
+    // A wrong token: the ECR API answers one the registry refuses; the build fails naming it.
+    let wrong = fake_token("wrong");
+    ecr_answering(&ecr, &wrong).await;
+    let out = work.join("wrong");
+    let failed = cli(
+        &ecr,
+        &[
+            "run",
+            "--variant",
+            "docker",
+            "--scenario",
+            "lifecycle",
+            "--out",
+            &out.display().to_string(),
+        ],
+        &[
+            ("SANDBOX_MATRIX_BASE", &reference),
+            ("SANDBOX_MATRIX_APPROVED_BASES", &approved),
+        ],
+    );
+    assert_eq!(failed.status.code(), Some(1), "{}", text(&failed));
+    let results = results::load(&run_folder(&out).join("results.json")).expect("loads");
+    let build = results.scenarios[0].step("build").expect("build");
+    let expected = format!(
+        "registry {} refused the credential (ECR login token)",
+        registry.host
+    );
+    assert!(
+        matches!(&build.status, StepStatus::Failed { reason } if reason.contains(&expected)),
+        "{:?}",
+        build.status
+    );
+    assert!(common::left_by_run(&results.provenance.run_id).is_empty());
+    common::assert_no_value_in_tree(
+        &out,
+        &secrets::forms(&Secret::new("REGISTRY_CREDENTIAL", &wrong)),
+    );
+    let _ = std::fs::remove_dir_all(&work);
+    drop(images);
+    drop(registry);
+}

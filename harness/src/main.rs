@@ -171,6 +171,25 @@ enum Command {
         #[command(flatten)]
         root: RootArg,
     },
+    /// Check, without creating anything, what a live run needs per variant: its credentials
+    /// (names only, never values), a read-only API call answering, and the base reachable by
+    /// digest with the run's registry credential. Prints a table of what is ready and what
+    /// is missing, with the variable or command that fixes it.
+    ///
+    /// Exits 0 when every selected variant is ready, 1 when one is not, 2 on bad input.
+    Preflight {
+        /// A variant to check (repeatable); default: every variant.
+        #[arg(long = "variant", value_name = "VARIANT")]
+        variants: Vec<String>,
+        /// The base by digest, as `run --base` takes it.
+        #[arg(long, env = "SANDBOX_MATRIX_BASE", value_name = "REFERENCE")]
+        base: Option<String>,
+        /// The approved bases file. Default: <root>/policies/approved-bases.yaml.
+        #[arg(long, env = "SANDBOX_MATRIX_APPROVED_BASES", value_name = "FILE")]
+        approved_bases: Option<PathBuf>,
+        #[command(flatten)]
+        root: RootArg,
+    },
     /// Write the HTML report of a run (the report.html of a run folder): provenance, the
     /// comparison table, failures, each metric's distribution per variant, and with
     /// --history the p50 and p90 of each metric across earlier runs.
@@ -304,6 +323,16 @@ fn main() -> ExitCode {
             Command::List(selection) => list(&selection),
             Command::Run(args) => run(args).await,
             Command::Bootstrap(args) => bootstrap(&args.root.root, args.push.as_deref()).await,
+            Command::Preflight {
+                variants,
+                base,
+                approved_bases,
+                root,
+            } => {
+                let approved =
+                    approved_bases.unwrap_or_else(|| root.root.join(APPROVED_BASES_FILE));
+                preflight(&root.root, &variants, base.as_deref(), &approved).await
+            }
             Command::Lint { files } => lint(&files),
             Command::Sweep { run_id, selection } => sweep(&run_id, &selection).await,
             Command::Merge { files, out } => merge(&files, &out),
@@ -565,6 +594,36 @@ fn html_report(out: &Path, path: &Path, history_args: &[PathBuf]) -> u8 {
             eprintln!("error: cannot write {}: {e}", out.display());
             EXIT_REPORT
         }
+    }
+}
+
+async fn preflight(root: &Path, selected: &[String], base: Option<&str>, approved: &Path) -> u8 {
+    let report = match sandbox_matrix::run::preflight::preflight(
+        root,
+        &harness_executable(),
+        selected,
+        base,
+        approved,
+    )
+    .await
+    {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    println!("{}", report.render());
+    let not_ready = report.not_ready();
+    if not_ready.is_empty() {
+        println!("every variant checked is ready for a live run; nothing was created");
+        EXIT_PASSED
+    } else {
+        println!(
+            "not ready: {}; nothing was created",
+            not_ready.join(", ")
+        );
+        EXIT_FAILED
     }
 }
 

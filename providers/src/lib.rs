@@ -331,6 +331,13 @@ pub trait Provider: Send + Sync {
     /// Builds the environment and returns its immutable id. `log` receives build log lines.
     async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact>;
 
+    /// A read-only call that proves the variant's service answers with the credentials it
+    /// was made with (the engine's version, a page of templates or snapshots); it creates
+    /// nothing. Returns what it saw, for `preflight`.
+    async fn check_access(&self) -> Result<String> {
+        Err(ProviderError::unsupported("a read-only access check"))
+    }
+
     /// What this variant did with the base's registry credential in the build of `request`,
     /// for the table's "Credential for the private base" row: the runner asks once after
     /// each build, passed or failed, so a provider may say what became of what it made from

@@ -832,6 +832,21 @@ impl Provider for DaytonaProvider {
         ))
     }
 
+    async fn check_access(&self) -> Result<String> {
+        let page: SnapshotPage = self
+            .call(
+                ApiRequest::get(Target::Api, with_query("/snapshots", &[("page", "1")]))
+                    .what("list snapshots"),
+            )
+            .await?
+            .json()?;
+        Ok(format!(
+            "listed snapshots: {} on page 1 of {}",
+            page.items.len(),
+            page.total_pages
+        ))
+    }
+
     fn credential_use(&self, request: &BuildRequest) -> String {
         let made = request.credential_made();
         match (

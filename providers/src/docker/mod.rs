@@ -317,6 +317,14 @@ impl Provider for DockerProvider {
         CAPABILITIES
     }
 
+    async fn check_access(&self) -> Result<String> {
+        self.docker
+            .ping()
+            .await
+            .map_err(|e| engine_error(e).context("pinging the Docker engine"))?;
+        Ok(format!("{} answers", self.engine_version))
+    }
+
     async fn prepare(&self, progress: &LogFn) -> Result<()> {
         self.base.ensure(&self.docker, progress).await.map(|_| ())
     }

@@ -753,6 +753,15 @@ impl Provider for E2bProvider {
         Some(API_VERSION.to_owned())
     }
 
+    async fn check_access(&self) -> Result<String> {
+        let listed: Vec<TemplateListed> = self
+            .client
+            .call(self.api(Method::GET, "/v2/templates").what("list templates"))
+            .await?
+            .json()?;
+        Ok(format!("listed templates: {} on the first page", listed.len()))
+    }
+
     fn credential_use(&self, request: &BuildRequest) -> String {
         match &request.registry_credential {
             Some(_) => format!(

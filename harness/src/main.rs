@@ -619,10 +619,7 @@ async fn preflight(root: &Path, selected: &[String], base: Option<&str>, approve
         println!("every variant checked is ready for a live run; nothing was created");
         EXIT_PASSED
     } else {
-        println!(
-            "not ready: {}; nothing was created",
-            not_ready.join(", ")
-        );
+        println!("not ready: {}; nothing was created", not_ready.join(", "));
         EXIT_FAILED
     }
 }

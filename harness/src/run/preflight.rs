@@ -218,12 +218,7 @@ async fn connect(root: &Path, harness: &Path, name: &str) -> (Row, Option<Arc<dy
     }
     let Some(cloud) = variants::cloud(name) else {
         return (
-            row(
-                name,
-                "credentials",
-                Status::Missing,
-                "not a variant".into(),
-            ),
+            row(name, "credentials", Status::Missing, "not a variant".into()),
             None,
         );
     };
@@ -277,7 +272,12 @@ mod tests {
         Preflight {
             rows: vec![
                 row("docker", "credentials", Status::Ready, "x".into()),
-                row("e2b", "credentials", Status::Missing, "set E2B_API_KEY".into()),
+                row(
+                    "e2b",
+                    "credentials",
+                    Status::Missing,
+                    "set E2B_API_KEY".into(),
+                ),
                 row("e2b", "API answers", Status::NotChecked, "y".into()),
             ],
         }
@@ -294,7 +294,10 @@ mod tests {
     #[test]
     fn the_table_names_the_fix() {
         let text = sample().render();
-        assert!(text.contains("| e2b ") && text.contains("set E2B_API_KEY"), "{text}");
+        assert!(
+            text.contains("| e2b ") && text.contains("set E2B_API_KEY"),
+            "{text}"
+        );
         assert!(text.contains("not checked"), "{text}");
     }
 }

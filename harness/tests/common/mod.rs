@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod emulate;
 pub mod registry;
 
 /// The project checkout (the workspace root).

@@ -756,10 +756,16 @@ impl Provider for E2bProvider {
     async fn check_access(&self) -> Result<String> {
         let listed: Vec<TemplateListed> = self
             .client
-            .call(self.api(Method::GET, "/v2/templates").what("list templates"))
+            .call(
+                self.api(Method::GET, "/v2/templates")
+                    .what("list templates"),
+            )
             .await?
             .json()?;
-        Ok(format!("listed templates: {} on the first page", listed.len()))
+        Ok(format!(
+            "listed templates: {} on the first page",
+            listed.len()
+        ))
     }
 
     fn credential_use(&self, request: &BuildRequest) -> String {

@@ -155,6 +155,11 @@ enum Command {
         /// folder, removed on exit.
         #[arg(long, value_name = "FILE")]
         ca_out: Option<PathBuf>,
+        /// daytona: build this environment (a folder of fixtures/environments, such as
+        /// `reference`) into a snapshot before serving, and print its name
+        /// (DAYTONA_SNAPSHOT) and id (DAYTONA_SNAPSHOT_ID); a sandbox is created from either.
+        #[arg(long, value_name = "ENVIRONMENT")]
+        snapshot: Option<String>,
         #[command(flatten)]
         root: RootArg,
     },
@@ -290,8 +295,9 @@ fn main() -> ExitCode {
                 port,
                 domain,
                 ca_out,
+                snapshot,
                 root,
-            } => emulate(provider, port, domain, ca_out, &root.root).await,
+            } => emulate(provider, port, domain, ca_out, snapshot, &root.root).await,
         }
     });
     ExitCode::from(code)
@@ -550,6 +556,7 @@ async fn emulate(
     port: u16,
     domain: Option<String>,
     ca_out: Option<PathBuf>,
+    snapshot: Option<String>,
     root: &Path,
 ) -> u8 {
     use sandbox_matrix::emulate;
@@ -570,6 +577,10 @@ async fn emulate(
     }
     let environment = root.join("fixtures/environments/reference");
     let (ca_pem, settings, running) = match provider {
+        EmulatedProvider::E2b if snapshot.is_some() => {
+            eprintln!("error: --snapshot is daytona's; e2b has templates");
+            return EXIT_FAILED;
+        }
         EmulatedProvider::E2b => {
             let options = emulate::e2b::Options {
                 port,
@@ -603,10 +614,28 @@ async fn emulate(
                     return EXIT_FAILED;
                 }
             };
-            let settings = vec![
+            let mut settings = vec![
                 ("DAYTONA_API_URL", emulator.api_url_with_port()),
                 (RESOLVE_VAR, format!("{}=127.0.0.1", emulator.domain())),
             ];
+            if let Some(folder) = snapshot {
+                let dir = root.join("fixtures/environments").join(&folder);
+                eprintln!("building {} into a snapshot", dir.display());
+                match emulator
+                    .seed(&dir, &|line: &str| eprintln!("snapshot: {line}"))
+                    .await
+                {
+                    Ok(seeded) => {
+                        settings.push(("DAYTONA_SNAPSHOT", seeded.name));
+                        settings.push(("DAYTONA_SNAPSHOT_ID", seeded.id));
+                    }
+                    Err(e) => {
+                        eprintln!("error: the {folder} snapshot: {e}");
+                        Emulating::Daytona(emulator).stop().await;
+                        return EXIT_FAILED;
+                    }
+                }
+            }
             let ca = emulator.ca_pem().to_owned();
             (ca, settings, Emulating::Daytona(emulator))
         }

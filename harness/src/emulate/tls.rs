@@ -32,7 +32,8 @@ impl std::fmt::Debug for TestCa {
 
 impl TestCa {
     /// A fresh CA and a server certificate for `domain`, every name under it
-    /// (`*.<domain>`), its control-plane host `api.<domain>`, and 127.0.0.1.
+    /// (`*.<domain>`), its control-plane host `api.<domain>`, `localhost` and 127.0.0.1
+    /// (for clients given one URL for everything, such as E2B's `E2B_SANDBOX_URL`).
     pub fn generate(domain: &str) -> Result<Self, EmulateError> {
         let tls = |e: rcgen::Error| EmulateError::Tls(e.to_string());
         let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(tls)?;
@@ -52,6 +53,7 @@ impl TestCa {
             format!("*.{domain}"),
             format!("api.{domain}"),
             domain.to_owned(),
+            "localhost".to_owned(),
             "127.0.0.1".to_owned(),
         ];
         let mut server = CertificateParams::new(names).map_err(tls)?;
@@ -63,7 +65,7 @@ impl TestCa {
         server.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         let key = KeyPair::generate().map_err(tls)?;
         let cert = server.signed_by(&key, &issuer).map_err(tls)?;
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
         .with_safe_default_protocol_versions()
@@ -74,6 +76,9 @@ impl TestCa {
             PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
         )
         .map_err(|e| EmulateError::Tls(e.to_string()))?;
+        // The server behind the front speaks HTTP/1.1 only; saying so keeps a client that
+        // prefers h2 when offered (the E2B SDK's pyqwest) on HTTP/1.1.
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Self {
             ca_pem,
             server: Arc::new(config),

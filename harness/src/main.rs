@@ -168,6 +168,11 @@ enum Command {
         /// build (E2B_TEMPLATE_BUILD, `<templateID>:<buildID>`).
         #[arg(long, value_name = "ENVIRONMENT")]
         template: Option<String>,
+        /// daytona: build this environment (a folder of fixtures/environments, such as
+        /// `reference`) into a snapshot before serving, and print its name
+        /// (DAYTONA_SNAPSHOT) and id (DAYTONA_SNAPSHOT_ID); a sandbox is created from either.
+        #[arg(long, value_name = "ENVIRONMENT")]
+        snapshot: Option<String>,
         #[command(flatten)]
         root: RootArg,
     },
@@ -353,6 +358,7 @@ fn main() -> ExitCode {
                 domain,
                 ca_out,
                 template,
+                snapshot,
                 root,
             } => {
                 let options = EmulateArgs {
@@ -360,6 +366,7 @@ fn main() -> ExitCode {
                     domain,
                     ca_out,
                     template,
+                    snapshot,
                 };
                 emulate(provider, options, &root.root).await
             }
@@ -695,6 +702,7 @@ struct EmulateArgs {
     domain: Option<String>,
     ca_out: Option<PathBuf>,
     template: Option<String>,
+    snapshot: Option<String>,
 }
 
 async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> u8 {
@@ -703,9 +711,21 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
         domain,
         ca_out,
         template,
+        snapshot,
     } = args;
     use sandbox_matrix::emulate;
     use sandbox_providers::api::network::{CA_FILE_VAR, RESOLVE_VAR};
+    match provider {
+        EmulatedProvider::E2b if snapshot.is_some() => {
+            eprintln!("error: --snapshot is daytona's; e2b has templates (--template)");
+            return EXIT_BAD_INPUT;
+        }
+        EmulatedProvider::Daytona if template.is_some() => {
+            eprintln!("error: --template is e2b's; daytona has snapshots (--snapshot)");
+            return EXIT_BAD_INPUT;
+        }
+        _ => {}
+    }
     let docker = match variants::connect_docker(root, &harness_executable()).await {
         Ok(p) => p,
         Err(e) => {
@@ -773,10 +793,28 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
                     return EXIT_FAILED;
                 }
             };
-            let settings = vec![
+            let mut settings = vec![
                 ("DAYTONA_API_URL", emulator.api_url_with_port()),
                 (RESOLVE_VAR, format!("{}=127.0.0.1", emulator.domain())),
             ];
+            if let Some(folder) = snapshot {
+                let dir = root.join("fixtures/environments").join(&folder);
+                eprintln!("building {} into a snapshot", dir.display());
+                match emulator
+                    .seed(&dir, &|line: &str| eprintln!("snapshot: {line}"))
+                    .await
+                {
+                    Ok(seeded) => {
+                        settings.push(("DAYTONA_SNAPSHOT", seeded.name));
+                        settings.push(("DAYTONA_SNAPSHOT_ID", seeded.id));
+                    }
+                    Err(e) => {
+                        eprintln!("error: the {folder} snapshot: {e}");
+                        Emulating::Daytona(emulator).stop().await;
+                        return EXIT_FAILED;
+                    }
+                }
+            }
             let ca = emulator.ca_pem().to_owned();
             (ca, settings, Emulating::Daytona(emulator))
         }

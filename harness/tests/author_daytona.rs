@@ -43,9 +43,6 @@ impl EventSink for Quiet {
 /// The fake key the client sends; it grants nothing anywhere.
 const FAKE_KEY: &str = "fake-daytona-key-00000000";
 
-/// The private base the build cassettes name: a made-up registry under `.test` and a
-/// made-up digest, served by the emulator from the local contract base.
-const PRIVATE_BASE: &str = "registry.emulator.test/sandbox-matrix/contract-base@sha256:31344e332d1cb7f81f5a4c0242cf60d19d1008ad9a56bad86fd2caa56b46632e";
 /// The stand-in registry's user, as for an ECR login token.
 const REGISTRY_USER: &str = "AWS";
 /// The login token the stand-in registry accepts; fake, it opens nothing anywhere.
@@ -56,7 +53,7 @@ const FAKE_EXPIRED_TOKEN: &str = "fake-ecr-login-token-expired";
 /// The credential a build cassette is recorded with, holding `token`.
 fn registry_credential(token: &str) -> RegistryCredential {
     RegistryCredential {
-        registry: PRIVATE_BASE
+        registry: common::PRIVATE_BASE
             .split_once('/')
             .expect("a registry host")
             .0
@@ -156,7 +153,7 @@ async fn record(dir: &Path) -> (Vec<ScenarioResult>, Vec<Secret>) {
 }
 
 /// Records `dir/{private-base,private-base-failed}.yaml`: the build alone of
-/// `builds/environment` from [`PRIVATE_BASE`] with a registry credential, accepted (the
+/// `builds/environment` from [`common::PRIVATE_BASE`] with a registry credential, accepted (the
 /// snapshot is then deleted) and refused (an expired token: the build fails). Both hold
 /// the docker-registry entry's create and its delete by id. Returns the fake secrets used.
 async fn record_builds(dir: &Path) -> Vec<Secret> {
@@ -170,7 +167,7 @@ async fn record_builds(dir: &Path) -> Vec<Secret> {
         .expect("the docker variant's base image is ready");
     let accepted = registry_credential(FAKE_LOGIN_TOKEN);
     let stand_in = StandInBase {
-        reference: PRIVATE_BASE.to_owned(),
+        reference: common::PRIVATE_BASE.to_owned(),
         local: sandbox_providers::docker::base::BASE_IMAGE.to_owned(),
         username: accepted.username.clone(),
         password: accepted.password.clone(),
@@ -207,7 +204,7 @@ async fn record_builds(dir: &Path) -> Vec<Secret> {
         let request = BuildRequest {
             environment_dir: root.join("fixtures/cassettes/daytona/builds/environment"),
             base: BaseImage {
-                reference: PRIVATE_BASE.to_owned(),
+                reference: common::PRIVATE_BASE.to_owned(),
                 registry: Some(credential.registry.clone()),
             },
             registry_credential: Some(credential),

@@ -21,9 +21,6 @@ use sandbox_providers::{
     RegistryCredential, Resource, RunLabels, Secret,
 };
 
-/// The private base the build cassettes were recorded from.
-const PRIVATE_BASE: &str = "registry.emulator.test/sandbox-matrix/contract-base@sha256:31344e332d1cb7f81f5a4c0242cf60d19d1008ad9a56bad86fd2caa56b46632e";
-
 /// A fake API key, made up for this test; it grants nothing anywhere.
 fn fake_key() -> Secret {
     Secret::new("DAYTONA_API_KEY", "fake-daytona-key-for-registry-tests")
@@ -91,7 +88,7 @@ fn request(name: &str) -> BuildRequest {
     BuildRequest {
         environment_dir: common::root().join("fixtures/cassettes/daytona/builds/environment"),
         base: BaseImage {
-            reference: PRIVATE_BASE.into(),
+            reference: common::PRIVATE_BASE.into(),
             registry: Some("registry.emulator.test".into()),
         },
         registry_credential: Some(RegistryCredential {

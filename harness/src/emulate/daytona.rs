@@ -68,7 +68,7 @@ pub struct Options {
     /// The domain: the control plane is `app.<domain>`.
     pub domain: String,
     /// Labels every docker build and container behind it carries. By default builds carry
-    /// a run id of the emulator's own, and a container the run id and scenario of the
+    /// a run id of the emulator's own (`emulator-<pid>-<random>`), and a container the run id and scenario of the
     /// sandbox's labels (when they hold them); [`Emulator::cleanup`] removes both.
     pub labels: Option<RunLabels>,
     /// When recording: where the run-varying values the emulator sees (restart markers in
@@ -89,6 +89,15 @@ impl Options {
             bases: Vec::new(),
         }
     }
+}
+
+/// A snapshot [`Emulator::seed`] built.
+#[derive(Debug, Clone)]
+pub struct Seeded {
+    /// Its name, what an SDK user passes to create a sandbox from it.
+    pub name: String,
+    /// Its id, what the project's client launches.
+    pub id: String,
 }
 
 /// An emulated snapshot.
@@ -294,6 +303,64 @@ impl Emulator {
             })
     }
 
+    /// Builds the environment folder `environment` into a snapshot, as the project's
+    /// daytona client builds one against the emulator, so that a client can create
+    /// sandboxes from it (by name or id) without building first. `log` gets the build's
+    /// lines; the snapshot's image carries the emulator's labels, so [`Self::cleanup`]
+    /// removes it.
+    pub async fn seed(
+        &self,
+        environment: &std::path::Path,
+        log: &sandbox_providers::LogFn,
+    ) -> Result<Seeded, EmulateError> {
+        let client = sandbox_providers::daytona::DaytonaProvider::with_network(
+            sandbox_providers::api::ApiSettings {
+                endpoints: sandbox_providers::api::Endpoints {
+                    api_base: self.api_url_with_port(),
+                    sandbox_domain: String::new(),
+                },
+                mode: sandbox_providers::api::Mode::Live,
+                // Fake: the emulator checks only that a key is sent.
+                credentials: vec![Secret::new("DAYTONA_API_KEY", "fake-daytona-seed-key-0000")],
+                volatiles: Arc::default(),
+                call_timeout: std::time::Duration::from_secs(600),
+            },
+            None,
+            None,
+            &self.network(),
+        )
+        .map_err(|e| EmulateError::Backend(format!("a daytona client for the emulator: {e}")))?;
+        let labels = RunLabels {
+            scenario: environment
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "environment".into()),
+            ..self.inner.labels.clone()
+        };
+        let request = BuildRequest {
+            environment_dir: environment.to_owned(),
+            base: sandbox_providers::BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
+            registry_credential: None,
+            build_secrets: Vec::new(),
+            labels,
+        };
+        let artifact = client.build(&request, log).await.map_err(|e| {
+            EmulateError::Backend(format!("seeding {}: {e}", environment.display()))
+        })?;
+        let name = self
+            .state()
+            .snapshots
+            .get(&artifact.id)
+            .map(|s| s.name.clone())
+            .ok_or_else(|| {
+                EmulateError::Backend(format!("snapshot {} vanished after its build", artifact.id))
+            })?;
+        Ok(Seeded {
+            name,
+            id: artifact.id,
+        })
+    }
+
     /// Whether no docker-registry entry is left.
     pub fn registry_entries_left(&self) -> usize {
         lock(&self.inner.state).registries.len()
@@ -334,21 +401,37 @@ impl Emulator {
     }
 
     /// Routes by the host the client called: the control plane at `app.<domain>` under
-    /// `/api`, the toolbox at `proxy.app.<domain>` under `/toolbox`.
+    /// `/api`, the toolbox at `proxy.app.<domain>` under `/toolbox`. A client whose
+    /// resolver cannot be pinned (the SDKs, on the system resolver) calls `localhost` (or
+    /// 127.0.0.1) instead, which serves both under those paths and hands out a
+    /// `toolboxProxyUrl` on the same host.
     async fn serve(&self, request: HttpRequest) -> Answer {
         let (host, port) = split_host(&request.host);
-        let label = host
-            .strip_suffix(&self.inner.domain)
-            .and_then(|rest| rest.strip_suffix('.'));
+        let loopback = matches!(host.as_str(), "localhost" | "127.0.0.1");
+        let label = if loopback {
+            None
+        } else {
+            host.strip_suffix(&self.inner.domain)
+                .and_then(|rest| rest.strip_suffix('.'))
+        };
         let bearer = request
             .headers
             .get("authorization")
             .and_then(|v| v.strip_prefix("Bearer "))
             .is_some_and(|token| !token.trim().is_empty());
-        let origin = |label: &str| format!("https://{label}.{}{port}", self.inner.domain);
+        let origin = |label: &str| match loopback {
+            true => format!("https://{host}{port}"),
+            false => format!("https://{label}.{}{port}", self.inner.domain),
+        };
         let path = request.path.clone();
-        match (label, path.split_once('/').map(|(_, rest)| rest)) {
-            (Some(API_HOST), Some(rest)) if rest == "api" || rest.starts_with("api/") => {
+        let (api, toolbox) = match (loopback, label) {
+            (true, _) => (true, true),
+            (false, Some(API_HOST)) => (true, false),
+            (false, Some(PROXY_HOST)) => (false, true),
+            _ => (false, false),
+        };
+        match path.split_once('/').map(|(_, rest)| rest) {
+            Some(rest) if api && (rest == "api" || rest.starts_with("api/")) => {
                 if !bearer {
                     return error(401, "Unauthorized: a bearer token is required");
                 }
@@ -356,7 +439,7 @@ impl Emulator {
                 self.control(&request, &parts, &origin(API_HOST), &origin(PROXY_HOST))
                     .await
             }
-            (Some(PROXY_HOST), Some(rest)) if rest.starts_with("toolbox/") => {
+            Some(rest) if toolbox && rest.starts_with("toolbox/") => {
                 if !bearer {
                     return error(401, "Unauthorized: a bearer token is required");
                 }
@@ -387,7 +470,7 @@ impl Emulator {
         json!({
             "id": id, "organizationId": ORGANIZATION, "name": id, "snapshot": s.snapshot,
             "user": "datalayer", "env": {}, "labels": s.labels, "public": false,
-            "networkBlockAll": false, "target": "us", "cpu": 1, "gpu": 0, "memory": 1,
+            "networkBlockAll": false, "kvm": false, "target": "us", "cpu": 1, "gpu": 0, "memory": 1,
             "disk": 3, "state": s.state, "createdAt": STAMP, "updatedAt": STAMP,
             "toolboxProxyUrl": format!("{proxy}/toolbox"),
         })
@@ -547,6 +630,7 @@ impl Emulator {
     async fn toolbox(&self, method: &str, parts: &[&str], body: &Value) -> Answer {
         match (method, parts) {
             ("POST", [id, "process", "execute"]) => self.execute_command(id, body).await,
+            ("POST", [id, "process", "code-run"]) => self.code_run(id, body).await,
             ("POST", [id, "process", "interpreter", "context"]) => {
                 let mut state = self.state();
                 if !state.sandboxes.contains_key(*id) {
@@ -853,6 +937,68 @@ impl Emulator {
         }
     }
 
+    /// `process/code-run`: runs `{code, language, argv, envs}` as a script of its language
+    /// (`python3 -c`, the one language the reference environment carries) and answers
+    /// `{exitCode, result}`, the result being what it printed.
+    async fn code_run(&self, id: &str, body: &Value) -> Answer {
+        let container = self
+            .state()
+            .sandboxes
+            .get(id)
+            .and_then(|s| s.container.clone());
+        let Some(container) = container else {
+            return not_found("sandbox");
+        };
+        let language = body["language"].as_str().unwrap_or("python");
+        if language != "python" {
+            return error(
+                400,
+                &format!("the emulator runs python code only, not {language}"),
+            );
+        }
+        let mut argv = vec!["env".to_owned()];
+        if let Some(envs) = body["envs"].as_object() {
+            for (name, value) in envs {
+                argv.push(format!("{name}={}", value.as_str().unwrap_or_default()));
+            }
+        }
+        argv.extend(["python3".into(), "-c".into()]);
+        argv.push(body["code"].as_str().unwrap_or_default().to_owned());
+        if let Some(args) = body["argv"].as_array() {
+            argv.extend(args.iter().filter_map(|a| a.as_str()).map(str::to_owned));
+        }
+        match self
+            .inner
+            .docker
+            .exec(&SandboxId(container), &argv, false)
+            .await
+        {
+            Ok(out) => Answer::json(
+                200,
+                json!({
+                    "exitCode": out.exit_code,
+                    "result": format!("{}{}", out.stdout, out.stderr),
+                }),
+            ),
+            Err(e) => error(500, &e.to_string()),
+        }
+    }
+
+    /// Runs `code` in `context`'s kernel, or with none in the sandbox's default kernel (the
+    /// docker variant's code channel), as the toolbox runs code with no `contextId`.
+    async fn run_code(
+        &self,
+        container: String,
+        context: Option<&str>,
+        code: &str,
+    ) -> sandbox_providers::Result<sandbox_providers::CodeOutput> {
+        let sandbox = SandboxId(container);
+        match context {
+            Some(context) => self.inner.docker.run_code_in(&sandbox, context, code).await,
+            None => Ok(self.inner.docker.run_code(&sandbox, code).await?.0),
+        }
+    }
+
     /// Serves one execute WebSocket: reads `{code, contextId}`, runs the code in that
     /// context's kernel and answers as the toolbox does: stdout, stderr and error frames,
     /// `control: completed`, close 1000.
@@ -888,7 +1034,8 @@ impl Emulator {
             _ => return,
         };
         let code = request["code"].as_str().unwrap_or_default();
-        let context = request["contextId"].as_str().unwrap_or_default().to_owned();
+        // No context: the sandbox's default one, its default kernel.
+        let context = request["contextId"].as_str().map(str::to_owned);
         if let Some(volatiles) = &self.inner.volatiles {
             // The runner's restart marker changes every run: a placeholder in the cassette.
             for (at, _) in code.match_indices("sm-marker-") {
@@ -899,13 +1046,15 @@ impl Emulator {
         }
         let container = {
             let state = self.state();
-            match state.contexts.get(&context) {
-                Some(owner) if *owner == sandbox => state
-                    .sandboxes
-                    .get(&sandbox)
-                    .and_then(|s| s.container.clone()),
-                _ => None,
-            }
+            let owned = match &context {
+                None => true,
+                Some(context) => state.contexts.get(context) == Some(&sandbox),
+            };
+            state
+                .sandboxes
+                .get(&sandbox)
+                .and_then(|s| s.container.clone())
+                .filter(|_| owned)
         };
         let mut frames = Vec::new();
         match container {
@@ -913,14 +1062,9 @@ impl Emulator {
                 "error",
                 "",
                 "ContextNotFound",
-                &format!("no context {context}"),
+                &format!("no context {}", context.as_deref().unwrap_or("default")),
             )),
-            Some(container) => match self
-                .inner
-                .docker
-                .run_code_in(&SandboxId(container), &context, code)
-                .await
-            {
+            Some(container) => match self.run_code(container, context.as_deref(), code).await {
                 Ok(out) => {
                     if !out.stdout.is_empty() {
                         frames.push(output("stdout", &out.stdout, "", ""));

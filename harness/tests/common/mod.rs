@@ -16,6 +16,11 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The private base the daytona build cassettes name (authored by author_daytona, replayed
+/// by daytona_registry_entry): a made-up registry under `.test` and a made-up digest,
+/// served by the emulator from the local contract base.
+pub const PRIVATE_BASE: &str = "registry.emulator.test/sandbox-matrix/contract-base@sha256:31344e332d1cb7f81f5a4c0242cf60d19d1008ad9a56bad86fd2caa56b46632e";
+
 /// True when a Docker engine answers. Without one, `CI=true` makes this panic (the tests
 /// are required there); elsewhere it prints why the caller skips and returns false.
 pub fn docker_or_skip(test: &str) -> bool {

@@ -231,7 +231,12 @@ mod tests {
     #[test]
     fn the_reference_dockerfile_is_the_recorded_one() {
         let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
-        let inlined = inline_context(&fixtures.join("environments/reference")).unwrap();
+        // As the build sends it: the base argument resolved to the local base.
+        let inlined = sandbox_contract::dockerfile::resolve_base_arg(
+            &inline_context(&fixtures.join("environments/reference")).unwrap(),
+            crate::BASE_ARG,
+            crate::docker::base::BASE_IMAGE,
+        );
         let text =
             std::fs::read_to_string(fixtures.join("cassettes/daytona/lifecycle.yaml")).unwrap();
         let cassette: serde_json::Value = serde_saphyr::from_str(&text).unwrap();

@@ -464,7 +464,12 @@ mod tests {
             .iter()
             .find(|r| r["method"] == "POST" && r["path"].as_str().unwrap().starts_with("/v2/"))
             .unwrap();
-        assert_eq!(build["body"]["json"]["fromImage"], json!(plan.from_image));
+        // As the build sends it: the base argument resolved to the local base.
+        let base = crate::BaseImage::local(crate::docker::base::BASE_IMAGE);
+        assert_eq!(
+            build["body"]["json"]["fromImage"],
+            json!(resolve_base(&plan.from_image, &base))
+        );
         assert_eq!(build["body"]["json"]["steps"], json!(plan.steps));
         let upload = requests.iter().find(|r| r["method"] == "PUT").unwrap();
         assert_eq!(plan.uploads.len(), 1);

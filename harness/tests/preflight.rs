@@ -10,6 +10,7 @@ mod common;
 
 use std::process::{Command, Output};
 
+use common::Images;
 use common::emulate::Emulate;
 use common::registry::LocalRegistry;
 use sandbox_providers::api::network::{CA_FILE_VAR, RESOLVE_VAR};
@@ -123,36 +124,20 @@ fn against_the_emulator_and_a_registry_holding_the_base_e2b_is_ready() {
     let pushed = sandbox_matrix(&["bootstrap", "--push", &target], &static_auth);
     let pushed_text = text(&pushed);
     assert!(pushed.status.success(), "{pushed_text}");
-    let reference = String::from_utf8_lossy(&pushed.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix("base: "))
-        .unwrap_or_else(|| panic!("no `base:` line: {pushed_text}"))
-        .to_owned();
+    let reference = common::pushed_reference(&pushed.stdout, &pushed_text);
     let _images = Images(vec![format!("{target}:v1"), reference.clone()]);
     let digest = reference.split_once('@').expect("a digest").1.to_owned();
     let work = common::out_dir("preflight");
-    let approved = work.join("approved-bases.yaml");
-    std::fs::write(
-        &approved,
-        format!("bases:\n  - repository: {REPOSITORY}\n    digests: [\"{digest}\"]\n"),
-    )
-    .expect("approved bases written");
-    let approved = approved.display().to_string();
+    let approved =
+        common::approved_bases(&work.join("approved-bases.yaml"), REPOSITORY, &[&digest]);
 
     let emulator = Emulate::start("e2b", &[]);
-    let setting = |name: &str| emulator.settings[name].clone();
-    let (api, domain, ca, pin) = (
-        setting("E2B_API_URL"),
-        setting("E2B_DOMAIN"),
-        setting(CA_FILE_VAR),
-        setting(RESOLVE_VAR),
-    );
     let mut env = vec![
         ("E2B_API_KEY", fake_key),
-        ("E2B_API_URL", api.as_str()),
-        ("E2B_DOMAIN", domain.as_str()),
-        (CA_FILE_VAR, ca.as_str()),
-        (RESOLVE_VAR, pin.as_str()),
+        ("E2B_API_URL", emulator.get("E2B_API_URL")),
+        ("E2B_DOMAIN", emulator.get("E2B_DOMAIN")),
+        (CA_FILE_VAR, emulator.get(CA_FILE_VAR)),
+        (RESOLVE_VAR, emulator.get(RESOLVE_VAR)),
         ("SANDBOX_MATRIX_BASE", reference.as_str()),
         ("SANDBOX_MATRIX_APPROVED_BASES", approved.as_str()),
     ];
@@ -188,13 +173,7 @@ fn against_the_emulator_and_a_registry_holding_the_base_e2b_is_ready() {
         "{refused_text}"
     );
     // An unapproved digest: named with the approved file.
-    let unapproved = work.join("unapproved.yaml");
-    std::fs::write(
-        &unapproved,
-        format!("bases:\n  - repository: {REPOSITORY}\n    digests: []\n"),
-    )
-    .expect("written");
-    let unapproved = unapproved.display().to_string();
+    let unapproved = common::approved_bases(&work.join("unapproved.yaml"), REPOSITORY, &[]);
     let other: Vec<(&str, &str)> = env
         .iter()
         .map(|&(k, v)| {
@@ -218,16 +197,5 @@ fn against_the_emulator_and_a_registry_holding_the_base_e2b_is_ready() {
             !output.contains(password) && !output.contains(fake_key),
             "{output}"
         );
-    }
-}
-
-/// Removes the images this test tagged or pulled, by reference.
-struct Images(Vec<String>);
-
-impl Drop for Images {
-    fn drop(&mut self) {
-        for reference in &self.0 {
-            let _ = Command::new("docker").args(["rmi", reference]).output();
-        }
     }
 }

@@ -12,6 +12,7 @@ use std::process::{Command, Output};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use common::Images;
 use common::registry::LocalRegistry;
 use sandbox_matrix::checks::secrets;
 use sandbox_matrix::report::results::{self, StepStatus};
@@ -84,6 +85,17 @@ fn cli(ecr: &MockServer, args: &[&str], extra: &[(&str, &str)]) -> Output {
     command.output().expect("the CLI runs")
 }
 
+/// `run --variant docker` of `scenarios` into `out`, through [`cli`].
+fn run_docker(ecr: &MockServer, scenarios: &[&str], out: &Path, extra: &[(&str, &str)]) -> Output {
+    let out = out.display().to_string();
+    let mut args = vec!["run", "--variant", "docker"];
+    for scenario in scenarios {
+        args.extend(["--scenario", scenario]);
+    }
+    args.extend(["--out", &out]);
+    cli(ecr, &args, extra)
+}
+
 fn text(output: &Output) -> String {
     format!(
         "exit {:?}\nstdout:\n{}\nstderr:\n{}",
@@ -91,17 +103,6 @@ fn text(output: &Output) -> String {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     )
-}
-
-/// Removes the images this test tagged or pulled, by reference.
-struct Images(Vec<String>);
-
-impl Drop for Images {
-    fn drop(&mut self) {
-        for reference in &self.0 {
-            let _ = Command::new("docker").args(["rmi", reference]).output();
-        }
-    }
 }
 
 /// The one run folder under `out`.
@@ -129,11 +130,7 @@ async fn the_base_is_pulled_by_digest_with_a_login_token_from_ecr() {
     let pushed = cli(&ecr, &["bootstrap", "--push", &target], &[]);
     assert!(pushed.status.success(), "{}", text(&pushed));
     let stdout = String::from_utf8_lossy(&pushed.stdout).to_string();
-    let reference = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("base: "))
-        .unwrap_or_else(|| panic!("no `base:` line: {}", text(&pushed)))
-        .to_owned();
+    let reference = common::pushed_reference(&pushed.stdout, &text(&pushed));
     let digest = reference
         .split_once('@')
         .map(|(_, d)| d.to_owned())
@@ -142,32 +139,18 @@ async fn the_base_is_pulled_by_digest_with_a_login_token_from_ecr() {
     images.0.push(reference.clone());
 
     let work = common::out_dir("private-base");
-    let approved = work.join("approved-bases.yaml");
-    std::fs::write(
-        &approved,
-        format!("bases:\n  - repository: {REPOSITORY}\n    digests: [\"{digest}\"]\n"),
-    )
-    .expect("approved bases written");
-    let approved = approved.display().to_string();
+    let approved =
+        common::approved_bases(&work.join("approved-bases.yaml"), REPOSITORY, &[&digest]);
     // The engine must not have it by digest before the run: the pull goes to the registry.
     let _ = Command::new("docker").args(["rmi", &reference]).output();
 
     // Lifecycle and core tier, the base pulled by digest through the registry.
     let out = work.join("good");
     let log_from = registry.log_len();
-    let run = cli(
+    let run = run_docker(
         &ecr,
-        &[
-            "run",
-            "--variant",
-            "docker",
-            "--scenario",
-            "lifecycle",
-            "--scenario",
-            "core-tier",
-            "--out",
-            &out.display().to_string(),
-        ],
+        &["lifecycle", "core-tier"],
+        &out,
         &[
             ("SANDBOX_MATRIX_BASE", &reference),
             ("SANDBOX_MATRIX_APPROVED_BASES", &approved),
@@ -245,29 +228,14 @@ async fn the_base_is_pulled_by_digest_with_a_login_token_from_ecr() {
     );
 
     // A digest the approved file does not list fails the build, naming the file.
-    let unapproved = work.join("unapproved.yaml");
-    std::fs::write(
-        &unapproved,
-        format!("bases:\n  - repository: {REPOSITORY}\n    digests: []\n"),
-    )
-    .expect("written");
-    let refused = cli(
+    let unapproved = common::approved_bases(&work.join("unapproved.yaml"), REPOSITORY, &[]);
+    let refused = run_docker(
         &ecr,
-        &[
-            "run",
-            "--variant",
-            "docker",
-            "--scenario",
-            "lifecycle",
-            "--out",
-            &work.join("unapproved").display().to_string(),
-        ],
+        &["lifecycle"],
+        &work.join("unapproved"),
         &[
             ("SANDBOX_MATRIX_BASE", &reference),
-            (
-                "SANDBOX_MATRIX_APPROVED_BASES",
-                &unapproved.display().to_string(),
-            ),
+            ("SANDBOX_MATRIX_APPROVED_BASES", &unapproved),
         ],
     );
     assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
@@ -275,23 +243,16 @@ async fn the_base_is_pulled_by_digest_with_a_login_token_from_ecr() {
         results::load(&run_folder(&work.join("unapproved")).join("results.json")).expect("loads");
     let build = results.scenarios[0].step("build").expect("build");
     assert!(
-        matches!(&build.status, StepStatus::Failed { reason } if reason.contains("is not approved") && reason.contains(&unapproved.display().to_string())),
+        matches!(&build.status, StepStatus::Failed { reason } if reason.contains("is not approved") && reason.contains(&unapproved)),
         "{:?}",
         build.status
     );
 
     // A tag is refused before anything runs.
-    let tagged = cli(
+    let tagged = run_docker(
         &ecr,
-        &[
-            "run",
-            "--variant",
-            "docker",
-            "--scenario",
-            "lifecycle",
-            "--out",
-            &work.join("tag").display().to_string(),
-        ],
+        &["lifecycle"],
+        &work.join("tag"),
         &[("SANDBOX_MATRIX_BASE", &format!("{target}:v1"))],
     );
     assert_eq!(tagged.status.code(), Some(2), "{}", text(&tagged));
@@ -305,17 +266,10 @@ async fn the_base_is_pulled_by_digest_with_a_login_token_from_ecr() {
     let wrong = fake_token("wrong");
     ecr_answering(&ecr, &wrong).await;
     let out = work.join("wrong");
-    let failed = cli(
+    let failed = run_docker(
         &ecr,
-        &[
-            "run",
-            "--variant",
-            "docker",
-            "--scenario",
-            "lifecycle",
-            "--out",
-            &out.display().to_string(),
-        ],
+        &["lifecycle"],
+        &out,
         &[
             ("SANDBOX_MATRIX_BASE", &reference),
             ("SANDBOX_MATRIX_APPROVED_BASES", &approved),

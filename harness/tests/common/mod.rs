@@ -7,6 +7,7 @@ use std::process::Command;
 
 pub mod emulate;
 pub mod registry;
+pub mod sdk;
 
 /// The project checkout (the workspace root).
 pub fn root() -> PathBuf {
@@ -66,6 +67,41 @@ pub fn left_by_run(run_id: &str) -> Vec<String> {
         );
     }
     left
+}
+
+/// Removes the images a test tagged or pulled, by reference, when dropped.
+pub struct Images(pub Vec<String>);
+
+impl Drop for Images {
+    fn drop(&mut self) {
+        for reference in &self.0 {
+            let _ = Command::new("docker").args(["rmi", reference]).output();
+        }
+    }
+}
+
+/// Writes an approved-bases file at `path` that approves `digests` of `repository`, and
+/// returns its path as text (for `SANDBOX_MATRIX_APPROVED_BASES`).
+pub fn approved_bases(path: &Path, repository: &str, digests: &[&str]) -> String {
+    let listed: Vec<String> = digests.iter().map(|d| format!("\"{d}\"")).collect();
+    std::fs::write(
+        path,
+        format!(
+            "bases:\n  - repository: {repository}\n    digests: [{}]\n",
+            listed.join(", ")
+        ),
+    )
+    .expect("approved bases written");
+    path.display().to_string()
+}
+
+/// The `base: <reference>` line `bootstrap --push` printed; panics showing `shown` without.
+pub fn pushed_reference(stdout: &[u8], shown: &str) -> String {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("base: "))
+        .unwrap_or_else(|| panic!("no `base:` line: {shown}"))
+        .to_owned()
 }
 
 /// A fresh, empty folder for one test's reports.

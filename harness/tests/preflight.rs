@@ -1,7 +1,8 @@
 //! `sandbox-matrix preflight`: with no credentials it names each missing variable and exits
-//! 1; pointed at `emulate e2b` and a local authenticated registry holding the pushed base,
-//! it reports e2b ready and exits 0; with a wrong registry password it names the registry
-//! and exits 1. It never prints a credential's value.
+//! 1; pointed at `emulate e2b`, then `emulate daytona`, and a local authenticated registry
+//! holding the pushed base, it reports the variant ready and exits 0; with a wrong registry
+//! password or an unapproved digest it says so and exits 1. It never prints a credential's
+//! value.
 //!
 //! The second test needs Docker, Debian's `docker-registry` and `htpasswd`:
 //! `cargo test -p sandbox-matrix --test preflight`.
@@ -152,6 +153,29 @@ fn against_the_emulator_and_a_registry_holding_the_base_e2b_is_ready() {
         row(&shown, "e2b", "base by digest").contains(&reference),
         "{shown}"
     );
+
+    // Daytona, against its own emulator: the same base, its own CA and name pin.
+    let daytona = Emulate::start("daytona", &[]);
+    let mut daytona_env = vec![
+        ("DAYTONA_API_KEY", fake_key),
+        ("DAYTONA_API_URL", daytona.get("DAYTONA_API_URL")),
+        (CA_FILE_VAR, daytona.get(CA_FILE_VAR)),
+        (RESOLVE_VAR, daytona.get(RESOLVE_VAR)),
+        ("SANDBOX_MATRIX_BASE", reference.as_str()),
+        ("SANDBOX_MATRIX_APPROVED_BASES", approved.as_str()),
+    ];
+    daytona_env.extend(static_auth);
+    let daytona_ready = sandbox_matrix(&["preflight", "--variant", "daytona"], &daytona_env);
+    let daytona_shown = text(&daytona_ready);
+    assert_eq!(daytona_ready.status.code(), Some(0), "{daytona_shown}");
+    for check in ["credentials", "API answers", "base by digest"] {
+        assert!(
+            row(&daytona_shown, "daytona", check).contains("| ready"),
+            "{daytona_shown}"
+        );
+    }
+    assert!(!daytona_shown.contains(password), "{daytona_shown}");
+    daytona.stop();
 
     // A wrong password: the base row names the registry, the variant is not ready.
     let wrong: Vec<(&str, &str)> = env

@@ -27,12 +27,12 @@ use bollard::Docker;
 use bollard::query_parameters::StopContainerOptionsBuilder;
 use futures_util::{SinkExt as _, StreamExt as _};
 use sandbox_providers::api::ws::{Rewound, accept, close_with, split_upgrades};
-use sandbox_providers::api::{Network, ResolvePin, Volatiles};
+use sandbox_providers::api::{Network, Volatiles};
 use sandbox_providers::{Artifact, BuildRequest, Provider, Resource, RunLabels, SandboxId, Secret};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
-use super::{Answer, EmulateError, Front, HttpRequest};
+use super::{Answer, EmulateError, Front, HttpRequest, Site, lock};
 
 /// The domain the daytona emulator serves when none is given.
 pub const DEFAULT_DOMAIN: &str = "daytona.test";
@@ -144,9 +144,7 @@ pub struct Emulator {
 }
 
 struct Inner {
-    domain: String,
-    port: u16,
-    ca_pem: String,
+    site: Site,
     docker: Arc<dyn Provider>,
     engine: Docker,
     labels: RunLabels,
@@ -157,20 +155,12 @@ struct Inner {
     volatiles: Option<Arc<Volatiles>>,
     bases: Vec<StandInBase>,
     state: Mutex<State>,
-    front: Mutex<Option<Front>>,
 }
 
 impl std::fmt::Debug for Emulator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Emulator")
-            .field("domain", &self.inner.domain)
-            .field("port", &self.inner.port)
-            .finish_non_exhaustive()
+        f.debug_tuple("Emulator").field(&self.inner.site).finish()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Daytona's error shape.
@@ -206,15 +196,15 @@ fn query_pairs(query: &str) -> BTreeMap<String, String> {
 impl Emulator {
     /// Serves Daytona's API over HTTPS on 127.0.0.1 with `docker` behind it.
     pub async fn start(docker: Arc<dyn Provider>, options: Options) -> Result<Self, EmulateError> {
-        let domain = options.domain.trim_end_matches('.').to_ascii_lowercase();
+        let domain = Site::normalise(&options.domain);
         let engine = Docker::connect_with_local_defaults()
             .map_err(|e| EmulateError::Backend(format!("cannot reach the Docker engine: {e}")))?;
         let (plain_listener, plain) = super::bind_loopback(0).await?;
         let (split_listener, split) = super::bind_loopback(0).await?;
-        let (public, _) = super::bind_loopback(options.port).await?;
         // The certificate's names are `app.<domain>` and every name under it, which holds
         // the toolbox proxy `proxy.app.<domain>`.
-        let mut front = Front::with_upstream(public, split, &format!("{API_HOST}.{domain}"))?;
+        let certified = format!("{API_HOST}.{domain}");
+        let mut front = Front::with_upstream(options.port, split, &certified).await?;
         let fixed_labels = options.labels.is_some();
         let labels = options.labels.unwrap_or_else(|| RunLabels {
             run_id: format!(
@@ -227,9 +217,7 @@ impl Emulator {
         });
         let emulator = Self {
             inner: Arc::new(Inner {
-                port: front.port(),
-                ca_pem: front.ca().ca_pem().to_owned(),
-                domain,
+                site: Site::new(domain, &front),
                 docker,
                 engine,
                 labels,
@@ -238,7 +226,6 @@ impl Emulator {
                 volatiles: options.volatiles,
                 bases: options.bases,
                 state: Mutex::default(),
-                front: Mutex::new(None),
             }),
         };
         let sockets = emulator.clone();
@@ -246,61 +233,51 @@ impl Emulator {
             sockets.clone().execute(stream)
         }));
         let serving = emulator.clone();
-        front.serve(super::serve_http(plain_listener, move |request| {
-            let emulator = serving.clone();
-            async move {
-                let answer = emulator.serve(request).await;
-                (answer.status, answer.content_type.to_owned(), answer.body)
-            }
-        }));
-        *lock(&emulator.inner.front) = Some(front);
+        emulator
+            .inner
+            .site
+            .serve(front, plain_listener, move |request| {
+                serving.clone().serve(request)
+            });
         Ok(emulator)
     }
 
     /// Stops serving (what [`Self::cleanup`] removes is left to it).
     pub fn stop(&self) {
-        lock(&self.inner.front).take();
+        self.inner.site.stop();
     }
 
     /// The port it serves on 127.0.0.1.
     pub fn port(&self) -> u16 {
-        self.inner.port
+        self.inner.site.port()
     }
 
     /// The domain, without a port.
     pub fn domain(&self) -> &str {
-        &self.inner.domain
+        self.inner.site.domain()
     }
 
     /// The test CA's certificate, PEM.
     pub fn ca_pem(&self) -> &str {
-        &self.inner.ca_pem
+        self.inner.site.ca_pem()
     }
 
     /// `DAYTONA_API_URL` for a client that pins the domain: `https://app.<domain>/api`,
     /// the live form with no port.
     pub fn api_url(&self) -> String {
-        format!("https://{API_HOST}.{}/api", self.inner.domain)
+        format!("https://{API_HOST}.{}/api", self.domain())
     }
 
     /// `DAYTONA_API_URL` for a client that resolves `<domain>` but keeps the port in its
     /// URLs: `https://app.<domain>:<port>/api`.
     pub fn api_url_with_port(&self) -> String {
-        format!(
-            "https://{API_HOST}.{}:{}/api",
-            self.inner.domain, self.inner.port
-        )
+        format!("https://{API_HOST}.{}:{}/api", self.domain(), self.port())
     }
 
     /// What a client needs besides the URL: the test CA trusted, and `<domain>` pinned to
     /// 127.0.0.1 at the emulator's port.
     pub fn network(&self) -> Network {
-        Network::default()
-            .trust_pem(self.inner.ca_pem.clone())
-            .pin(ResolvePin {
-                domain: self.inner.domain.clone(),
-                addr: std::net::SocketAddr::from(([127, 0, 0, 1], self.inner.port)),
-            })
+        self.inner.site.network()
     }
 
     /// Builds the environment folder `environment` into a snapshot, as the project's
@@ -331,22 +308,10 @@ impl Emulator {
         )
         .map_err(|e| EmulateError::Backend(format!("a daytona client for the emulator: {e}")))?;
         let labels = RunLabels {
-            scenario: environment
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "environment".into()),
+            scenario: super::seed_scenario(environment),
             ..self.inner.labels.clone()
         };
-        let request = BuildRequest {
-            environment_dir: environment.to_owned(),
-            base: sandbox_providers::BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
-            registry_credential: None,
-            build_secrets: Vec::new(),
-            labels,
-        };
-        let artifact = client.build(&request, log).await.map_err(|e| {
-            EmulateError::Backend(format!("seeding {}: {e}", environment.display()))
-        })?;
+        let artifact = super::seed_build(&client, environment, labels, log).await?;
         let name = self
             .state()
             .snapshots
@@ -368,14 +333,9 @@ impl Emulator {
 
     /// Removes, by their labels, whatever the emulator's docker builds and containers left.
     pub async fn cleanup(&self) {
-        let docker = &self.inner.docker;
         let mut labels = lock(&self.inner.launched).clone();
         labels.push(self.inner.labels.clone());
-        for labels in labels {
-            for resource in docker.list_resources(&labels).await.unwrap_or_default() {
-                let _ = docker.delete_resource(&resource).await;
-            }
-        }
+        super::remove_labelled(self.inner.docker.as_ref(), labels).await;
     }
 
     /// The labels of the container behind a sandbox labelled `requested`.
@@ -405,14 +365,13 @@ impl Emulator {
     /// resolver cannot be pinned (the SDKs, on the system resolver) calls `localhost` (or
     /// 127.0.0.1) instead, which serves both under those paths and hands out a
     /// `toolboxProxyUrl` on the same host.
-    async fn serve(&self, request: HttpRequest) -> Answer {
+    async fn serve(self, request: HttpRequest) -> Answer {
         let (host, port) = split_host(&request.host);
         let loopback = matches!(host.as_str(), "localhost" | "127.0.0.1");
         let label = if loopback {
             None
         } else {
-            host.strip_suffix(&self.inner.domain)
-                .and_then(|rest| rest.strip_suffix('.'))
+            self.inner.site.label(&host)
         };
         let bearer = request
             .headers
@@ -421,7 +380,7 @@ impl Emulator {
             .is_some_and(|token| !token.trim().is_empty());
         let origin = |label: &str| match loopback {
             true => format!("https://{host}{port}"),
-            false => format!("https://{label}.{}{port}", self.inner.domain),
+            false => format!("https://{label}.{}{port}", self.domain()),
         };
         let path = request.path.clone();
         let (api, toolbox) = match (loopback, label) {
@@ -451,7 +410,10 @@ impl Emulator {
                 404,
                 &format!(
                     "the emulator has no {} {}{} (the API is https://{API_HOST}.{}/api)",
-                    request.method, request.host, request.path, self.inner.domain
+                    request.method,
+                    request.host,
+                    request.path,
+                    self.domain()
                 ),
             ),
         }
@@ -547,14 +509,7 @@ impl Emulator {
                 match removed {
                     Some(s) => {
                         if let Some(image) = s.image {
-                            let _ = self
-                                .inner
-                                .docker
-                                .delete_resource(&Resource {
-                                    kind: "image".into(),
-                                    id: image,
-                                })
-                                .await;
+                            self.remove("image", image).await;
                         }
                         Answer::empty(200)
                     }
@@ -594,14 +549,7 @@ impl Emulator {
                 match removed {
                     Some(mut s) => {
                         if let Some(container) = s.container.take() {
-                            let _ = self
-                                .inner
-                                .docker
-                                .delete_resource(&Resource {
-                                    kind: "container".into(),
-                                    id: container,
-                                })
-                                .await;
+                            self.remove("container", container).await;
                         }
                         s.state = "destroying".into();
                         Answer::json(200, Self::sandbox_dto(id, &s, proxy))
@@ -859,14 +807,7 @@ impl Emulator {
                 }
             };
             if let Some(container) = orphan {
-                let _ = this
-                    .inner
-                    .docker
-                    .delete_resource(&Resource {
-                        kind: "container".into(),
-                        id: container,
-                    })
-                    .await;
+                this.remove("container", container).await;
             }
         });
         Answer::json(200, dto)
@@ -909,21 +850,30 @@ impl Emulator {
         Answer::json(200, dto)
     }
 
-    async fn execute_command(&self, id: &str, body: &Value) -> Answer {
-        let container = self
-            .state()
+    /// Removes the docker `kind` (`image`, `container`) `id`, as far as it can.
+    async fn remove(&self, kind: &str, id: String) {
+        let resource = Resource {
+            kind: kind.into(),
+            id,
+        };
+        let _ = self.inner.docker.delete_resource(&resource).await;
+    }
+
+    /// The container behind sandbox `id`, once it has one.
+    fn container(&self, id: &str) -> Option<String> {
+        self.state()
             .sandboxes
             .get(id)
-            .and_then(|s| s.container.clone());
-        let Some(container) = container else {
-            return not_found("sandbox");
-        };
-        let command = body["command"].as_str().unwrap_or_default();
-        let argv = vec!["sh".into(), "-c".into(), command.to_owned()];
+            .and_then(|s| s.container.clone())
+    }
+
+    /// Runs `argv` in `container` and answers as the toolbox's `process/*` calls do:
+    /// `{exitCode, result}`, the result being stdout then stderr.
+    async fn exec(&self, container: String, argv: &[String]) -> Answer {
         match self
             .inner
             .docker
-            .exec(&SandboxId(container), &argv, false)
+            .exec(&SandboxId(container), argv, false)
             .await
         {
             Ok(out) => Answer::json(
@@ -937,16 +887,20 @@ impl Emulator {
         }
     }
 
+    async fn execute_command(&self, id: &str, body: &Value) -> Answer {
+        let Some(container) = self.container(id) else {
+            return not_found("sandbox");
+        };
+        let command = body["command"].as_str().unwrap_or_default();
+        let argv = vec!["sh".into(), "-c".into(), command.to_owned()];
+        self.exec(container, &argv).await
+    }
+
     /// `process/code-run`: runs `{code, language, argv, envs}` as a script of its language
     /// (`python3 -c`, the one language the reference environment carries) and answers
     /// `{exitCode, result}`, the result being what it printed.
     async fn code_run(&self, id: &str, body: &Value) -> Answer {
-        let container = self
-            .state()
-            .sandboxes
-            .get(id)
-            .and_then(|s| s.container.clone());
-        let Some(container) = container else {
+        let Some(container) = self.container(id) else {
             return not_found("sandbox");
         };
         let language = body["language"].as_str().unwrap_or("python");
@@ -967,21 +921,7 @@ impl Emulator {
         if let Some(args) = body["argv"].as_array() {
             argv.extend(args.iter().filter_map(|a| a.as_str()).map(str::to_owned));
         }
-        match self
-            .inner
-            .docker
-            .exec(&SandboxId(container), &argv, false)
-            .await
-        {
-            Ok(out) => Answer::json(
-                200,
-                json!({
-                    "exitCode": out.exit_code,
-                    "result": format!("{}{}", out.stdout, out.stderr),
-                }),
-            ),
-            Err(e) => error(500, &e.to_string()),
-        }
+        self.exec(container, &argv).await
     }
 
     /// Runs `code` in `context`'s kernel, or with none in the sandbox's default kernel (the

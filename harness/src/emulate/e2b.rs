@@ -22,14 +22,14 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use sandbox_providers::api::Network;
 use sandbox_providers::api::cassette::{CONNECT_END_STREAM, decode_connect, encode_connect};
-use sandbox_providers::api::{Network, ResolvePin};
 use sandbox_providers::{
     Artifact, BuildRequest, CodeOutput, CommandOutput, Provider, RunLabels, SandboxId, Secret,
 };
 use serde_json::{Value, json};
 
-use super::{Answer, EmulateError, Front, HttpRequest};
+use super::{Answer, EmulateError, Front, HttpRequest, Site, lock};
 
 /// The domain the e2b emulator serves when none is given.
 pub const DEFAULT_DOMAIN: &str = "e2b.test";
@@ -95,81 +95,65 @@ pub struct Emulator {
 }
 
 struct Inner {
-    domain: String,
+    site: Site,
     docker: Arc<dyn Provider>,
     environment: PathBuf,
     world: Mutex<World>,
-    front: Mutex<Option<Front>>,
-    port: u16,
-    ca_pem: String,
 }
 
 impl std::fmt::Debug for Emulator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Emulator")
-            .field("domain", &self.inner.domain)
-            .field("port", &self.inner.port)
-            .finish_non_exhaustive()
+        f.debug_tuple("Emulator").field(&self.inner.site).finish()
     }
 }
 
 impl Emulator {
     /// Serves E2B's API over HTTPS on 127.0.0.1 with `docker` behind it.
     pub async fn start(docker: Arc<dyn Provider>, options: Options) -> Result<Self, EmulateError> {
-        let domain = options.domain.trim_end_matches('.').to_ascii_lowercase();
+        let domain = Site::normalise(&options.domain);
         let (plain_listener, plain) = super::bind_loopback(0).await?;
-        let (public, _) = super::bind_loopback(options.port).await?;
-        let mut front = Front::with_upstream(public, plain, &domain)?;
+        let front = Front::with_upstream(options.port, plain, &domain).await?;
         let emulator = Self {
             inner: Arc::new(Inner {
-                port: front.port(),
-                ca_pem: front.ca().ca_pem().to_owned(),
-                domain,
+                site: Site::new(domain, &front),
                 docker,
                 environment: options.environment,
                 world: Mutex::default(),
-                front: Mutex::new(None),
             }),
         };
         let serving = emulator.clone();
-        front.serve(super::serve_http(plain_listener, move |request| {
-            let emulator = serving.clone();
-            async move {
-                let answer = emulator.serve(request).await;
-                (answer.status, answer.content_type.to_owned(), answer.body)
-            }
-        }));
-        *emulator.lock_front() = Some(front);
+        emulator
+            .inner
+            .site
+            .serve(front, plain_listener, move |request| {
+                serving.clone().serve(request)
+            });
         Ok(emulator)
-    }
-
-    fn lock_front(&self) -> std::sync::MutexGuard<'_, Option<Front>> {
-        self.inner.front.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Stops serving (what [`Self::cleanup`] removes is left to it).
     pub fn stop(&self) {
-        self.lock_front().take();
+        self.inner.site.stop();
     }
 
     /// The port it serves on 127.0.0.1.
     pub fn port(&self) -> u16 {
-        self.inner.port
+        self.inner.site.port()
     }
 
     /// The sandbox domain, without a port.
     pub fn domain(&self) -> &str {
-        &self.inner.domain
+        self.inner.site.domain()
     }
 
     /// The test CA's certificate, PEM.
     pub fn ca_pem(&self) -> &str {
-        &self.inner.ca_pem
+        self.inner.site.ca_pem()
     }
 
     /// `E2B_DOMAIN` for a client that keeps the port in its URLs: `<domain>:<port>`.
     pub fn domain_with_port(&self) -> String {
-        format!("{}:{}", self.inner.domain, self.inner.port)
+        format!("{}:{}", self.domain(), self.port())
     }
 
     /// `E2B_API_URL` for a client that keeps the port in its URLs.
@@ -180,12 +164,7 @@ impl Emulator {
     /// What a client needs besides the URLs: the test CA trusted, and `<domain>` pinned to
     /// 127.0.0.1 at the emulator's port, so URLs may carry no port at all (as live ones).
     pub fn network(&self) -> Network {
-        Network::default()
-            .trust_pem(self.inner.ca_pem.clone())
-            .pin(ResolvePin {
-                domain: self.inner.domain.clone(),
-                addr: std::net::SocketAddr::from(([127, 0, 0, 1], self.inner.port)),
-            })
+        self.inner.site.network()
     }
 
     /// Builds the environment folder `environment` into a template, as the project's e2b
@@ -197,10 +176,6 @@ impl Emulator {
         environment: &std::path::Path,
         log: &sandbox_providers::LogFn,
     ) -> Result<Seeded, EmulateError> {
-        let folder = environment
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "environment".into());
         let client = sandbox_providers::e2b::E2bProvider::with_network(
             sandbox_providers::api::Endpoints {
                 api_base: self.api_url_with_port(),
@@ -215,20 +190,11 @@ impl Emulator {
         )
         .map_err(|e| EmulateError::Backend(format!("an e2b client for the emulator: {e}")))?;
         let labels = RunLabels {
-            run_id: format!("emulate-{}", self.inner.port),
+            run_id: format!("emulate-{}", self.port()),
             variant: "e2b".into(),
-            scenario: folder,
+            scenario: super::seed_scenario(environment),
         };
-        let request = BuildRequest {
-            environment_dir: environment.to_owned(),
-            base: sandbox_providers::BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
-            registry_credential: None,
-            build_secrets: Vec::new(),
-            labels: labels.clone(),
-        };
-        let artifact = client.build(&request, log).await.map_err(|e| {
-            EmulateError::Backend(format!("seeding {}: {e}", environment.display()))
-        })?;
+        let artifact = super::seed_build(&client, environment, labels.clone(), log).await?;
         Ok(Seeded {
             name: sandbox_providers::e2b::template_name(&labels),
             build: artifact.id,
@@ -236,36 +202,24 @@ impl Emulator {
     }
 
     fn world(&self) -> std::sync::MutexGuard<'_, World> {
-        self.inner.world.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.inner.world)
     }
 
     /// Removes, by their labels, whatever the emulator's docker builds and sandboxes left.
     pub async fn cleanup(&self) {
         let labels = self.world().labels.clone();
-        for labels in labels {
-            for resource in self
-                .inner
-                .docker
-                .list_resources(&labels)
-                .await
-                .unwrap_or_default()
-            {
-                let _ = self.inner.docker.delete_resource(&resource).await;
-            }
-        }
+        super::remove_labelled(self.inner.docker.as_ref(), labels).await;
     }
 
     /// Routes by the host the client called: `api.<domain>` or `<port>-<id>.<domain>`.
-    async fn serve(&self, request: HttpRequest) -> Answer {
+    async fn serve(self, request: HttpRequest) -> Answer {
         let host = request
             .host
             .rsplit_once(':')
             .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
             .map_or(request.host.as_str(), |(name, _)| name)
             .to_ascii_lowercase();
-        let label = host
-            .strip_suffix(&self.inner.domain)
-            .and_then(|rest| rest.strip_suffix('.'));
+        let label = self.inner.site.label(&host);
         let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
         let rest: Vec<&str> = request.path.trim_start_matches('/').split('/').collect();
         // `<port>-<id>.<domain>`, the live form of a sandbox's port.
@@ -296,7 +250,7 @@ impl Emulator {
             404,
             &format!(
                 "no such host {host} under this emulator's domain {}",
-                self.inner.domain
+                self.domain()
             ),
         )
     }
@@ -315,14 +269,7 @@ impl Emulator {
                 let named = body["name"].as_str().unwrap_or_default();
                 let (name, tag) = named.split_once(':').unwrap_or((named, "default"));
                 let mut tags = vec![tag.to_owned()];
-                tags.extend(
-                    body["tags"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned),
-                );
+                tags.extend(strings(&body["tags"]));
                 let (id, build) = (
                     self.next_id("tpl"),
                     "0b5e7c1e-0000-4000-8000-000000000001".to_owned(),
@@ -539,7 +486,7 @@ impl Emulator {
             run_id: metadata
                 .get("sandbox-matrix.run")
                 .cloned()
-                .unwrap_or_else(|| format!("e2b-emulator-{}-{id}", self.inner.port)),
+                .unwrap_or_else(|| format!("e2b-emulator-{}-{id}", self.port())),
             variant: "e2b-emulator".into(),
             scenario: metadata
                 .get("sandbox-matrix.scenario")
@@ -681,14 +628,7 @@ impl Emulator {
                 };
                 let process = &first.message["process"];
                 let mut argv = vec![process["cmd"].as_str().unwrap_or_default().to_owned()];
-                argv.extend(
-                    process["args"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned),
-                );
+                argv.extend(strings(&process["args"]));
                 match self.inner.docker.exec(&inner, &argv, user == "root").await {
                     Ok(out) => process_frames(&out),
                     Err(e) => Answer::error(500, &e.to_string()),
@@ -774,6 +714,16 @@ fn process_frames(out: &CommandOutput) -> Answer {
         content_type: "application/connect+json",
         body,
     }
+}
+
+/// The strings of the JSON array `value`; none when it is no array.
+fn strings(value: &Value) -> impl Iterator<Item = String> + '_ {
+    value
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
 }
 
 fn now() -> String {

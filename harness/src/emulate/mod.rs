@@ -13,7 +13,11 @@ pub mod e2b;
 pub mod tls;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use sandbox_providers::api::{Network, ResolvePin};
+use sandbox_providers::{Artifact, BuildRequest, LogFn, Provider, RunLabels};
 
 /// The domain an emulator serves when none is given: `.test` never resolves on the
 /// Internet (RFC 6761), so only a pinned client reaches it.
@@ -95,6 +99,12 @@ impl Answer {
     }
 }
 
+impl From<Answer> for (u16, String, Vec<u8>) {
+    fn from(answer: Answer) -> Self {
+        (answer.status, answer.content_type.to_owned(), answer.body)
+    }
+}
+
 /// A listener on 127.0.0.1 at `port` (0: any free one) and its address.
 pub async fn bind_loopback(
     port: u16,
@@ -113,14 +123,16 @@ pub async fn bind_loopback(
 }
 
 /// Serves HTTP/1.1 on `listener` with hyper, answering each request with what `handle`
-/// returns: status, content type and body. Runs until the task is aborted.
+/// returns: status, content type and body (or an [`Answer`]). Runs until the task is
+/// aborted.
 pub fn serve_http<F, Fut>(
     listener: tokio::net::TcpListener,
     handle: F,
 ) -> tokio::task::JoinHandle<()>
 where
     F: Fn(HttpRequest) -> Fut + Clone + Send + Sync + 'static,
-    Fut: std::future::Future<Output = (u16, String, Vec<u8>)> + Send + 'static,
+    Fut: std::future::Future + Send + 'static,
+    Fut::Output: Into<(u16, String, Vec<u8>)>,
 {
     use http_body_util::BodyExt as _;
     tokio::spawn(async move {
@@ -151,7 +163,7 @@ where
                                 headers,
                                 body,
                             };
-                            let (status, content_type, body) = handle(request).await;
+                            let (status, content_type, body) = handle(request).await.into();
                             let response = hyper::Response::builder()
                                 .status(status)
                                 .header("content-type", content_type)
@@ -195,23 +207,20 @@ impl Front {
         Fut: std::future::Future<Output = (u16, String, Vec<u8>)> + Send + 'static,
     {
         let (plain_listener, plain) = bind_loopback(0).await?;
-        let (public, _) = bind_loopback(port).await?;
-        let mut front = Self::with_upstream(public, plain, domain)?;
+        let mut front = Self::with_upstream(port, plain, domain).await?;
         front.tasks.push(serve_http(plain_listener, handle));
         Ok(front)
     }
 
-    /// A TLS front on `public` relaying to an already serving `upstream` (such as one that
-    /// splits WebSocket upgrades off first).
-    pub fn with_upstream(
-        public: tokio::net::TcpListener,
+    /// A TLS front on 127.0.0.1:`port` (0: any free port) with a fresh test CA's
+    /// certificate for `domain`, relaying to an already serving `upstream` (such as one
+    /// that splits WebSocket upgrades off first).
+    pub async fn with_upstream(
+        port: u16,
         upstream: SocketAddr,
         domain: &str,
     ) -> Result<Self, EmulateError> {
-        let addr = public.local_addr().map_err(|e| EmulateError::Io {
-            what: "read the listener's address".into(),
-            source: e,
-        })?;
+        let (public, addr) = bind_loopback(port).await?;
         let ca = Arc::new(tls::TestCa::generate(domain)?);
         let task = tls::terminate(public, ca.server_config(), upstream);
         Ok(Self {
@@ -242,6 +251,141 @@ impl Drop for Front {
     fn drop(&mut self) {
         for task in &self.tasks {
             task.abort();
+        }
+    }
+}
+
+/// Where an emulator is served and what a client needs to reach it: its domain, its port
+/// on 127.0.0.1 and its test CA; and the [`Front`] serving it until stopped.
+pub(crate) struct Site {
+    domain: String,
+    port: u16,
+    ca_pem: String,
+    front: Mutex<Option<Front>>,
+}
+
+impl std::fmt::Debug for Site {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Site")
+            .field("domain", &self.domain)
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Site {
+    /// `domain` (as [`Self::normalise`] gives it) served through `front`, which
+    /// [`Self::serve`] takes once the emulator exists.
+    pub(crate) fn new(domain: String, front: &Front) -> Self {
+        Self {
+            domain,
+            port: front.port(),
+            ca_pem: front.ca().ca_pem().to_owned(),
+            front: Mutex::new(None),
+        }
+    }
+
+    /// `domain` as a site names it: no trailing dot, lower case.
+    pub(crate) fn normalise(domain: &str) -> String {
+        domain.trim_end_matches('.').to_ascii_lowercase()
+    }
+
+    /// Serves `handle` over HTTP on `listener`, the upstream of `front`, and keeps both
+    /// serving until [`Self::stop`].
+    pub(crate) fn serve<F, Fut>(
+        &self,
+        mut front: Front,
+        listener: tokio::net::TcpListener,
+        handle: F,
+    ) where
+        F: Fn(HttpRequest) -> Fut + Clone + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Answer> + Send + 'static,
+    {
+        front.serve(serve_http(listener, handle));
+        *lock(&self.front) = Some(front);
+    }
+
+    /// Stops serving.
+    pub(crate) fn stop(&self) {
+        lock(&self.front).take();
+    }
+
+    /// The port it serves on 127.0.0.1.
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The domain, without a port.
+    pub(crate) fn domain(&self) -> &str {
+        &self.domain
+    }
+
+    /// The test CA's certificate, PEM.
+    pub(crate) fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// What `host` (lower case, without a port) names before `.<domain>`: `api` for
+    /// `api.<domain>`; none for the domain itself or a host outside it.
+    pub(crate) fn label<'a>(&self, host: &'a str) -> Option<&'a str> {
+        host.strip_suffix(&self.domain)
+            .and_then(|rest| rest.strip_suffix('.'))
+    }
+
+    /// What a client needs besides the URLs: the test CA trusted, and the domain pinned to
+    /// 127.0.0.1 at the port, so URLs may carry no port at all (as live ones).
+    pub(crate) fn network(&self) -> Network {
+        Network::default()
+            .trust_pem(self.ca_pem.clone())
+            .pin(ResolvePin {
+                domain: self.domain.clone(),
+                addr: SocketAddr::from(([127, 0, 0, 1], self.port)),
+            })
+    }
+}
+
+/// `m`'s guard; a lock poisoned by a panicked request is taken as it is.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The scenario a seed of the environment folder `environment` is labelled with: the
+/// folder's name.
+pub(crate) fn seed_scenario(environment: &Path) -> String {
+    environment
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "environment".into())
+}
+
+/// Builds the environment folder `environment` with `client` (the project's client for an
+/// emulator's provider, pointed at it) from the local base, labelled `labels`: how an
+/// emulator seeds what clients create sandboxes from. `log` gets the build's lines.
+pub(crate) async fn seed_build(
+    client: &dyn Provider,
+    environment: &Path,
+    labels: RunLabels,
+    log: &LogFn,
+) -> Result<Artifact, EmulateError> {
+    let request = BuildRequest {
+        environment_dir: environment.to_owned(),
+        base: sandbox_providers::BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
+        registry_credential: None,
+        build_secrets: Vec::new(),
+        labels,
+    };
+    client
+        .build(&request, log)
+        .await
+        .map_err(|e| EmulateError::Backend(format!("seeding {}: {e}", environment.display())))
+}
+
+/// Removes from `docker`, by their labels, whatever builds and sandboxes labelled with any
+/// of `labels` left.
+pub(crate) async fn remove_labelled(docker: &dyn Provider, labels: Vec<RunLabels>) {
+    for labels in labels {
+        for resource in docker.list_resources(&labels).await.unwrap_or_default() {
+            let _ = docker.delete_resource(&resource).await;
         }
     }
 }

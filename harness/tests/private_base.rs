@@ -23,6 +23,8 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 const REPOSITORY: &str = "sandbox-matrix/contract-base";
 
 /// A fake login token, made up per test run; the local registry is its only taker.
+/// A deliberate fake canary login token, made up per run: it grants nothing anywhere but the
+/// test's own registry, and the test looks for it everywhere afterwards.
 fn fake_token(what: &str) -> String {
     format!("sm-fake-ecr-{what}-{:016x}", rand_u64())
 }
@@ -68,9 +70,10 @@ fn cli(ecr: &MockServer, args: &[&str], extra: &[(&str, &str)]) -> Output {
         .env("SANDBOX_MATRIX_REGISTRY_AUTH", "ecr")
         .env("AWS_ENDPOINT_URL_ECR", ecr.uri())
         .env("AWS_REGION", "us-east-1")
-        // Fake keys, made up for this test: the stand-in ECR API takes anything.
-        .env("AWS_ACCESS_KEY_ID", "AKIAFAKEFAKEFAKE0000")
-        .env("AWS_SECRET_ACCESS_KEY", "fake-secret-access-key-not-real")
+        // Deliberate fake canaries, made up for this test and shaped like no real key: the
+        // stand-in ECR API takes anything, and the SDK only signs with them.
+        .env("AWS_ACCESS_KEY_ID", "sm-fake-access-key-id")
+        .env("AWS_SECRET_ACCESS_KEY", "sm-fake-secret-access-key")
         .env_remove("AWS_SESSION_TOKEN")
         .env_remove("AWS_PROFILE")
         .env("AWS_CONFIG_FILE", "/nonexistent/sandbox-matrix-aws-config")

@@ -9,9 +9,10 @@ use sandbox_providers::{CredentialSource, ErrorKind, RegistryCredential, Secret}
 use wiremock::matchers::{header, method, path, query_param};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-/// Fake credentials, made up for these tests; they grant nothing anywhere.
-const FAKE_TOKEN: &str = "fake-login-token-0123";
-const WRONG_TOKEN: &str = "fake-wrong-token-4567";
+/// Deliberate fake canary credentials, made up for these tests; they grant nothing anywhere.
+const FAKE_TOKEN: &str = "sm-fake-login-token-0123";
+/// A second fake, the one the registry refuses.
+const WRONG_TOKEN: &str = "sm-fake-wrong-token-4567";
 
 /// The environment is process-wide: the ECR test sets it, so every test here takes turns.
 static ENV: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -105,7 +106,8 @@ async fn bearer_login_exchanges_the_credential_for_a_token() {
         .and(query_param("service", "fake-registry"))
         .and(header("authorization", basic(FAKE_TOKEN).as_str()))
         .respond_with(
-            ResponseTemplate::new(200).set_body_json(serde_json::json!({"token": "fake-bearer"})),
+            ResponseTemplate::new(200)
+                .set_body_json(serde_json::json!({"token": "sm-fake-bearer"})), // a fake
         )
         .mount(&server)
         .await;
@@ -119,7 +121,7 @@ async fn bearer_login_exchanges_the_credential_for_a_token() {
             "/v2/team/contract-base/manifests/{}",
             digest()
         )))
-        .and(header("authorization", "Bearer fake-bearer"))
+        .and(header("authorization", "Bearer sm-fake-bearer"))
         .respond_with(ResponseTemplate::new(200))
         .mount(&server)
         .await;
@@ -179,9 +181,9 @@ async fn an_ecr_login_token_comes_from_get_authorization_token() {
     unsafe {
         std::env::set_var("AWS_ENDPOINT_URL_ECR", ecr.uri());
         std::env::set_var("AWS_REGION", "us-east-1");
-        // Fake keys, made up for this test.
-        std::env::set_var("AWS_ACCESS_KEY_ID", "AKIAFAKEFAKEFAKE0000");
-        std::env::set_var("AWS_SECRET_ACCESS_KEY", "fake-secret-key-not-real");
+        // Deliberate fake canaries, made up for this test and shaped like no real key.
+        std::env::set_var("AWS_ACCESS_KEY_ID", "sm-fake-access-key-id");
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", "sm-fake-secret-access-key");
         std::env::set_var("AWS_CONFIG_FILE", "/nonexistent/sandbox-matrix-aws-config");
         std::env::set_var(
             "AWS_SHARED_CREDENTIALS_FILE",

@@ -168,6 +168,12 @@ enum Command {
         /// build (E2B_TEMPLATE_BUILD, `<templateID>:<buildID>`).
         #[arg(long, value_name = "ENVIRONMENT")]
         template: Option<String>,
+        /// e2b: the seeded template's start command instead of its environment's (as
+        /// E2B_START_CMD does for a build). What it starts decides what port 49999 serves:
+        /// a Jupyter Server, or E2B's code interpreter (`/root/.jupyter/start-up.sh`, what
+        /// the SDK's `run_code` speaks to).
+        #[arg(long, value_name = "COMMAND", requires = "template")]
+        start_cmd: Option<String>,
         /// daytona: build this environment (a folder of fixtures/environments, such as
         /// `reference`) into a snapshot before serving, and print its name
         /// (DAYTONA_SNAPSHOT) and id (DAYTONA_SNAPSHOT_ID); a sandbox is created from either.
@@ -358,6 +364,7 @@ fn main() -> ExitCode {
                 domain,
                 ca_out,
                 template,
+                start_cmd,
                 snapshot,
                 root,
             } => {
@@ -366,6 +373,7 @@ fn main() -> ExitCode {
                     domain,
                     ca_out,
                     template,
+                    start_cmd,
                     snapshot,
                 };
                 emulate(provider, options, &root.root).await
@@ -702,6 +710,7 @@ struct EmulateArgs {
     domain: Option<String>,
     ca_out: Option<PathBuf>,
     template: Option<String>,
+    start_cmd: Option<String>,
     snapshot: Option<String>,
 }
 
@@ -711,6 +720,7 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
         domain,
         ca_out,
         template,
+        start_cmd,
         snapshot,
     } = args;
     use sandbox_matrix::emulate;
@@ -720,22 +730,27 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
             eprintln!("error: --snapshot is daytona's; e2b has templates (--template)");
             return EXIT_BAD_INPUT;
         }
-        EmulatedProvider::Daytona if template.is_some() => {
-            eprintln!("error: --template is e2b's; daytona has snapshots (--snapshot)");
+        EmulatedProvider::Daytona if template.is_some() || start_cmd.is_some() => {
+            eprintln!(
+                "error: --template and --start-cmd are e2b's; daytona has snapshots (--snapshot)"
+            );
             return EXIT_BAD_INPUT;
         }
         _ => {}
     }
-    let docker = match variants::connect_docker(root, &harness_executable()).await {
-        Ok(p) => p,
+    let docker = match variants::docker_provider(root, &harness_executable()).await {
+        Ok(p) => Arc::new(p),
         Err(e) => {
             eprintln!("error: {e}");
             return EXIT_FAILED;
         }
     };
-    if let Err(e) = docker
-        .prepare(&|line: &str| eprintln!("prepare: {line}"))
-        .await
+    if let Err(e) = sandbox_providers::Provider::prepare(
+        docker.as_ref(),
+        &sandbox_matrix::run::base::RunBase::local().base,
+        &|line: &str| eprintln!("prepare: {line}"),
+    )
+    .await
     {
         eprintln!("error: the docker variant's base image: {e}");
         return EXIT_FAILED;
@@ -764,7 +779,7 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
                 let dir = root.join("fixtures/environments").join(&folder);
                 eprintln!("building {} into a template", dir.display());
                 match emulator
-                    .seed(&dir, &|line: &str| eprintln!("template: {line}"))
+                    .seed(&dir, start_cmd, &|line: &str| eprintln!("template: {line}"))
                     .await
                 {
                     Ok(seeded) => {
@@ -786,7 +801,12 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
                 port,
                 domain.unwrap_or_else(|| emulate::daytona::DEFAULT_DOMAIN.to_owned()),
             );
-            let emulator = match emulate::daytona::Emulator::start(docker, options).await {
+            let emulator = match emulate::daytona::Emulator::start(
+                docker as Arc<dyn sandbox_providers::Provider>,
+                options,
+            )
+            .await
+            {
                 Ok(e) => e,
                 Err(e) => {
                     eprintln!("error: cannot start the daytona emulator: {e}");

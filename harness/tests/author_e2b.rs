@@ -49,14 +49,18 @@ async fn recording_with_fake_credentials_writes_none_of_them() {
 
 /// Records lifecycle and core-tier into `dir`; returns their results and the secrets used.
 async fn record(root: &Path, dir: &Path) -> (Vec<ScenarioResult>, Vec<Secret>) {
-    let docker = sandbox_matrix::run::variants::connect_docker(
+    let docker = sandbox_matrix::run::variants::docker_provider(
         root,
         Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
     )
     .await
+    .map(Arc::new)
     .expect("a Docker engine");
     docker
-        .prepare(&|line: &str| eprintln!("prepare: {line}"))
+        .prepare(
+            &sandbox_providers::BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
+            &|line: &str| eprintln!("prepare: {line}"),
+        )
         .await
         .expect("the docker variant's base image");
     let mut results = Vec::new();
@@ -71,7 +75,7 @@ async fn record(root: &Path, dir: &Path) -> (Vec<ScenarioResult>, Vec<Secret>) {
 
 async fn author(
     root: &Path,
-    docker: Arc<dyn Provider>,
+    docker: Arc<sandbox_providers::docker::DockerProvider>,
     name: &str,
     dir: &Path,
 ) -> (ScenarioResult, Vec<Secret>) {

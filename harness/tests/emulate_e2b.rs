@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::emulate::Emulate;
-use sandbox_providers::Secret;
 use sandbox_providers::api::network::RESOLVE_VAR;
 use sandbox_providers::api::{Endpoints, Mode, Volatiles};
 use sandbox_providers::e2b::E2bProvider;
+use sandbox_providers::{Provider, Secret};
 
 /// The fake key sent to the emulator, which checks only that one is sent.
 const FAKE_KEY: &str = "e2b_fake_emulate_key_0000";
@@ -63,14 +63,18 @@ async fn without_a_start_command_the_code_channel_does_not_answer() {
         return;
     }
     let root = common::root();
-    let docker = sandbox_matrix::run::variants::connect_docker(
+    let docker = sandbox_matrix::run::variants::docker_provider(
         &root,
         Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
     )
     .await
+    .map(Arc::new)
     .expect("a Docker engine");
     docker
-        .prepare(&|line: &str| eprintln!("prepare: {line}"))
+        .prepare(
+            &sandbox_providers::BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
+            &|line: &str| eprintln!("prepare: {line}"),
+        )
         .await
         .expect("the base image");
     let emulator = Emulator::start(

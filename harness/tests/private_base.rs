@@ -168,6 +168,13 @@ async fn the_base_is_pulled_by_digest_with_a_login_token_from_ecr() {
         )),
         "{stderr}"
     );
+    // The base comes from the registry: the docker variant bootstraps nothing locally.
+    assert!(
+        stderr.contains(&format!(
+            "the run's base is {reference}: nothing to bootstrap"
+        )),
+        "{stderr}"
+    );
     // The engine resolved the digest through the registry, logged in with the token (the
     // registry answers 200 only to an authorised request): a GET of the manifest by digest,
     // or a HEAD when its content store holds that manifest already. Every build first

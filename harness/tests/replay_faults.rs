@@ -108,7 +108,7 @@ async fn a_sandbox_that_never_gets_ready_fails_launch_at_its_budget_and_is_still
     let cut = Cut::lifecycle();
     let create = cut.find("POST", |p| p == "/sandboxes");
     let mut unhealthy = cut.exchanges[create + 1].clone();
-    assert!(unhealthy.request.path.ends_with("/health"), "{unhealthy:?}");
+    assert!(unhealthy.request.path.ends_with("/api"), "{unhealthy:?}");
     unhealthy.response.status = 502;
     unhealthy.response.body = Some(Body::Text("upstream not ready".into()));
     unhealthy.repeat = true;
@@ -117,7 +117,7 @@ async fn a_sandbox_that_never_gets_ready_fails_launch_at_its_budget_and_is_still
     exchanges.extend(cut.cleanup_finding_the_sandbox("sbx0002"));
     let (result, observed, junit, took) = run(cassette(
         exchanges,
-        "the code interpreter never answers its health check",
+        "the template's Jupyter Server never answers",
     ))
     .await;
     let why = reason(&result, "launch");
@@ -137,33 +137,39 @@ async fn a_sandbox_that_never_gets_ready_fails_launch_at_its_budget_and_is_still
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_mid_answer_fails_first_result_with_the_cause_in_junit() {
     let cut = Cut::lifecycle();
-    let execute = cut.find("POST", |p| p.ends_with("/execute"));
+    // The kernel's second socket: the first waited for the kernel at launch.
+    let execute = cut.find("GET", |p| {
+        p.contains("/channels?session_id=") && p.ends_with("-2")
+    });
     let mut exchanges = cut.exchanges[..=execute].to_vec();
     exchanges[execute].response.reset_after_bytes = Some(20);
     exchanges.extend(cut.cleanup_finding_the_sandbox("sbx0002"));
     let (result, observed, junit, _) = run(cassette(
         exchanges,
-        "the connection drops 20 bytes into the answer to 1+1",
+        "the kernel's socket drops, with no close, 20 bytes into the answer to 1+1",
     ))
     .await;
     let why = reason(&result, "first-result");
     assert!(
-        why.contains("connection reset mid-stream after 20 bytes"),
+        why.contains("Connection reset without closing handshake"),
         "{why}"
     );
     let executes = observed
         .iter()
-        .filter(|o| o.path.ends_with("/execute"))
+        .filter(|o| o.path.contains("/channels?"))
         .count();
     assert_eq!(
-        executes, 1,
-        "code was sent again after a reset: {observed:#?}"
+        executes, 2,
+        "code was sent again after a reset (one socket at launch, one for 1+1): {observed:#?}"
     );
     assert!(
         deleted(&observed, "sbx0002"),
         "cleanup never deleted the sandbox: {observed:#?}"
     );
-    assert!(junit.contains("connection reset mid-stream"), "{junit}");
+    assert!(
+        junit.contains("Connection reset without closing handshake"),
+        "{junit}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

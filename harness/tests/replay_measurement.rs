@@ -16,7 +16,8 @@ use sandbox_providers::api::{Cassette, Exchange};
 
 /// The e2b lifecycle cassette cut into a burst of `launches`: its build, then each launch
 /// up to its first answer (`failures` of them refused at create with a 500), each stop, and
-/// its cleanup; the scenario label reads `burst`.
+/// its cleanup; the scenario label reads `burst`. Each launch gets a sandbox and kernel id
+/// of its own, as a live burst does.
 fn burst_cassette(launches: usize, failures: usize) -> Cassette {
     let lifecycle = common::e2b_lifecycle();
     let ex = &lifecycle.exchanges;
@@ -29,7 +30,8 @@ fn burst_cassette(launches: usize, failures: usize) -> Cassette {
     let create = find(0, &|e| {
         e.request.method == "POST" && e.request.path == "/sandboxes"
     });
-    let answer = find(create, &|e| e.request.path.ends_with("/execute"));
+    let kernel = find(create, &|e| e.request.path.ends_with("/api/kernels"));
+    let answer = find(create, &|e| e.request.path.ends_with("-2"));
     let stop = find(answer, &|e| e.request.method == "DELETE");
     let cleanup = find(stop, &|e| e.request.path.starts_with("/v2/sandboxes?"));
     let mut refused = ex[create].clone();
@@ -44,16 +46,42 @@ fn burst_cassette(launches: usize, failures: usize) -> Cassette {
             e
         })
     };
+    let sandbox = ex[create]
+        .response
+        .body
+        .as_ref()
+        .expect("a create answer")
+        .json_documents()[0]["sandboxID"]
+        .as_str()
+        .expect("a sandbox id")
+        .to_owned();
+    let kernel_id = ex[kernel]
+        .response
+        .body
+        .as_ref()
+        .expect("a kernel")
+        .json_documents()[0]["id"]
+        .as_str()
+        .expect("a kernel id")
+        .to_owned();
+    // Copy `n` of `exchanges`, naming sandbox and kernel `n`.
+    let copy = |exchanges: &[Exchange], n: usize| -> Vec<Exchange> {
+        let text = serde_json::to_string(exchanges)
+            .expect("exchanges serialize")
+            .replace(&sandbox, &format!("sbx-burst-{n:04}"))
+            .replace(&kernel_id, &format!("{n:08x}{}", &kernel_id[8..]));
+        serde_json::from_str(&text).expect("exchanges parse")
+    };
     let mut exchanges: Vec<Exchange> = ex[..create].to_vec();
     let mut launched = Vec::new();
-    for _ in 0..launches - failures {
-        launched.extend_from_slice(&ex[create..=answer]);
+    for n in 0..launches - failures {
+        launched.extend(copy(&ex[create..=answer], n));
     }
     launched.extend(std::iter::repeat_n(refused, failures));
     exchanges.extend(grouped(launched, "launches"));
     let mut stops = Vec::new();
-    for _ in 0..launches - failures {
-        stops.extend_from_slice(&ex[stop..cleanup]);
+    for n in 0..launches - failures {
+        stops.extend(copy(&ex[stop..cleanup], n));
     }
     exchanges.extend(grouped(stops, "stops"));
     exchanges.extend_from_slice(&ex[cleanup..]);

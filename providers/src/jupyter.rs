@@ -82,6 +82,16 @@ impl JupyterServer {
         }
     }
 
+    /// The server's base URL, without a trailing `/`.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// The token it accepts.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
     /// Polls `GET /api` until it answers 200 or `deadline` passes. Poll interval starts at 25 ms and doubles up to 200 ms.
     /// Returns the last poll interval used (the measurement's resolution);
     /// 25 ms when the first poll already succeeds.
@@ -393,25 +403,18 @@ impl KernelSocket {
 /// Parses a text frame; `None` (logged at debug) for anything that is not a
 /// known Jupyter message.
 fn parse_frame(text: &str) -> Option<JupyterMessage> {
-    // serde keeps the `channel` field; JupyterMessage::from_value would drop it.
-    match serde_json::from_str::<JupyterMessage>(text) {
-        Ok(message) => match &message.content {
-            JupyterMessageContent::UnknownMessage(unknown) => {
-                tracing::debug!(msg_type = %unknown.msg_type, "skipping kernel message of unknown type");
-                None
-            }
-            _ => Some(message),
-        },
+    match serde_json::from_str(text) {
+        Ok(value) => parse_json(value),
         Err(e) => {
             let start: String = text.chars().take(80).collect();
-            tracing::debug!("skipping kernel frame that does not parse ({e}): {start}");
+            tracing::debug!("skipping kernel frame that is not JSON ({e}): {start}");
             None
         }
     }
 }
 
 /// What one `execute_request` has produced so far.
-struct Execution {
+pub(crate) struct Execution {
     msg_id: String,
     output: CodeOutput,
     idle: bool,
@@ -419,7 +422,8 @@ struct Execution {
 }
 
 impl Execution {
-    fn new(msg_id: String) -> Self {
+    /// Collects the answers to the request `msg_id`.
+    pub(crate) fn new(msg_id: String) -> Self {
         Self {
             msg_id,
             output: CodeOutput::default(),
@@ -430,7 +434,7 @@ impl Execution {
 
     /// Takes one incoming message; true once both the idle status and the
     /// `execute_reply` of this request have arrived.
-    fn accept(&mut self, message: &JupyterMessage) -> bool {
+    pub(crate) fn accept(&mut self, message: &JupyterMessage) -> bool {
         let ours = message
             .parent_header
             .as_ref()
@@ -477,6 +481,11 @@ impl Execution {
         }
         self.idle && self.replied
     }
+
+    /// What the request produced.
+    pub(crate) fn output(self) -> CodeOutput {
+        self.output
+    }
 }
 
 /// The `text/plain` entry of a MIME bundle.
@@ -501,8 +510,48 @@ fn websocket_base(base_url: &str) -> Result<String> {
     }
 }
 
+/// A JSON frame as a Jupyter message; `None` (logged at debug) for anything that is not
+/// a known one.
+pub(crate) fn parse_json(value: serde_json::Value) -> Option<JupyterMessage> {
+    match serde_json::from_value::<JupyterMessage>(value) {
+        Ok(message) => match &message.content {
+            JupyterMessageContent::UnknownMessage(unknown) => {
+                tracing::debug!(msg_type = %unknown.msg_type, "skipping kernel message of unknown type");
+                None
+            }
+            _ => Some(message),
+        },
+        Err(e) => {
+            tracing::debug!("skipping kernel frame that is not a message: {e}");
+            None
+        }
+    }
+}
+
+/// Whether `message` is the `kernel_info_reply` to one of the requests `sent`.
+pub(crate) fn answers_kernel_info(message: &JupyterMessage, sent: &[String]) -> bool {
+    let answers = message
+        .parent_header
+        .as_ref()
+        .is_some_and(|parent| sent.contains(&parent.msg_id));
+    answers && matches!(message.content, JupyterMessageContent::KernelInfoReply(_))
+}
+
+/// A shell-channel message of `content` in `session`, with id `msg_id`.
+pub(crate) fn shell_message(
+    content: impl Into<JupyterMessageContent>,
+    session: &str,
+    msg_id: String,
+) -> JupyterMessage {
+    let mut message = JupyterMessage::new(content, None)
+        .with_session(session)
+        .with_channel(Channel::Shell);
+    message.header.msg_id = msg_id;
+    message
+}
+
 /// Kernel ids go into URL paths, so only id-like text is accepted.
-fn check_kernel_id(kernel_id: &str) -> Result<()> {
+pub(crate) fn check_kernel_id(kernel_id: &str) -> Result<()> {
     let id_like = !kernel_id.is_empty()
         && kernel_id
             .chars()

@@ -322,9 +322,10 @@ pub trait Provider: Send + Sync {
         None
     }
 
-    /// Makes the variant ready to build (the docker variant bootstraps its base image).
+    /// Makes the variant ready to build from `base`, the run's base (the docker variant
+    /// bootstraps the local base image; a base in a registry is pulled by the build).
     /// Runs once per run, before any scenario, and is not timed as a step.
-    async fn prepare(&self, _progress: &LogFn) -> Result<()> {
+    async fn prepare(&self, _base: &BaseImage, _progress: &LogFn) -> Result<()> {
         Ok(())
     }
 

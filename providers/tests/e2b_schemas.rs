@@ -109,9 +109,11 @@ fn the_schemas_refuse_a_wrong_type_and_a_missing_field() {
             .validate("process-start.frame.json", &frame)
             .is_err()
     );
-    let line = json!({"type": "stdout"});
+    let kernel = json!({"path": "notebook.ipynb"});
     assert!(
-        schemas.validate("execute.line.json", &line).is_err(),
-        "a stdout line without its text"
+        schemas
+            .validate("kernel-start.request.json", &kernel)
+            .is_err(),
+        "a kernel start without the kernel's name"
     );
 }

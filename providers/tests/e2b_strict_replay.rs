@@ -107,10 +107,11 @@ async fn the_secrets_scan_run_as_the_unprivileged_user_is_refused() {
     };
     let create = find(&|m, p| m == "POST" && p == "/sandboxes");
     let start = find(&|_, p| p.ends_with("/process.Process/Start"));
-    // Launch (create, health, context), then the secrets scan's command.
-    let mut exchanges = full.exchanges[create..create + 3].to_vec();
+    // Launch (create, the Jupyter Server's status, the kernel, its first socket), then the
+    // secrets scan's command.
+    let mut exchanges = full.exchanges[create..create + 4].to_vec();
     exchanges.push(full.exchanges[start].clone());
-    let process = exchanges[3]
+    let process = exchanges[4]
         .request
         .body
         .as_ref()
@@ -170,7 +171,7 @@ async fn the_secrets_scan_run_as_the_unprivileged_user_is_refused() {
     assert_eq!(output.exit_code, Some(0), "{output:?}");
     let problems = server.finish().unwrap_err().to_string();
     assert!(
-        problems.contains("the e2b lifecycle cassette did not go as recorded: exchange #3, POST /sandbox/49983/sbx0002/process.Process/Start: header authorization")
+        problems.contains("the e2b lifecycle cassette did not go as recorded: exchange #4, POST /sandbox/49983/sbx0002/process.Process/Start: header authorization")
             && problems.contains("header authorization"),
         "{problems}"
     );

@@ -3,6 +3,16 @@
 //! 127.0.0.1 and forwarding builds, code and commands to the local docker variant, so
 //! every answer about a sandbox is real.
 //!
+//! A sandbox's port 49999 serves what its template's start command starts, as E2B runs
+//! it: a Jupyter Server (`jupyter server … --ServerApp.port=49999`, the reference
+//! environment's) is the docker sandbox's real Jupyter Server, its REST API and kernel
+//! WebSockets forwarded byte for byte, refusing as Jupyter would unless the command turns
+//! its token off (`--IdentityProvider.token=` and `--ServerApp.disable_check_xsrf=True`);
+//! E2B's code-interpreter template's server (`…/start-up.sh`) is its `/execute` API, run
+//! on the docker sandbox's kernel; anything else, or no start command, leaves the port
+//! closed (E2B's proxy answers 502). A sandbox created with public traffic off wants its
+//! traffic access token (`E2B-Traffic-Access-Token`) on every port but envd's.
+//!
 //! It answers through E2B's live host forms: the control plane at `api.<domain>`, a
 //! sandbox's port at `<port>-<sandboxID>.<domain>`, and, as E2B's own single sandbox
 //! host does, any other host with the `E2b-Sandbox-Id` and `E2b-Sandbox-Port` headers
@@ -28,6 +38,11 @@ use sandbox_providers::{
     Artifact, BuildRequest, CodeOutput, CommandOutput, Provider, RunLabels, SandboxId, Secret,
 };
 use serde_json::{Value, json};
+
+use futures_util::{SinkExt as _, StreamExt as _};
+use sandbox_providers::api::ws::{Rewound, accept, close_with, split_upgrades};
+use sandbox_providers::docker::DockerProvider;
+use tokio_tungstenite::tungstenite::{self, Message, client::IntoClientRequest as _};
 
 use super::{Answer, EmulateError, Front, HttpRequest, Site, lock};
 
@@ -74,9 +89,51 @@ struct Sandbox {
     metadata: BTreeMap<String, String>,
     /// Context ids; the first is the docker sandbox's own kernel.
     contexts: Vec<String>,
-    /// Whether its template has a start command: without one, nothing listens on the
-    /// code interpreter's port.
-    code_channel: bool,
+    /// What listens on port 49999.
+    channel: CodeChannel,
+    /// The traffic access token, when public traffic is off.
+    traffic_token: Option<String>,
+}
+
+/// What a template's start command serves on port 49999.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CodeChannel {
+    /// Nothing: no start command, or one the emulator does not know.
+    Closed,
+    /// A Jupyter Server; `open` when its own token and XSRF check are off.
+    Jupyter { open: bool },
+    /// E2B's code interpreter (`/execute`).
+    Interpreter,
+}
+
+impl CodeChannel {
+    /// What `start_cmd` serves on port 49999.
+    fn of(start_cmd: Option<&str>) -> Self {
+        let Some(cmd) = start_cmd else {
+            return Self::Closed;
+        };
+        let words: Vec<&str> = cmd.split_whitespace().collect();
+        let jupyter = words.windows(2).any(|w| w == ["jupyter", "server"])
+            || words.contains(&"jupyter-server");
+        let on_port = words
+            .iter()
+            .any(|w| matches!(*w, "--ServerApp.port=49999" | "--port=49999"));
+        if jupyter && on_port {
+            let open = words.iter().any(|w| {
+                matches!(
+                    *w,
+                    "--IdentityProvider.token="
+                        | "--IdentityProvider.token=''"
+                        | "--IdentityProvider.token=\"\""
+                )
+            }) && words.contains(&"--ServerApp.disable_check_xsrf=True");
+            Self::Jupyter { open }
+        } else if words.first().is_some_and(|w| w.ends_with("/start-up.sh")) {
+            Self::Interpreter
+        } else {
+            Self::Closed
+        }
+    }
 }
 
 #[derive(Default)]
@@ -96,9 +153,11 @@ pub struct Emulator {
 
 struct Inner {
     site: Site,
-    docker: Arc<dyn Provider>,
+    docker: Arc<DockerProvider>,
     environment: PathBuf,
     world: Mutex<World>,
+    /// Forwards to the docker sandboxes' Jupyter Servers.
+    http: reqwest::Client,
 }
 
 impl std::fmt::Debug for Emulator {
@@ -109,18 +168,31 @@ impl std::fmt::Debug for Emulator {
 
 impl Emulator {
     /// Serves E2B's API over HTTPS on 127.0.0.1 with `docker` behind it.
-    pub async fn start(docker: Arc<dyn Provider>, options: Options) -> Result<Self, EmulateError> {
+    pub async fn start(
+        docker: Arc<DockerProvider>,
+        options: Options,
+    ) -> Result<Self, EmulateError> {
         let domain = Site::normalise(&options.domain);
         let (plain_listener, plain) = super::bind_loopback(0).await?;
-        let front = Front::with_upstream(options.port, plain, &domain).await?;
+        let (split_listener, split) = super::bind_loopback(0).await?;
+        let mut front = Front::with_upstream(options.port, split, &domain).await?;
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .map_err(|e| EmulateError::Backend(format!("an HTTP client: {e}")))?;
         let emulator = Self {
             inner: Arc::new(Inner {
                 site: Site::new(domain, &front),
                 docker,
                 environment: options.environment,
                 world: Mutex::default(),
+                http,
             }),
         };
+        let sockets = emulator.clone();
+        front.serve(split_upgrades(split_listener, plain, move |stream| {
+            sockets.clone().kernel_socket(stream)
+        }));
         let serving = emulator.clone();
         emulator
             .inner
@@ -170,10 +242,11 @@ impl Emulator {
     /// Builds the environment folder `environment` into a template, as the project's e2b
     /// client builds one against the emulator, so that a client can create sandboxes
     /// without building first. Its name is unique to this emulator; `log` gets the
-    /// build's lines.
+    /// build's lines; `start_cmd` replaces the environment's start command.
     pub async fn seed(
         &self,
         environment: &std::path::Path,
+        start_cmd: Option<String>,
         log: &sandbox_providers::LogFn,
     ) -> Result<Seeded, EmulateError> {
         let client = sandbox_providers::e2b::E2bProvider::with_network(
@@ -185,7 +258,10 @@ impl Emulator {
             // Fake: the emulator checks only that a key is sent.
             Secret::new("E2B_API_KEY", "e2b_fake_seed_key_0000"),
             Arc::default(),
-            Default::default(),
+            sandbox_providers::e2b::BuildOptions {
+                start_cmd,
+                ..Default::default()
+            },
             &self.network(),
         )
         .map_err(|e| EmulateError::Backend(format!("an e2b client for the emulator: {e}")))?;
@@ -208,7 +284,7 @@ impl Emulator {
     /// Removes, by their labels, whatever the emulator's docker builds and sandboxes left.
     pub async fn cleanup(&self) {
         let labels = self.world().labels.clone();
-        super::remove_labelled(self.inner.docker.as_ref(), labels).await;
+        super::remove_labelled(self.inner.docker.as_ref() as &dyn Provider, labels).await;
     }
 
     /// Routes by the host the client called: `api.<domain>` or `<port>-<id>.<domain>`.
@@ -468,18 +544,21 @@ impl Emulator {
                 (
                     t.id.clone(),
                     t.outcome.lock().expect("outcome").clone(),
-                    t.start_cmd.is_some(),
+                    CodeChannel::of(t.start_cmd.as_deref()),
                 )
             })
         };
-        let (tid, artifact, code_channel) = match found {
-            Some((tid, Some(Ok(artifact)), code_channel)) => (tid, artifact, code_channel),
+        let (tid, artifact, channel) = match found {
+            Some((tid, Some(Ok(artifact)), channel)) => (tid, artifact, channel),
             Some(_) => return Answer::error(400, &format!("template {selector} is not ready")),
             None => return Answer::error(404, &format!("template {selector} not found")),
         };
         let metadata: BTreeMap<String, String> =
             serde_json::from_value(body["metadata"].clone()).unwrap_or_default();
         let id = self.next_id("sbx");
+        // Fake: an emulator token (sm-fake-…), redacted by clients like a real one.
+        let traffic_token = (body["network"]["allowPublicTraffic"] == json!(false))
+            .then(|| format!("sm-fake-traffic-token-{id}"));
         let labels = RunLabels {
             // A sandbox created without the run's labels (as the SDK's, by default) still
             // gets a run label of its own, unique to this emulator, for cleanup.
@@ -505,7 +584,8 @@ impl Emulator {
                 template: tid.clone(),
                 metadata,
                 contexts: Vec::new(),
-                code_channel,
+                channel,
+                traffic_token: traffic_token.clone(),
             },
         );
         Answer::json(
@@ -514,6 +594,7 @@ impl Emulator {
                    "envdVersion": "0.1.3",
                    // Fake: an emulator token, redacted like a real one.
                    "envdAccessToken": format!("fake-envd-token-{id}"),
+                   "trafficAccessToken": traffic_token,
                    "domain": null}),
         )
     }
@@ -541,6 +622,216 @@ impl Emulator {
         Answer::json(200, Value::Array(listed))
     }
 
+    /// What E2B's proxy does before a request reaches a sandbox's port: the sandbox must
+    /// run, the traffic token must come when public traffic is off (envd's port has its
+    /// own token), and something must listen on 49999. Its docker sandbox, contexts and
+    /// code channel.
+    fn admit(
+        &self,
+        port: &str,
+        id: &str,
+        headers: &HashMap<String, String>,
+    ) -> Result<(SandboxId, Vec<String>, CodeChannel), Answer> {
+        let world = self.world();
+        let Some(s) = world.sandboxes.get(id) else {
+            return Err(Answer::error(502, "sandbox not running"));
+        };
+        let envd = port == sandbox_providers::e2b::ENVD_PORT.to_string();
+        if let Some(token) = s.traffic_token.as_ref().filter(|_| !envd) {
+            if headers.get("e2b-traffic-access-token") != Some(token) {
+                return Err(Answer::json(
+                    403,
+                    json!({"code": 403, "sandboxId": id,
+                           "message": "the sandbox's traffic access token is missing or wrong"}),
+                ));
+            }
+        }
+        let channel = if port == "49999" {
+            s.channel
+        } else {
+            CodeChannel::Interpreter
+        };
+        if port == "49999" && channel == CodeChannel::Closed {
+            // E2B's proxy, for a port nothing listens on.
+            return Err(Answer::json(
+                502,
+                json!({"code": 502, "sandboxId": id, "port": 49999,
+                       "message": "The sandbox is running but port is not open"}),
+            ));
+        }
+        Ok((s.inner.clone(), s.contexts.clone(), channel))
+    }
+
+    /// Forwards a request for a template's Jupyter Server to the docker sandbox's, which
+    /// has a token of its own: added here when the template's server is `open` (none of
+    /// its own), else the answer is what a server with an unknown token gives.
+    async fn forward(&self, inner: &SandboxId, open: bool, r: &HttpRequest) -> Answer {
+        if !open && !(r.method == "GET" && r.path == "/api") {
+            return Answer::json(403, json!({"message": "Forbidden", "reason": null}));
+        }
+        let (base, token) = match self.inner.docker.jupyter_endpoint(inner).await {
+            Ok(found) => found,
+            Err(e) => return Answer::error(502, &e.to_string()),
+        };
+        let query = if r.query.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", r.query)
+        };
+        let method =
+            reqwest::Method::from_bytes(r.method.as_bytes()).unwrap_or(reqwest::Method::GET);
+        let mut request = self
+            .inner
+            .http
+            .request(method, format!("{base}{}{query}", r.path))
+            .header("Authorization", format!("token {}", token.expose()))
+            .body(r.body.clone());
+        if let Some(kind) = r.headers.get("content-type") {
+            request = request.header("Content-Type", kind);
+        }
+        match request.send().await {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let json = response
+                    .headers()
+                    .get("content-type")
+                    .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+                Answer {
+                    status,
+                    content_type: if json {
+                        "application/json"
+                    } else {
+                        "text/plain"
+                    },
+                    body: response
+                        .bytes()
+                        .await
+                        .map(|b| b.to_vec())
+                        .unwrap_or_default(),
+                }
+            }
+            Err(e) => Answer::error(502, &format!("the sandbox's Jupyter Server: {e}")),
+        }
+    }
+
+    /// Serves one WebSocket upgrade: a kernel's channels on a Jupyter template's port
+    /// 49999, admitted as HTTP requests are and relayed frame for frame to the docker
+    /// sandbox's kernel.
+    async fn kernel_socket(self, stream: Rewound) {
+        let admitted: Arc<Mutex<Option<(SandboxId, String)>>> = Arc::default();
+        let seen = admitted.clone();
+        let this = self.clone();
+        let check = move |request: &tungstenite::handshake::server::Request| {
+            let headers: HashMap<String, String> = request
+                .headers()
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.as_str().to_ascii_lowercase(),
+                        v.to_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect();
+            let host = headers.get("host").cloned().unwrap_or_default();
+            let host = host
+                .rsplit_once(':')
+                .map_or(host.as_str(), |(name, _)| name)
+                .to_ascii_lowercase();
+            let (port, id) = match this.inner.site.label(&host).and_then(|l| l.split_once('-')) {
+                Some((port, id)) => (port.to_owned(), id.to_owned()),
+                None => match (
+                    headers.get("e2b-sandbox-id"),
+                    headers.get("e2b-sandbox-port"),
+                ) {
+                    (Some(id), Some(port)) => (port.clone(), id.clone()),
+                    _ => return Err((404, format!("no sandbox port at host {host}"))),
+                },
+            };
+            let refused = |a: Answer| (a.status, String::from_utf8_lossy(&a.body).into_owned());
+            let (inner, _, channel) = this.admit(&port, &id, &headers).map_err(refused)?;
+            let path = request.uri().path();
+            let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+            match (channel, parts.as_slice()) {
+                (CodeChannel::Jupyter { open: true }, ["api", "kernels", _, "channels"]) => {
+                    let query = request
+                        .uri()
+                        .query()
+                        .map(|q| format!("?{q}"))
+                        .unwrap_or_default();
+                    *lock(&seen) = Some((inner, format!("{path}{query}")));
+                    Ok(())
+                }
+                (CodeChannel::Jupyter { open: false }, _) => Err((403, "Forbidden".to_owned())),
+                _ => Err((404, format!("the emulator has no WebSocket at {path}"))),
+            }
+        };
+        let Some(mut socket) = accept(stream, check).await else {
+            return;
+        };
+        let Some((inner, path)) = lock(&admitted).take() else {
+            return;
+        };
+        let upstream = async {
+            let (base, token) = self
+                .inner
+                .docker
+                .jupyter_endpoint(&inner)
+                .await
+                .map_err(|e| e.to_string())?;
+            let url = format!("ws{}{path}", base.trim_start_matches("http"));
+            let mut request = url
+                .as_str()
+                .into_client_request()
+                .map_err(|e| e.to_string())?;
+            let value = format!("token {}", token.expose())
+                .parse()
+                .map_err(|_| "a bad token".to_owned())?;
+            request.headers_mut().insert("authorization", value);
+            tokio_tungstenite::connect_async(request)
+                .await
+                .map(|(ws, _)| ws)
+                .map_err(|e| e.to_string())
+        };
+        let mut upstream = match upstream.await {
+            Ok(ws) => ws,
+            Err(e) => {
+                close_with(&mut socket, 1011, &format!("the sandbox's kernel: {e}")).await;
+                return;
+            }
+        };
+        // Frame for frame both ways until either side closes.
+        loop {
+            tokio::select! {
+                from_client = socket.next() => match from_client {
+                    Some(Ok(Message::Close(frame))) => {
+                        let _ = upstream.close(frame).await;
+                        break;
+                    }
+                    Some(Ok(message)) => {
+                        if upstream.send(message).await.is_err() {
+                            break;
+                        }
+                    }
+                    _ => break,
+                },
+                from_kernel = upstream.next() => match from_kernel {
+                    Some(Ok(Message::Close(frame))) => {
+                        let _ = socket.close(frame).await;
+                        break;
+                    }
+                    Some(Ok(Message::Frame(_))) => {}
+                    Some(Ok(message)) => {
+                        if socket.send(message).await.is_err() {
+                            break;
+                        }
+                    }
+                    _ => break,
+                },
+            }
+        }
+        let _ = upstream.close(None).await;
+    }
+
     async fn in_sandbox(
         &self,
         port: &str,
@@ -549,17 +840,12 @@ impl Emulator {
         r: &HttpRequest,
         body: &Value,
     ) -> Answer {
-        let (inner, contexts, code_channel) = match self.world().sandboxes.get(id) {
-            Some(s) => (s.inner.clone(), s.contexts.clone(), s.code_channel),
-            None => return Answer::error(502, "sandbox not running"),
+        let (inner, contexts, channel) = match self.admit(port, id, &r.headers) {
+            Ok(found) => found,
+            Err(refused) => return refused,
         };
-        if port == "49999" && !code_channel {
-            // E2B's proxy, for a port nothing listens on.
-            return Answer::json(
-                502,
-                json!({"code": 502, "sandboxId": id, "port": 49999,
-                       "message": "The sandbox is running but port is not open"}),
-            );
+        if let CodeChannel::Jupyter { open } = channel {
+            return self.forward(&inner, open, r).await;
         }
         match (port, r.method.as_str(), rest) {
             // Health answers without the access token, as envd's and the interpreter's do.
@@ -760,6 +1046,32 @@ fn decode(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_start_command_decides_what_port_49999_serves() {
+        let reference: Value = serde_json::from_str(include_str!(
+            "../../../fixtures/environments/reference/environment.json"
+        ))
+        .expect("the reference environment is JSON");
+        let command = reference["start"]["command"].as_str();
+        assert_eq!(
+            CodeChannel::of(command),
+            CodeChannel::Jupyter { open: true }
+        );
+        let with_token = "jupyter server --ServerApp.port=49999 --ServerApp.ip=0.0.0.0";
+        assert_eq!(
+            CodeChannel::of(Some(with_token)),
+            CodeChannel::Jupyter { open: false }
+        );
+        let elsewhere = "jupyter server --ServerApp.port=8888 --IdentityProvider.token=";
+        assert_eq!(CodeChannel::of(Some(elsewhere)), CodeChannel::Closed);
+        assert_eq!(
+            CodeChannel::of(Some("/root/.jupyter/start-up.sh")),
+            CodeChannel::Interpreter
+        );
+        assert_eq!(CodeChannel::of(Some("sleep infinity")), CodeChannel::Closed);
+        assert_eq!(CodeChannel::of(None), CodeChannel::Closed);
+    }
 
     fn template(id: &str, build: &str, name: &str, tags: &[&str]) -> Template {
         Template {

@@ -171,7 +171,7 @@ impl Runner {
             })
         };
         tokio::select! {
-            r = tokio::time::timeout(PREPARE_BUDGET, provider.prepare(&progress)) => match r {
+            r = tokio::time::timeout(PREPARE_BUDGET, provider.prepare(&self.base.base, &progress)) => match r {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(e)) => Err(format!("could not prepare the {} variant: {e}", provider.variant())),
                 Err(_) => Err(format!("preparing the {} variant took over {}", provider.variant(), humantime::format_duration(PREPARE_BUDGET))),

@@ -456,6 +456,16 @@ impl Volatiles {
         placeholder
     }
 
+    /// Registers `value` as one of a kind whose values all read `<name>`, unnumbered: for
+    /// values a client makes up per message and the other side only echoes back (a Jupyter
+    /// message's timestamp), so that how many there were never shifts another placeholder.
+    pub fn register_alike(&self, name: &str, value: &str) {
+        let mut values = self.values.lock().unwrap_or_else(|p| p.into_inner());
+        if !values.iter().any(|(v, _)| v == value) {
+            values.push((value.to_owned(), format!("<{name}>")));
+        }
+    }
+
     /// Registers a credential used in the run (such as a canary handed to a build): it
     /// becomes `<redacted:NAME>`, as credentials do in cassettes.
     pub fn register_secret(&self, secret: &Secret) {
@@ -667,6 +677,23 @@ mod tests {
             })
         );
         assert!(!out.to_string().contains("fake-e2b-key-123"));
+    }
+
+    #[test]
+    fn alike_values_share_one_placeholder_and_shift_no_other() {
+        let volatiles = Volatiles::default();
+        volatiles.register_alike("jupyter-date", "2026-11-30T22:00:00.000001Z");
+        volatiles.register_alike("jupyter-date", "2026-11-30T22:00:01.000002Z");
+        assert_eq!(volatiles.register("marker", "m-1"), "<marker>");
+        let normalizer = Normalizer::new(&[], &volatiles);
+        assert_eq!(
+            normalizer.text("2026-11-30T22:00:01.000002Z 2026-11-30T22:00:00.000001Z m-1"),
+            "<jupyter-date> <jupyter-date> <marker>"
+        );
+        assert_eq!(
+            normalizer.text("2026-11-30T22:00:02Z"),
+            "2026-11-30T22:00:02Z"
+        );
     }
 
     #[test]

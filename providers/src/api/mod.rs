@@ -547,6 +547,23 @@ impl ApiClient {
         &self.inner.volatiles
     }
 
+    /// The poll intervals this client waits with: live ones, or 1 ms in a replay at
+    /// instant or fixed pace, where only the order of answers matters.
+    pub fn poll_intervals(&self) -> PollIntervals {
+        match &self.inner.mode {
+            Mode::Replay {
+                pace: replay::Pace::Instant | replay::Pace::Fixed(_),
+                ..
+            } => PollIntervals::INSTANT,
+            Mode::Replay {
+                pace: replay::Pace::Recorded,
+                ..
+            }
+            | Mode::Live
+            | Mode::Record(_) => PollIntervals::LIVE,
+        }
+    }
+
     /// [`poll::poll_until`] with this client's intervals: 50 ms backing off to 2 s, or
     /// 1 ms in a replay at instant or fixed pace, where only the order of answers counts.
     pub async fn poll_until<T, F, Fut>(
@@ -559,19 +576,7 @@ impl ApiClient {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<Option<T>>>,
     {
-        let intervals = match &self.inner.mode {
-            Mode::Replay {
-                pace: replay::Pace::Instant | replay::Pace::Fixed(_),
-                ..
-            } => PollIntervals::INSTANT,
-            Mode::Replay {
-                pace: replay::Pace::Recorded,
-                ..
-            }
-            | Mode::Live
-            | Mode::Record(_) => PollIntervals::LIVE,
-        };
-        poll::poll_until(what, deadline, intervals, probe).await
+        poll::poll_until(what, deadline, self.poll_intervals(), probe).await
     }
 
     fn normalizer(&self) -> Normalizer {

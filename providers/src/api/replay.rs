@@ -8,7 +8,8 @@
 //! matches. Anything else gets status 418 naming the cassette, the exchange expected and
 //! how the request differs; [`ReplayServer::finish`] fails on those and on exchanges never
 //! requested. A response marked `reset_after_bytes` is redirected to a small TCP responder
-//! that sends that many bytes of it and resets the connection.
+//! that sends that many bytes of it and resets the connection; a WebSocket exchange marked
+//! so is dropped, with no close frame, once its server frames reach that many bytes.
 //!
 //! WebSocket exchanges (wiremock cannot upgrade) are served by a front listener at the
 //! same base URL ([`super::ws::split_upgrades`]): an upgrade is matched as the next
@@ -743,14 +744,18 @@ impl Sockets {
             return;
         };
         let mut index = index;
-        let (mut frames, latency_ms) = {
+        let (mut frames, latency_ms, mut reset) = {
             let state = lock(&self.state);
             let exchange = &state.cassette.exchanges[index];
             (
                 exchange.websocket.clone().unwrap_or_default(),
                 exchange.response.latency_ms,
+                exchange.response.reset_after_bytes,
             )
         };
+        // Bytes of server frames sent: a socket marked `reset_after_bytes` is dropped,
+        // with no close frame, once they reach it.
+        let mut sent_bytes = 0usize;
         let mut bound = false;
         tokio::time::sleep(delay(self.options.pace, latency_ms)).await;
         let normalizer = Normalizer::new(&self.options.credentials, &self.options.volatiles);
@@ -762,7 +767,11 @@ impl Sockets {
                 return;
             }
             if !frame.from_client() {
+                if reset.is_some_and(|cut| sent_bytes >= cut) {
+                    return;
+                }
                 let text = normalizer.restore_frame(frame).text().unwrap_or_default();
+                sent_bytes += text.len();
                 if socket.send(Message::text(text)).await.is_err() {
                     self.problem(format!(
                         "exchange #{index}: the client left before frame #{k} was sent"
@@ -793,10 +802,13 @@ impl Sockets {
                 bound = true;
                 if let Some(j) = self.bind(index, k, &came) {
                     index = j;
-                    frames = lock(&self.state).cassette.exchanges[j]
+                    let state = lock(&self.state);
+                    frames = state.cassette.exchanges[j]
                         .websocket
                         .clone()
                         .unwrap_or_default();
+                    reset = state.cassette.exchanges[j].response.reset_after_bytes;
+                    drop(state);
                     continue;
                 }
             }

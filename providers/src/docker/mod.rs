@@ -30,9 +30,10 @@ use crate::jupyter::{JupyterServer, KernelSocket};
 use crate::registry::{DigestReference, Repository, check_base};
 use crate::tail;
 use crate::{
-    Artifact, BASE_ARG, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput,
-    ErrorKind, LogFn, Provider, ProviderError, RegistryCredential, Resource, RestartKind, Result,
-    RunLabels, SandboxId, ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
+    Artifact, BASE_ARG, BaseImage, BuildLogMode, BuildRequest, Capabilities, CodeOutput,
+    CommandOutput, ErrorKind, LogFn, Provider, ProviderError, RegistryCredential, Resource,
+    RestartKind, Result, RunLabels, SandboxId, Secret, ShutdownEnding, ShutdownObservation,
+    ShutdownReport, Timing,
 };
 
 pub use base::{BaseRecipe, DoctorBinary};
@@ -139,6 +140,17 @@ impl DockerProvider {
             .ok_or_else(|| {
                 ProviderError::new(ErrorKind::NotFound, format!("no running sandbox {}", id.0))
             })
+    }
+
+    /// Where a running sandbox's Jupyter Server answers on this host, and its token: what
+    /// the e2b emulator forwards a template's code channel to.
+    pub async fn jupyter_endpoint(&self, id: &SandboxId) -> Result<(String, Secret)> {
+        let sandbox = self.sandbox(id)?;
+        let sandbox = sandbox.lock().await;
+        Ok((
+            sandbox.server.base_url().to_owned(),
+            Secret::new("JUPYTER_TOKEN", sandbox.server.token()),
+        ))
     }
 
     /// Pushes the reference base ([`base::BASE_IMAGE`], which must exist: see
@@ -325,7 +337,15 @@ impl Provider for DockerProvider {
         Ok(format!("{} answers", self.engine_version))
     }
 
-    async fn prepare(&self, progress: &LogFn) -> Result<()> {
+    async fn prepare(&self, base: &BaseImage, progress: &LogFn) -> Result<()> {
+        if base.registry.is_some() {
+            // The build pulls it by digest, with the run's credential.
+            progress(&format!(
+                "the run's base is {}: nothing to bootstrap",
+                base.reference
+            ));
+            return Ok(());
+        }
         self.base.ensure(&self.docker, progress).await.map(|_| ())
     }
 

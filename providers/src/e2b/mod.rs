@@ -3,12 +3,14 @@
 //! The control plane is REST with an `X-API-Key` header. A build creates a template,
 //! uploads each `COPY` step's files, starts the build and polls its status with a log
 //! offset. A sandbox is created from `templateID:buildID`, with the run's labels as
-//! metadata; code runs through the code interpreter's `POST /execute` (port 49999, JSON
-//! lines) in a context of our own, and commands through envd's Connect process API
-//! (port 49983, `Process/Start`, server-streaming). E2B ignores the image's `USER`,
+//! metadata and public traffic off; code runs on the template's Jupyter Server (port
+//! 49999, see [`kernel`]) in a kernel of our own, reached with the sandbox's traffic
+//! access token, and commands through envd's Connect process API (port 49983,
+//! `Process/Start`, server-streaming). E2B ignores the image's `USER`,
 //! `WORKDIR` and `ENV`, so the template ends by setting them again and every call passes
 //! the contract's user, working directory, locale and time zone.
 
+pub mod kernel;
 mod template;
 
 use std::collections::{BTreeMap, HashMap};
@@ -24,6 +26,7 @@ use sandbox_contract::IDENTITY;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use self::kernel::Channel;
 use crate::api::{
     ApiClient, ApiRequest, ApiResponse, ApiSettings, Endpoints, Mode, Network, Normalizer, ReqBody,
     Target, Volatiles,
@@ -44,15 +47,16 @@ pub const DEFAULT_DOMAIN: &str = "e2b.app";
 pub const ARTIFACT_KIND: &str = "e2b-build";
 /// Port of envd, the in-sandbox daemon (Connect).
 pub const ENVD_PORT: u16 = 49983;
-/// Port of the code interpreter (`POST /execute`).
-pub const INTERPRETER_PORT: u16 = 49999;
+pub use kernel::CODE_PORT;
 
 /// Request headers a replay compares with the cassette's, after redaction: the API key
-/// (`<redacted:E2B_API_KEY>`), envd's access token, the user envd runs a process as
-/// (`Authorization: Basic base64("user:")`) and the body's content type.
+/// (`<redacted:E2B_API_KEY>`), envd's access token, the traffic access token, the user
+/// envd runs a process as (`Authorization: Basic base64("user:")`) and the body's
+/// content type.
 pub const REPLAY_MATCHED_HEADERS: &[&str] = &[
     "x-api-key",
     "x-access-token",
+    "e2b-traffic-access-token",
     "authorization",
     "content-type",
 ];
@@ -67,7 +71,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 const EXECUTE_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long a build may take before the poll gives up (E2B caps builds at an hour).
 const BUILD_DEADLINE: Duration = Duration::from_secs(30 * 60);
-/// How long launch waits for the code interpreter to answer.
+/// How long launch waits for the Jupyter Server to answer.
 const READY_DEADLINE: Duration = Duration::from_secs(60);
 /// How long one readiness probe may take.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -77,7 +81,7 @@ const SANDBOX_TIMEOUT_SECS: u64 = 900;
 const LOG_PAGE: usize = 100;
 /// Most pages of build log the secrets scan reads (ten thousand lines).
 const MAX_LOG_PAGES: usize = 100;
-/// Contexts the code interpreter runs at once, as the spike measured (four of four).
+/// Kernels run at once, as the spike measured (four of four).
 const CONCURRENT_CONTEXTS: u32 = 4;
 /// Resources of the template's sandboxes.
 const CPU_COUNT: u32 = 2;
@@ -110,9 +114,11 @@ pub struct BuildOptions {
 struct SandboxState {
     /// envd's access token, sent as `X-Access-Token`.
     access_token: Option<Secret>,
-    /// The code interpreter context run_code uses.
-    context: String,
-    /// Contexts of run_code_in, by the caller's name.
+    /// The traffic access token E2B's proxy wants on every other port.
+    traffic: Option<Secret>,
+    /// The kernel run_code uses.
+    kernel: String,
+    /// Kernels of run_code_in, by the caller's name.
     named: HashMap<String, String>,
 }
 
@@ -123,6 +129,8 @@ pub struct E2bProvider {
     options: BuildOptions,
     ready_deadline: Duration,
     sandboxes: Mutex<HashMap<String, SandboxState>>,
+    /// Sockets opened so far to each kernel: the next one's session number.
+    sockets: Mutex<HashMap<String, usize>>,
 }
 
 impl E2bProvider {
@@ -207,10 +215,11 @@ impl E2bProvider {
             options,
             ready_deadline: READY_DEADLINE,
             sandboxes: Mutex::new(HashMap::new()),
+            sockets: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Sets how long launch waits for the code interpreter (60 s unless set).
+    /// Sets how long launch waits for the Jupyter Server (60 s unless set).
     pub fn with_ready_deadline(mut self, deadline: Duration) -> Self {
         self.ready_deadline = deadline;
         self
@@ -272,42 +281,66 @@ impl E2bProvider {
         }
     }
 
-    /// Creates a code interpreter context in the contract's working directory.
-    async fn create_context(&self, sandbox: &SandboxId, token: Option<&Secret>) -> Result<String> {
-        let response = self
-            .client
-            .call(
-                self.in_sandbox(Method::POST, INTERPRETER_PORT, sandbox, token, "/contexts")
-                    .json(json!({ "language": "python", "cwd": IDENTITY.workdir }))
-                    .what("create a code context"),
-            )
-            .await?;
-        Ok(response.json::<Context>()?.id)
+    /// The code channel of a sandbox.
+    fn channel<'a>(&'a self, sandbox: &'a SandboxId, state: &'a SandboxState) -> Channel<'a> {
+        Channel {
+            client: &self.client,
+            sandbox,
+            traffic: state.traffic.as_ref(),
+        }
     }
 
-    /// Runs `code` in context `context` through `POST /execute`.
-    async fn execute(&self, sandbox: &SandboxId, context: &str, code: &str) -> Result<CodeOutput> {
-        let token = self.state(sandbox)?.access_token;
-        let response = self
-            .client
-            .call(
-                self.in_sandbox(
-                    Method::POST,
-                    INTERPRETER_PORT,
-                    sandbox,
-                    token.as_ref(),
-                    "/execute",
-                )
-                .json(json!({
-                    "code": code,
-                    "context_id": context,
-                    "env_vars": locale_env(),
-                }))
-                .timeout(EXECUTE_TIMEOUT)
-                .what("execute code"),
-            )
+    /// The session number of the next socket to `kernel`.
+    fn next_socket(&self, kernel: &str) -> Result<usize> {
+        let mut sockets = self.sockets.lock().map_err(|_| poisoned())?;
+        let n = sockets.entry(kernel.to_owned()).or_insert(0);
+        *n += 1;
+        Ok(*n)
+    }
+
+    /// Runs `code` on kernel `kernel` over a socket of its own.
+    async fn execute(
+        &self,
+        sandbox: &SandboxId,
+        state: &SandboxState,
+        kernel: &str,
+        code: &str,
+    ) -> Result<CodeOutput> {
+        let n = self.next_socket(kernel)?;
+        let mut socket = self
+            .channel(sandbox, state)
+            .open(kernel, n, CALL_TIMEOUT)
             .await?;
-        code_output(&response.json_lines()?)
+        let output = socket.execute(code, EXECUTE_TIMEOUT).await;
+        socket.close().await;
+        output.map_err(|e| e.context(format!("execute code on kernel {kernel}")))
+    }
+
+    /// Starts a kernel and waits until it answers.
+    async fn start_kernel(&self, sandbox: &SandboxId, state: &SandboxState) -> Result<String> {
+        let kernel = self
+            .channel(sandbox, state)
+            .start_kernel(CALL_TIMEOUT)
+            .await?;
+        self.kernel_ready(sandbox, state, &kernel).await?;
+        Ok(kernel)
+    }
+
+    /// Waits until `kernel` answers a `kernel_info_request`.
+    async fn kernel_ready(
+        &self,
+        sandbox: &SandboxId,
+        state: &SandboxState,
+        kernel: &str,
+    ) -> Result<()> {
+        let n = self.next_socket(kernel)?;
+        let mut socket = self
+            .channel(sandbox, state)
+            .open(kernel, n, CALL_TIMEOUT)
+            .await?;
+        let ready = socket.wait_ready(self.ready_deadline).await;
+        socket.close().await;
+        ready.map_err(|e| e.context(format!("wait for kernel {kernel}")))
     }
 
     /// Deletes a sandbox; one already gone is not an error.
@@ -463,40 +496,41 @@ impl E2bProvider {
         }
     }
 
-    /// The part of launch after the sandbox exists: wait for the code interpreter, make
-    /// the context code runs in.
+    /// The part of launch after the sandbox exists: wait for the Jupyter Server, start the
+    /// kernel code runs in and wait for it.
     async fn ready(
         &self,
         sandbox: &SandboxId,
-        token: Option<&Secret>,
+        state: &SandboxState,
         timings: &mut Vec<Timing>,
     ) -> Result<String> {
         let started = Instant::now();
+        let channel = self.channel(sandbox, state);
         let ((), resolution) = self
             .client
-            .poll_until("the code interpreter", self.ready_deadline, || async {
+            .poll_until("the Jupyter Server", self.ready_deadline, || async {
                 // The poll is the retry: one attempt per probe, each short.
-                let probe = self
-                    .in_sandbox(Method::GET, INTERPRETER_PORT, sandbox, token, "/health")
+                let probe = channel
+                    .request(Method::GET, "/api")
                     .idempotent(false)
                     .timeout(HEALTH_TIMEOUT)
-                    .what("code interpreter health");
+                    .what("Jupyter Server status");
                 Ok(self.client.call(probe).await.ok().map(|_| ()))
             })
             .await?;
         timings.push(Timing {
-            name: "interpreter-ready".into(),
+            name: "server-ready".into(),
             duration: started.elapsed(),
             resolution: Some(resolution),
         });
         let started = Instant::now();
-        let context = self.create_context(sandbox, token).await?;
+        let kernel = self.start_kernel(sandbox, state).await?;
         timings.push(Timing {
-            name: "context-create".into(),
+            name: "kernel-start".into(),
             duration: started.elapsed(),
             resolution: None,
         });
-        Ok(context)
+        Ok(kernel)
     }
 }
 
@@ -554,35 +588,6 @@ fn encode(text: &str) -> String {
         .remove(b'_')
         .remove(b'~');
     percent_encoding::utf8_percent_encode(text, UNRESERVED).to_string()
-}
-
-/// Folds the code interpreter's JSON lines into one output.
-fn code_output(lines: &[Value]) -> Result<CodeOutput> {
-    let mut out = CodeOutput::default();
-    for line in lines {
-        let text = || line.get("text").and_then(Value::as_str).unwrap_or_default();
-        match line.get("type").and_then(Value::as_str) {
-            Some("stdout") => out.stdout.push_str(text()),
-            Some("stderr") => out.stderr.push_str(text()),
-            Some("result") => {
-                if line.get("is_main_result").and_then(Value::as_bool) != Some(false) {
-                    out.result = line.get("text").and_then(Value::as_str).map(str::to_owned);
-                }
-            }
-            Some("error") => {
-                let field = |k: &str| line.get(k).and_then(Value::as_str).unwrap_or_default();
-                out.error = Some(format!("{}: {}", field("name"), field("value")));
-            }
-            Some(_) => {}
-            None => {
-                return Err(ProviderError::new(
-                    ErrorKind::Protocol,
-                    format!("an execute line without a type: {line}"),
-                ));
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// Folds envd's `Process/Start` frames into a command's output.
@@ -699,6 +704,7 @@ struct CreatedSandbox {
     #[serde(rename = "sandboxID")]
     sandbox_id: String,
     envd_access_token: Option<String>,
+    traffic_access_token: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -717,11 +723,6 @@ struct TemplateListed {
     names: Vec<String>,
     #[serde(default)]
     aliases: Vec<String>,
-}
-
-#[derive(Deserialize)]
-struct Context {
-    id: String,
 }
 
 /// What the e2b variant can do.
@@ -918,6 +919,8 @@ impl Provider for E2bProvider {
                         "secure": true,
                         "metadata": labels.to_map(),
                         "envVars": locale_env(),
+                        // The Jupyter Server has no token: the proxy's is the guard.
+                        "network": { "allowPublicTraffic": false },
                     }))
                     .what("create sandbox"),
             )
@@ -928,22 +931,27 @@ impl Provider for E2bProvider {
             duration: started.elapsed(),
             resolution: None,
         }];
-        let token = created.envd_access_token.map(|t| {
-            let secret = Secret::new("E2B_ENVD_ACCESS_TOKEN", t);
-            self.client.add_secret(secret.clone());
-            secret
-        });
+        let secret = |name: &str, value: Option<String>| {
+            value.map(|t| {
+                let secret = Secret::new(name, t);
+                self.client.add_secret(secret.clone());
+                secret
+            })
+        };
+        let mut state = SandboxState {
+            access_token: secret("E2B_ENVD_ACCESS_TOKEN", created.envd_access_token),
+            traffic: secret("E2B_TRAFFIC_ACCESS_TOKEN", created.traffic_access_token),
+            kernel: String::new(),
+            named: HashMap::new(),
+        };
         let sandbox = SandboxId(created.sandbox_id);
-        match self.ready(&sandbox, token.as_ref(), &mut timings).await {
-            Ok(context) => {
-                self.sandboxes.lock().map_err(|_| poisoned())?.insert(
-                    sandbox.0.clone(),
-                    SandboxState {
-                        access_token: token,
-                        context,
-                        named: HashMap::new(),
-                    },
-                );
+        match self.ready(&sandbox, &state, &mut timings).await {
+            Ok(kernel) => {
+                state.kernel = kernel;
+                self.sandboxes
+                    .lock()
+                    .map_err(|_| poisoned())?
+                    .insert(sandbox.0.clone(), state);
                 Ok((sandbox, timings))
             }
             Err(e) => {
@@ -957,8 +965,9 @@ impl Provider for E2bProvider {
     }
 
     async fn run_code(&self, sandbox: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)> {
-        let context = self.state(sandbox)?.context;
-        Ok((self.execute(sandbox, &context, code).await?, Vec::new()))
+        let state = self.state(sandbox)?;
+        let output = self.execute(sandbox, &state, &state.kernel, code).await?;
+        Ok((output, Vec::new()))
     }
 
     async fn run_code_in(
@@ -968,20 +977,18 @@ impl Provider for E2bProvider {
         code: &str,
     ) -> Result<CodeOutput> {
         let state = self.state(sandbox)?;
-        let id = match state.named.get(context) {
-            Some(id) => id.clone(),
+        let kernel = match state.named.get(context) {
+            Some(kernel) => kernel.clone(),
             None => {
-                let id = self
-                    .create_context(sandbox, state.access_token.as_ref())
-                    .await?;
+                let kernel = self.start_kernel(sandbox, &state).await?;
                 let mut table = self.sandboxes.lock().map_err(|_| poisoned())?;
                 if let Some(entry) = table.get_mut(&sandbox.0) {
-                    entry.named.insert(context.to_owned(), id.clone());
+                    entry.named.insert(context.to_owned(), kernel.clone());
                 }
-                id
+                kernel
             }
         };
-        self.execute(sandbox, &id, code).await
+        self.execute(sandbox, &state, &kernel, code).await
     }
 
     async fn exec(
@@ -1029,24 +1036,24 @@ impl Provider for E2bProvider {
     async fn restart(&self, sandbox: &SandboxId) -> Result<Vec<Timing>> {
         let state = self.state(sandbox)?;
         let started = Instant::now();
-        self.client
-            .call(
-                self.in_sandbox(
-                    Method::POST,
-                    INTERPRETER_PORT,
-                    sandbox,
-                    state.access_token.as_ref(),
-                    &format!("/contexts/{}/restart", state.context),
-                )
-                .timeout(EXECUTE_TIMEOUT)
-                .what("restart code context"),
-            )
+        self.channel(sandbox, &state)
+            .restart_kernel(&state.kernel, EXECUTE_TIMEOUT)
             .await?;
-        Ok(vec![Timing {
-            name: "context-restart".into(),
-            duration: started.elapsed(),
-            resolution: None,
-        }])
+        let restarted = started.elapsed();
+        let started = Instant::now();
+        self.kernel_ready(sandbox, &state, &state.kernel).await?;
+        Ok(vec![
+            Timing {
+                name: "kernel-restart".into(),
+                duration: restarted,
+                resolution: None,
+            },
+            Timing {
+                name: "kernel-ready".into(),
+                duration: started.elapsed(),
+                resolution: None,
+            },
+        ])
     }
 
     async fn shutdown(&self, sandbox: &SandboxId, grace: Duration) -> Result<ShutdownReport> {
@@ -1165,24 +1172,6 @@ impl Provider for E2bProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn folds_execute_lines() {
-        let lines = vec![
-            json!({"type": "stdout", "text": "a\n"}),
-            json!({"type": "result", "text": "2", "is_main_result": true}),
-            json!({"type": "end_of_execution"}),
-        ];
-        let out = code_output(&lines).unwrap();
-        assert_eq!(
-            (out.stdout.as_str(), out.result.as_deref()),
-            ("a\n", Some("2"))
-        );
-        let err =
-            code_output(&[json!({"type": "error", "name": "NameError", "value": "x"})]).unwrap();
-        assert_eq!(err.error.as_deref(), Some("NameError: x"));
-        assert!(code_output(&[json!({"text": "?"})]).is_err());
-    }
 
     #[test]
     fn names_and_encodes() {

@@ -163,7 +163,7 @@ pub fn start_commands(dir: &Path, options: &super::BuildOptions) -> Result<Start
                     "the e2b variant needs a start command: {} names no `start.command` and \
                  E2B_START_CMD is not set; without one nothing serves the code channel (port {})",
                     path.display(),
-                    super::INTERPRETER_PORT
+                    super::CODE_PORT
                 ),
             )
         })?;

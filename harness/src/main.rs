@@ -1030,8 +1030,10 @@ async fn run(args: RunArgs) -> u8 {
     let root = &args.selection.root.root;
     let out = args.out.clone().unwrap_or_else(|| root.join("reports"));
     let collector = Arc::new(Collector(Mutex::new(Vec::new())));
+    let terminal = Arc::new(Terminal::new());
+    terminal.scrub_with(report::self_scan::environment_credentials());
     let sink: Arc<dyn EventSink> = Arc::new(Fanout(vec![
-        Box::new(Terminal::new()),
+        Box::new(terminal.clone()),
         Box::new(collector.clone()),
     ]));
     let approved = args
@@ -1051,6 +1053,14 @@ async fn run(args: RunArgs) -> u8 {
     let run_id = new_run_id();
     let runner =
         Runner::new(run_id.clone(), fake_canary(), sink.clone(), cancel.clone()).with_base(base);
+    // What the self-scan looks for in every file the run writes: the run's canary and
+    // registry token, and the provider keys and AWS session from the environment.
+    let written_secrets: Vec<_> = runner
+        .secrets()
+        .into_iter()
+        .chain(report::self_scan::environment_credentials())
+        .collect();
+    terminal.scrub_with(written_secrets.clone());
     let provenance = Provenance {
         run_id: run_id.clone(),
         harness_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -1209,7 +1219,7 @@ async fn run(args: RunArgs) -> u8 {
                 }
             };
             let results = snapshot(&provenance, &collector);
-            if let Err(e) = run_folder::write(&out, &results, &runner.secrets()) {
+            if let Err(e) = run_folder::write(&out, &results, &written_secrets) {
                 report_error = Some(e);
             }
             if cancel.is_cancelled() {
@@ -1221,8 +1231,11 @@ async fn run(args: RunArgs) -> u8 {
         }
     }
     let results = snapshot(&provenance, &collector);
-    println!("{}", report::table::render(&results));
-    match run_folder::write(&out, &results, &runner.secrets()).and_then(|written| {
+    println!(
+        "{}",
+        report::self_scan::scrub(&report::table::render(&results), &written_secrets).0
+    );
+    match run_folder::write(&out, &results, &written_secrets).and_then(|written| {
         run_folder::append_step_summary(&results)?;
         Ok(written)
     }) {
@@ -1236,6 +1249,16 @@ async fn run(args: RunArgs) -> u8 {
             )
         }
         Err(e) => report_error = Some(e),
+    }
+    if let CloudMode::Record { dir } = &cloud_mode {
+        let leaks = report::self_scan::scan(&[dir], &written_secrets);
+        if !leaks.is_empty() {
+            let leaks: Vec<String> = leaks.iter().map(ToString::to_string).collect();
+            report_error = Some(format!(
+                "the cassettes held a credential: {}",
+                leaks.join("; ")
+            ));
+        }
     }
     if let Some(e) = report_error {
         eprintln!("error: {e}");

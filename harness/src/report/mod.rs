@@ -1,12 +1,14 @@
 //! The results of a run as data ([`results`], what `results.json` holds) and what renders
 //! them for CI and for people: JUnit XML ([`junit`]), a markdown comparison table with a run
 //! summary ([`table`]), an HTML page with charts ([`html`]), and the run folder that holds
-//! them all ([`run_folder`]).
+//! them all ([`run_folder`]), checked before the run ends for every credential it used
+//! ([`self_scan`]).
 
 pub mod html;
 pub mod junit;
 pub mod results;
 pub mod run_folder;
+pub mod self_scan;
 pub mod table;
 
 use crate::report::results::{RunResults, ScenarioResult};

@@ -8,6 +8,7 @@ use sandbox_providers::Secret;
 use crate::report;
 use crate::report::html::{HISTORY_RUNS, History};
 use crate::report::results::RunResults;
+use crate::report::self_scan;
 
 /// Files a run writes into its folder.
 pub const FILES: [&str; 4] = ["results.json", "junit.xml", "summary.md", "report.html"];
@@ -22,8 +23,10 @@ pub struct Written {
 }
 
 /// Writes `results` to `<out>/<run-id>/` and points `<out>/latest` at it. Called after every
-/// scenario, so a result already measured survives an interrupted run. Before returning it
-/// checks that no file it wrote holds any of `secrets`' values.
+/// scenario, so a result already measured survives an interrupted run. Every form of
+/// `secrets`' values is scrubbed from what it writes, and the whole run folder (ledger,
+/// logs) is self-scanned ([`self_scan::scan`]); a hit is an error naming the file, after
+/// the scrubbed reports are written.
 ///
 /// `report.html`'s history is the newest [`HISTORY_RUNS`] other run folders in `out` (by
 /// name, which starts with the run's UTC time) whose `results.json` can be read; one that
@@ -32,12 +35,16 @@ pub fn write(out: &Path, results: &RunResults, secrets: &[Secret]) -> Result<Wri
     let run_id = &results.provenance.run_id;
     let dir = out.join(run_id);
     let history = History::load(earlier_runs(out, run_id), run_id, HISTORY_RUNS);
-    write_files(&dir, results, &history, secrets)?;
-    let latest = out.join("latest");
-    let _ = std::fs::remove_file(&latest);
-    #[cfg(unix)]
-    std::os::unix::fs::symlink(run_id, &latest)
-        .map_err(|e| format!("cannot link {}: {e}", latest.display()))?;
+    let written = write_files(&dir, results, &history, secrets);
+    // A self-scan hit still leaves the scrubbed reports written: they are the latest.
+    if dir.join(FILES[0]).exists() {
+        let latest = out.join("latest");
+        let _ = std::fs::remove_file(&latest);
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(run_id, &latest)
+            .map_err(|e| format!("cannot link {}: {e}", latest.display()))?;
+    }
+    written?;
     Ok(Written {
         dir,
         warnings: history.warnings,
@@ -60,8 +67,8 @@ fn earlier_runs(out: &Path, run_id: &str) -> Vec<PathBuf> {
     folders
 }
 
-/// Writes [`FILES`] for `results` into `dir`, creating it, and checks that none holds any of
-/// `secrets`' values. `report.html` has no history.
+/// Writes [`FILES`] for `results` into `dir`, creating it, scrubbed of `secrets`, and
+/// self-scans `dir`. `report.html` has no history.
 pub fn write_into(dir: &Path, results: &RunResults, secrets: &[Secret]) -> Result<(), String> {
     write_files(dir, results, &History::default(), secrets)
 }
@@ -81,17 +88,34 @@ fn write_files(
         report::table::render_summary(results),
         report::html::render(results, history),
     ];
+    let mut leaks = Vec::new();
     for (name, text) in FILES.iter().zip(&contents) {
-        if let Some(secret) = secrets.iter().find(|s| text.contains(s.expose())) {
-            return Err(format!(
-                "refusing to write {name}: it would contain the value of {}",
-                secret.name()
-            ));
-        }
+        // Scrubbed before it is written, so that no credential reaches the disk even for
+        // a moment; the hit still fails the run below.
+        let (text, forms) = self_scan::scrub(text, secrets);
         let path = dir.join(name);
         std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        if !forms.is_empty() {
+            leaks.push(format!(
+                "{} held {} (scrubbed)",
+                path.display(),
+                forms.join(", ")
+            ));
+        }
     }
-    Ok(())
+    leaks.extend(
+        self_scan::scan(&[dir], secrets)
+            .iter()
+            .map(ToString::to_string),
+    );
+    if leaks.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the run's own files held a credential: {}",
+            leaks.join("; ")
+        ))
+    }
 }
 
 /// Appends the summary to `$GITHUB_STEP_SUMMARY` when CI sets it.

@@ -1,18 +1,21 @@
 //! The terminal reporter: a spinner on the running step with its latest log line, and
-//! one line per finished step on stderr.
+//! one line per finished step on stderr, every line scrubbed of the run's credentials.
 
 use std::sync::Mutex;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use sandbox_providers::Secret;
 
 use crate::report::results::{ReplayPace, Source, StepResult, StepStatus};
+use crate::report::self_scan;
 use crate::run::events::{EventSink, RunEvent};
 
 /// Prints progress to stderr; the spinner hides itself when stderr is not a terminal.
 pub struct Terminal {
     spinner: Mutex<Option<ProgressBar>>,
     source: Mutex<Source>,
+    secrets: Mutex<Vec<Secret>>,
 }
 
 impl Default for Terminal {
@@ -27,6 +30,23 @@ impl Terminal {
         Self {
             spinner: Mutex::new(None),
             source: Mutex::new(Source::Live),
+            secrets: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// From now on, replaces every form of these credentials in what it prints by
+    /// `<redacted:NAME>` (a provider may echo a key back in an error).
+    pub fn scrub_with(&self, secrets: Vec<Secret>) {
+        *self.secrets.lock().expect("secrets lock") = secrets;
+    }
+
+    /// `line` with the credentials scrubbed.
+    fn clean(&self, line: &str) -> String {
+        let secrets = self.secrets.lock().expect("secrets lock");
+        if secrets.is_empty() {
+            line.to_owned()
+        } else {
+            self_scan::scrub(line, &secrets).0
         }
     }
 
@@ -45,11 +65,12 @@ impl Terminal {
 
     fn message(&self, line: &str) {
         if let Some(bar) = self.spinner.lock().expect("spinner lock").as_ref() {
-            bar.set_message(line.chars().take(120).collect::<String>());
+            bar.set_message(self.clean(line).chars().take(120).collect::<String>());
         }
     }
 
     fn println(&self, line: &str) {
+        let line = self.clean(line);
         match self.spinner.lock().expect("spinner lock").as_ref() {
             Some(bar) if !bar.is_hidden() => bar.suspend(|| eprintln!("{line}")),
             _ => eprintln!("{line}"),
@@ -79,7 +100,7 @@ impl EventSink for Terminal {
                 source,
             } => {
                 self.finish();
-                eprintln!("{}", scenario_line(variant, scenario, source));
+                self.println(&scenario_line(variant, scenario, source));
                 *self.source.lock().expect("source lock") = source.clone();
             }
             RunEvent::StepStarted { step, .. } => {
@@ -99,7 +120,7 @@ impl EventSink for Terminal {
             RunEvent::StepFinished { result, .. } => {
                 self.finish();
                 let source = self.source.lock().expect("source lock").clone();
-                eprintln!("{}", step_line(result, &source));
+                self.println(&step_line(result, &source));
             }
             RunEvent::ScenarioFinished { .. } => self.finish(),
         }

@@ -230,6 +230,13 @@ struct BootstrapArgs {
     /// and print its digest.
     #[arg(long, value_name = "REGISTRY/REPOSITORY")]
     push: Option<String>,
+    /// The Debian trixie image the base is made from, pulled from its registry (the tag is
+    /// resolved to a digest once; later bootstraps pull that digest). Where it cannot be
+    /// pulled, the base is made by mmdebstrap from Debian's packages. Empty: mmdebstrap only.
+    /// Default: SANDBOX_MATRIX_DEBIAN_IMAGE, else debian:trixie-slim, and a current base is
+    /// reused whichever way it was made.
+    #[arg(long, value_name = "IMAGE")]
+    base_from: Option<String>,
 }
 
 #[derive(Args)]
@@ -333,7 +340,9 @@ fn main() -> ExitCode {
         match cli.command {
             Command::List(selection) => list(&selection),
             Command::Run(args) => run(args).await,
-            Command::Bootstrap(args) => bootstrap(&args.root.root, args.push.as_deref()).await,
+            Command::Bootstrap(args) => {
+                bootstrap(&args.root.root, args.push.as_deref(), args.base_from).await
+            }
             Command::Preflight {
                 variants,
                 base,
@@ -639,7 +648,7 @@ async fn preflight(root: &Path, selected: &[String], base: Option<&str>, approve
     }
 }
 
-async fn bootstrap(root: &Path, push: Option<&str>) -> u8 {
+async fn bootstrap(root: &Path, push: Option<&str>, base_from: Option<String>) -> u8 {
     let target = match push
         .map(sandbox_providers::registry::Repository::parse)
         .transpose()
@@ -650,19 +659,42 @@ async fn bootstrap(root: &Path, push: Option<&str>) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
-    let provider = match variants::docker_provider(root, &harness_executable()).await {
+    let mut recipe = variants::base_recipe(root, &harness_executable());
+    if let Some(image) = base_from {
+        recipe = recipe.with_debian_image(Some(image));
+    }
+    let provider = match sandbox_providers::docker::DockerProvider::connect(recipe).await {
         Ok(p) => Arc::new(p),
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: the docker variant needs a Docker engine: {e}");
             return EXIT_FAILED;
         }
     };
-    let sink: Arc<dyn EventSink> = Arc::new(Terminal::new());
-    let runner = Runner::new(new_run_id(), fake_canary(), sink, interrupt_token());
-    let as_provider: Arc<dyn sandbox_providers::Provider> = provider.clone();
-    if let Err(e) = runner.prepare(&as_provider).await {
-        eprintln!("error: {e}");
-        return EXIT_FAILED;
+    let progress = |line: &str| eprintln!("  {line}");
+    let interrupted = interrupt_token();
+    let made = tokio::select! {
+        made = provider.ensure_base(&progress) => made,
+        _ = interrupted.cancelled() => {
+            eprintln!("interrupted: the base was not made");
+            return EXIT_INTERRUPTED;
+        }
+    };
+    match made {
+        Ok(base) => eprintln!(
+            "base {}: {} ({}), its root filesystem made from {}",
+            sandbox_providers::docker::base::BASE_IMAGE,
+            base.id,
+            if base.reused { "reused" } else { "built" },
+            base.made_from
+        ),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return if e.kind == sandbox_providers::ErrorKind::Config {
+                EXIT_BAD_INPUT
+            } else {
+                EXIT_FAILED
+            };
+        }
     }
     let Some(target) = target else {
         return EXIT_PASSED;

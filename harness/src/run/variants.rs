@@ -268,15 +268,17 @@ pub async fn connect_docker(root: &Path, harness: &Path) -> Result<Arc<dyn Provi
         .map(|p| Arc::new(p) as Arc<dyn Provider>)
 }
 
+/// The reference base's recipe in the checkout at `root`, with `harness` as its doctor.
+pub fn base_recipe(root: &Path, harness: &Path) -> BaseRecipe {
+    BaseRecipe::new(root.join(BASE_RECIPE_DIR), doctor_binary(harness))
+}
+
 /// [`connect_docker`]'s provider itself, for what only the docker variant does (pushing
 /// the base).
 pub async fn docker_provider(root: &Path, harness: &Path) -> Result<DockerProvider, String> {
-    DockerProvider::connect(BaseRecipe::new(
-        root.join(BASE_RECIPE_DIR),
-        doctor_binary(harness),
-    ))
-    .await
-    .map_err(|e| format!("the docker variant needs a Docker engine: {e}"))
+    DockerProvider::connect(base_recipe(root, harness))
+        .await
+        .map_err(|e| format!("the docker variant needs a Docker engine: {e}"))
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
-//! A local authenticated registry for tests: Debian's `docker-registry` (the distribution
-//! registry) on 127.0.0.1 and a free port, with filesystem storage in a temp folder and
-//! htpasswd authentication made by `htpasswd -Bbn`. Stopped by pid when dropped.
+//! A local registry for tests: Debian's `docker-registry` (the distribution registry) on
+//! 127.0.0.1 and a free port, with filesystem storage in a temp folder and htpasswd
+//! authentication made by `htpasswd -Bbn`, or none (a public registry, as a Debian image's
+//! is). Stopped by pid when dropped.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -18,23 +19,40 @@ pub struct LocalRegistry {
 impl LocalRegistry {
     /// Starts a registry that lets `user` with `password` in, and waits until it answers.
     pub fn start(user: &str, password: &str) -> Self {
+        Self::start_with(Some((user, password)))
+    }
+
+    /// Starts a registry anyone may pull from and push to, and waits until it answers.
+    pub fn start_anonymous() -> Self {
+        Self::start_with(None)
+    }
+
+    fn start_with(login: Option<(&str, &str)>) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free loopback port")
             .port();
         let dir = super::out_dir(&format!("registry-{port}"));
-        let htpasswd = Command::new("htpasswd")
-            .args(["-Bbn", user, password])
-            .output()
-            .expect("htpasswd runs (apt-get install apache2-utils)");
-        assert!(htpasswd.status.success(), "htpasswd failed");
-        std::fs::write(dir.join("htpasswd"), &htpasswd.stdout).expect("htpasswd written");
+        let auth = match login {
+            None => String::new(),
+            Some((user, password)) => {
+                let htpasswd = Command::new("htpasswd")
+                    .args(["-Bbn", user, password])
+                    .output()
+                    .expect("htpasswd runs (apt-get install apache2-utils)");
+                assert!(htpasswd.status.success(), "htpasswd failed");
+                std::fs::write(dir.join("htpasswd"), &htpasswd.stdout).expect("htpasswd written");
+                format!(
+                    "auth:\n  htpasswd:\n    realm: sandbox-matrix-test\n    path: {}\n",
+                    dir.join("htpasswd").display()
+                )
+            }
+        };
         std::fs::create_dir_all(dir.join("data")).expect("storage folder");
         let host = format!("127.0.0.1:{port}");
         let config = format!(
-            "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\nauth:\n  htpasswd:\n    realm: sandbox-matrix-test\n    path: {htpasswd}\n",
+            "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n{auth}",
             data = dir.join("data").display(),
-            htpasswd = dir.join("htpasswd").display(),
         );
         std::fs::write(dir.join("config.yml"), config).expect("config written");
         let log = dir.join("registry.log");

@@ -5,6 +5,7 @@
 //! ephemeral port, and runs code through the server's kernel REST API and WebSocket.
 
 pub mod base;
+pub mod pull;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -36,7 +37,7 @@ use crate::{
     ShutdownReport, Timing,
 };
 
-pub use base::{BaseRecipe, DoctorBinary};
+pub use base::{BaseRecipe, DoctorBinary, MadeFrom};
 
 /// Port Jupyter Server listens on inside the container.
 const JUPYTER_PORT: u16 = 8888;
@@ -140,6 +141,12 @@ impl DockerProvider {
             .ok_or_else(|| {
                 ProviderError::new(ErrorKind::NotFound, format!("no running sandbox {}", id.0))
             })
+    }
+
+    /// Makes sure the local reference base exists (see [`BaseRecipe::ensure`]): reused when
+    /// current, else made from a pulled Debian image or by mmdebstrap.
+    pub async fn ensure_base(&self, progress: &LogFn) -> Result<base::BaseImage> {
+        self.base.ensure(&self.docker, progress).await
     }
 
     /// Where a running sandbox's Jupyter Server answers on this host, and its token: what
@@ -346,7 +353,7 @@ impl Provider for DockerProvider {
             ));
             return Ok(());
         }
-        self.base.ensure(&self.docker, progress).await.map(|_| ())
+        self.ensure_base(progress).await.map(|_| ())
     }
 
     async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact> {

@@ -4,13 +4,17 @@
 //! Each run replays the e2b lifecycle cassette (the whole lifecycle scenario, since replay
 //! serves exchanges in order) through the runner, the e2b client and its HTTP layer. The
 //! baseline is a bare HTTP client sending the same create-to-first-result requests, one
-//! after another, to the same kind of server at the same delay: it pays the server's and
-//! the loopback's costs and nothing of the harness's. The harness's overhead is the difference of the medians.
+//! after another (and, for the kernel's WebSocket exchanges, the recorded client frames,
+//! reading each recorded server frame in turn), to the same kind of server at the same
+//! delay: it pays the server's and the loopback's costs and nothing of the harness's. The harness's overhead is the difference of the medians.
 //! Exits 1 when it is over 5 ms.
 //!
 //! `cargo bench -p sandbox-matrix --bench overhead`
 
 use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use tokio_tungstenite::tungstenite::Message;
 
 use sandbox_matrix::run::scenario::Scenario;
 use sandbox_providers::api::replay::{Pace, ReplayOptions, ReplayServer};
@@ -36,8 +40,14 @@ fn create_to_first_result(cassette: &Cassette) -> Vec<Exchange> {
     let answer = create
         + ex[create..]
             .iter()
-            .position(|e| e.request.path.ends_with("/execute"))
-            .expect("the cassette runs code");
+            .position(|e| {
+                e.websocket.as_ref().is_some_and(|frames| {
+                    frames.iter().any(|f| {
+                        f.from_client() && f.text().is_some_and(|t| t.contains("execute_request"))
+                    })
+                })
+            })
+            .expect("the cassette runs code over the kernel's WebSocket");
     ex[create..=answer].to_vec()
 }
 
@@ -76,6 +86,31 @@ async fn bare_once(exchanges: &[Exchange], http: &reqwest::Client) -> Duration {
     let started = Instant::now();
     for exchange in exchanges {
         let request = &exchange.request;
+        if let Some(frames) = &exchange.websocket {
+            let url = format!("{}{}", server.url().replacen("http", "ws", 1), request.path);
+            let (mut socket, _) = tokio_tungstenite::connect_async(url)
+                .await
+                .expect("the WebSocket upgrade is served");
+            for frame in frames {
+                match frame.text() {
+                    None => break,
+                    Some(text) if frame.from_client() => {
+                        socket
+                            .send(Message::text(text))
+                            .await
+                            .expect("a frame sent");
+                    }
+                    Some(_) => {
+                        socket
+                            .next()
+                            .await
+                            .expect("a server frame")
+                            .expect("a readable frame");
+                    }
+                }
+            }
+            continue;
+        }
         let mut builder = http.request(
             reqwest::Method::from_bytes(request.method.as_bytes()).expect("a method"),
             format!("{}{}", server.url(), request.path),

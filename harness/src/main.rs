@@ -1106,7 +1106,13 @@ async fn run(args: RunArgs) -> u8 {
             }
             CloudMode::Replay { dir, .. } => {
                 for scenario in &scenarios {
-                    let path = variants::cassette_path(dir, name, &scenario.name);
+                    let path = match variants::checked_cassette_path(dir, name, &scenario.name) {
+                        Ok(path) => path,
+                        Err(e) => {
+                            eprintln!("error: {e}");
+                            return EXIT_BAD_INPUT;
+                        }
+                    };
                     if path.is_file() {
                         // A cassette that does not parse is bad input: say where, run nothing.
                         if let Err(e) = sandbox_providers::api::Cassette::load(&path) {

@@ -102,7 +102,7 @@ struct StepFile {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ScenarioFile {
-    name: String,
+    name: Spanned<String>,
     #[serde(default)]
     description: String,
     environment: String,
@@ -223,6 +223,17 @@ impl Scenario {
                 .unwrap_or((0, 0));
             invalid(line, column, e.without_snippet().to_string())
         })?;
+        if let Some(why) = crate::paths::unsafe_name(&file.name.value) {
+            let at = &file.name.referenced;
+            return Err(invalid(
+                at.line(),
+                at.column(),
+                format!(
+                    "scenario name `{}` {why}; a name is a file name: letters, digits, `-`, `_` and `.`, not starting with `.`",
+                    crate::paths::cut(&file.name.value)
+                ),
+            ));
+        }
         if file.steps.is_empty() {
             return Err(invalid(
                 0,
@@ -236,7 +247,7 @@ impl Scenario {
         }
         let base = path.parent().unwrap_or(Path::new("."));
         Ok(Scenario {
-            name: file.name,
+            name: file.name.value,
             description: file.description,
             environment: base.join(file.environment),
             steps,
@@ -564,6 +575,21 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("`launches` does not apply to `launch`"), "{e}");
+    }
+
+    #[test]
+    fn a_name_that_is_not_a_safe_file_name_is_refused_where_it_stands() {
+        for bad in ["../escape", ".hidden", "a/b", "a\\\\b"] {
+            let e = parse(&format!(
+                "name: \"{bad}\"\nenvironment: e\nsteps:\n  - step: build\n    budget: 5m\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.starts_with("scenarios/t.yaml:1:7: scenario name") && e.contains("file name"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

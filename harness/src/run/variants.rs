@@ -107,16 +107,27 @@ impl CloudMode {
             CloudMode::Live => Source::Live,
             CloudMode::Record { .. } => Source::Record,
             CloudMode::Replay { dir, pace } => {
+                // A path that would leave the folder is shown, never read.
+                let checked = checked_cassette_path(dir, variant, scenario);
                 let path = cassette_path(dir, variant, scenario);
-                replay_source(dir, &path, *pace, Cassette::load(&path).ok().as_ref())
+                let cassette = checked.ok().and_then(|p| Cassette::load(&p).ok());
+                replay_source(dir, &path, *pace, cassette.as_ref())
             }
         }
     }
 }
 
-/// The cassette of `variant` × `scenario` under `dir`.
+/// The cassette of `variant` × `scenario` under `dir`, as named (for names a loaded
+/// scenario already checked); the run reads and writes through [`checked_cassette_path`].
 pub fn cassette_path(dir: &Path, variant: &str, scenario: &str) -> PathBuf {
     dir.join(variant).join(format!("{scenario}.yaml"))
+}
+
+/// [`cassette_path`], refused when it would not stay inside `dir` (a name with `/` or
+/// `..`, or a symlink out of the folder).
+pub fn checked_cassette_path(dir: &Path, variant: &str, scenario: &str) -> Result<PathBuf, String> {
+    crate::paths::inside(dir, &[variant, &format!("{scenario}.yaml")])
+        .map_err(|e| format!("no cassette path for {variant} × {scenario}: {e}"))
 }
 
 /// A replay of the cassette at `path` under `dir`, at `pace`, with `cassette`'s header when
@@ -171,7 +182,7 @@ pub async fn open_cloud(
         CloudMode::Record { dir } => {
             let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
             let recorder = Arc::new(Recorder::new(
-                cassette_path(dir, name, scenario),
+                checked_cassette_path(dir, name, scenario)?,
                 format!("recorded live {date}"),
                 name,
                 scenario,
@@ -196,7 +207,7 @@ pub async fn open_cloud(
             })
         }
         CloudMode::Replay { dir, pace } => {
-            let path = cassette_path(dir, name, scenario);
+            let path = checked_cassette_path(dir, name, scenario)?;
             if !path.is_file() {
                 return Err(format!(
                     "no cassette for {name} × {scenario} at {} (record one with --record, or run it with --live)",

@@ -1,0 +1,147 @@
+//! Input that cannot escape (issue 11): names, paths, symlinks, ranges and policies are
+//! checked at load, refused with exit 2 and a location, and nothing is read or written
+//! outside the folders the run owns. The built binary on files; no Docker, no network.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A fake E2B key for record mode's credential check: not a real key.
+const FAKE_E2B_KEY: &str = "sm-fake-e2b-key-input-bounds"; // fake, for tests only
+
+fn sandbox_matrix(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"));
+    command
+        .args(args)
+        .current_dir(common::root())
+        .env_remove("E2B_API_KEY")
+        .env_remove("DAYTONA_API_KEY")
+        .env_remove("DAYTONA_JWT_TOKEN")
+        .env_remove("DAYTONA_ORGANIZATION_ID")
+        .env_remove("GITHUB_STEP_SUMMARY");
+    for (k, v) in envs {
+        command.env(k, v);
+    }
+    command.output().expect("sandbox-matrix runs")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn s(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+/// Every file and folder under `dir`, relative, sorted.
+fn tree(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            found.push(path.strip_prefix(dir).unwrap().to_path_buf());
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// A scenario file named `name` in `dir/scenarios/`, on the reference environment.
+fn escaping_scenario(dir: &Path) -> PathBuf {
+    let scenarios = dir.join("scenarios");
+    std::fs::create_dir_all(&scenarios).unwrap();
+    let environment = common::root().join("fixtures/environments/reference");
+    let path = scenarios.join("escape.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "name: ../escape\nenvironment: {}\nsteps:\n  - step: build\n    budget: 5m\n",
+            environment.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn a_scenario_named_out_of_its_folder_is_refused_at_load() {
+    let dir = common::out_dir("escape-list");
+    let scenario = escaping_scenario(&dir);
+    let output = sandbox_matrix(&["list", "--scenario", s(&scenario)], &[]);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}:1:7: scenario name `../escape`",
+            scenario.display()
+        )),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn record_writes_nothing_outside_the_cassettes_folder() {
+    let dir = common::out_dir("escape-record");
+    let scenario = escaping_scenario(&dir);
+    let cassettes = dir.join("cassettes");
+    std::fs::create_dir_all(&cassettes).unwrap();
+    let out = dir.join("reports");
+    std::fs::create_dir_all(&out).unwrap();
+    let before = tree(&dir);
+    let output = sandbox_matrix(
+        &[
+            "run",
+            "--record",
+            "--variant",
+            "e2b",
+            "--scenario",
+            s(&scenario),
+            "--cassettes",
+            s(&cassettes),
+            "--out",
+            s(&out),
+        ],
+        &[("E2B_API_KEY", FAKE_E2B_KEY)],
+    );
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(err.contains(":1:7: scenario name"), "{err}");
+    assert_eq!(tree(&dir), before, "nothing may be written: {err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn replay_reads_nothing_outside_the_cassettes_folder() {
+    let dir = common::out_dir("escape-replay");
+    let scenario = escaping_scenario(&dir);
+    let cassettes = dir.join("cassettes");
+    std::fs::create_dir_all(cassettes.join("e2b")).unwrap();
+    // Where `../escape` leads from the e2b folder: a file that is not a cassette, so reading
+    // it would show as a cassette error naming it.
+    std::fs::write(cassettes.join("escape.yaml"), "not: [a cassette\n").unwrap();
+    let output = sandbox_matrix(
+        &[
+            "run",
+            "--variant",
+            "e2b",
+            "--scenario",
+            s(&scenario),
+            "--cassettes",
+            s(&cassettes),
+            "--out",
+            s(&dir.join("reports")),
+        ],
+        &[],
+    );
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(err.contains(":1:7: scenario name"), "{err}");
+    assert!(!err.contains("cassettes/escape.yaml"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -2,6 +2,7 @@
 //! typed errors, and one module per variant.
 
 pub mod api;
+pub mod context;
 pub mod daytona;
 pub mod docker;
 pub mod e2b;

@@ -145,3 +145,25 @@ fn replay_reads_nothing_outside_the_cassettes_folder() {
     assert!(!err.contains("cassettes/escape.yaml"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn gate_refuses_a_policy_that_checks_nothing() {
+    let dir = common::out_dir("gate-nothing");
+    let results = common::root().join("examples/gate/results.json");
+    for (name, text) in [
+        ("empty", ""),
+        ("comments", "# a policy\n# with nothing in it\n"),
+        ("braces", "{}\n"),
+    ] {
+        let policy = dir.join(format!("{name}.yaml"));
+        std::fs::write(&policy, text).unwrap();
+        let output = sandbox_matrix(&["gate", "--policy", s(&policy), s(&results)], &[]);
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{name}: {err}");
+        assert!(
+            err.contains("policy checks nothing: name at least one rule"),
+            "{name}: {err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -167,3 +167,46 @@ fn gate_refuses_a_policy_that_checks_nothing() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_cassette_latency_out_of_range_is_bad_input_at_load() {
+    let dir = common::out_dir("latency");
+    let cassettes = dir.join("cassettes");
+    std::fs::create_dir_all(cassettes.join("e2b")).unwrap();
+    let text =
+        std::fs::read_to_string(common::root().join("fixtures/cassettes/e2b/lifecycle.yaml"))
+            .unwrap();
+    let (line, _) = text
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.trim_start().starts_with("latency_ms:"))
+        .expect("the cassette records latencies");
+    let text = text.replacen("latency_ms: 6.7", "latency_ms: 1e300", 1);
+    let cassette = cassettes.join("e2b/lifecycle.yaml");
+    std::fs::write(&cassette, text).unwrap();
+    let output = sandbox_matrix(
+        &[
+            "run",
+            "--variant",
+            "e2b",
+            "--scenario",
+            "lifecycle",
+            "--pace",
+            "recorded",
+            "--cassettes",
+            s(&cassettes),
+            "--out",
+            s(&dir.join("reports")),
+        ],
+        &[],
+    );
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("{}:{}:", cassette.display(), line + 1))
+            && err.contains("latency_ms: 1e300 is out of range"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

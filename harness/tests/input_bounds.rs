@@ -210,3 +210,54 @@ fn a_cassette_latency_out_of_range_is_bad_input_at_load() {
     assert!(!err.contains("panicked"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn results_with_the_longest_budget_a_scenario_allows_read_back_everywhere() {
+    use sandbox_matrix::run::scenario::Scenario;
+    let scenario = |budget: &str| {
+        Scenario::parse(
+            Path::new("scenarios/t.yaml"),
+            &format!("name: t\nenvironment: e\nsteps:\n  - step: build\n    budget: {budget}\n"),
+        )
+    };
+    // The budget issue 11 wrote as 1.8e+22 ms and could not read back is refused at load.
+    let e = scenario("18446744073709551615s").unwrap_err().to_string();
+    assert!(e.starts_with("scenarios/t.yaml:5:13: "), "{e}");
+    let longest = scenario("24h").expect("24h is allowed").steps[0].budget;
+
+    let dir = common::out_dir("longest-budget");
+    let mut results =
+        sandbox_matrix::report::results::load(&common::root().join("examples/gate/results.json"))
+            .expect("the example loads");
+    for scenario in &mut results.scenarios {
+        for step in &mut scenario.steps {
+            step.budget = longest;
+            step.duration = longest;
+        }
+    }
+    let run = dir.join("run");
+    sandbox_matrix::report::run_folder::write_into(&run, &results, &[]).expect("written");
+    let written = run.join("results.json");
+    let back = sandbox_matrix::report::results::load(&written).expect("reads back");
+    assert_eq!(back.scenarios[0].steps[0].budget, longest);
+
+    let policy = dir.join("policy.yaml");
+    std::fs::write(&policy, "success_rate: 0\n").unwrap();
+    let (html, merged) = (dir.join("report.html"), dir.join("merged"));
+    let runs: [&[&str]; 4] = [
+        &["compare", "--baseline", s(&written), s(&written)],
+        &["gate", "--policy", s(&policy), s(&written)],
+        &["report", "--out", s(&html), s(&written)],
+        &["merge", "--out", s(&merged), s(&written)],
+    ];
+    for args in runs {
+        let output = sandbox_matrix(args, &[]);
+        let err = stderr(&output);
+        assert!(
+            !err.contains("results.json") || output.status.code() != Some(2),
+            "{args:?} cannot read it back: {err}"
+        );
+        assert_ne!(output.status.code(), Some(2), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -83,20 +83,100 @@ impl fmt::Display for StepKind {
 struct StepFile {
     step: Option<Spanned<StepKind>>,
     check: Option<Spanned<Check>>,
-    #[serde(with = "humantime_serde")]
+    #[serde(deserialize_with = "bounded::duration")]
     budget: Duration,
     code: Option<Spanned<String>>,
     expect: Option<Spanned<String>>,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, deserialize_with = "bounded::within")]
     within: Option<Duration>,
     packages: Option<BTreeMap<String, String>>,
     allowed: Option<Vec<String>>,
     blocked: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "bounded::gpus")]
     gpus: Option<u32>,
     cuda: Option<String>,
+    #[serde(default, deserialize_with = "bounded::minimum")]
     minimum: Option<f64>,
+    #[serde(default, deserialize_with = "bounded::kernels")]
     kernels: Option<u32>,
+    #[serde(default, deserialize_with = "bounded::launches")]
     launches: Option<u32>,
+}
+
+/// Range checks run while the file is read, so the parser's error carries the value's
+/// line and column.
+mod bounded {
+    use std::time::Duration;
+
+    use serde::de::Error;
+    use serde::{Deserialize, Deserializer};
+
+    use super::{MAX_DURATION, MAX_GPUS, MAX_KERNELS, MAX_LAUNCHES, MAX_MINIMUM};
+
+    /// A duration as humantime writes it (`30s`, `5m`), at most [`MAX_DURATION`].
+    pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        let shown = crate::paths::cut(&text);
+        let value = humantime::parse_duration(&text).map_err(|e| {
+            D::Error::custom(format!(
+                "`{shown}` is not a duration ({e}); expected a duration such as `30s` or `5m`"
+            ))
+        })?;
+        if value > MAX_DURATION {
+            return Err(D::Error::custom(format!(
+                "`{shown}` is out of range; a duration is at most 24h"
+            )));
+        }
+        Ok(value)
+    }
+
+    /// An optional `within:`, as [`duration`].
+    pub fn within<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        duration(d).map(Some)
+    }
+
+    fn count<'de, D: Deserializer<'de>>(
+        d: D,
+        field: &str,
+        low: u32,
+        high: u32,
+    ) -> Result<Option<u32>, D::Error> {
+        let n = i128::deserialize(d)?;
+        if n < i128::from(low) || n > i128::from(high) {
+            return Err(D::Error::custom(format!(
+                "`{field}: {n}` is out of range; it is {low} to {high}"
+            )));
+        }
+        Ok(Some(n as u32))
+    }
+
+    pub fn gpus<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+        count(d, "gpus", 0, MAX_GPUS)
+    }
+
+    pub fn kernels<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+        count(d, "kernels", 1, MAX_KERNELS)
+    }
+
+    pub fn launches<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+        count(d, "launches", 1, MAX_LAUNCHES)
+    }
+
+    /// MiB per second: a finite number above 0, at most [`MAX_MINIMUM`].
+    pub fn minimum<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+        let x = f64::deserialize(d)?;
+        if !(x.is_finite() && x > 0.0 && x <= MAX_MINIMUM) {
+            return Err(D::Error::custom(format!(
+                "`minimum: {}` is out of range; it is MiB per second, above 0 and at most {MAX_MINIMUM}",
+                if x.abs() >= 1e9 {
+                    format!("{x:e}")
+                } else {
+                    x.to_string()
+                }
+            )));
+        }
+        Ok(Some(x))
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -188,6 +268,15 @@ pub const DEFAULT_CODE: &str = "1+1";
 pub const DEFAULT_ANSWER: &str = "2";
 /// The most sandboxes one burst launches.
 pub const MAX_LAUNCHES: u32 = 1000;
+/// The longest budget or `within` a scenario may give: 24 hours. Anything longer could not
+/// be written to results.json and read back.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+/// The most kernels `concurrent-kernels` starts.
+pub const MAX_KERNELS: u32 = 64;
+/// The most GPUs a `gpu` check expects.
+pub const MAX_GPUS: u32 = 64;
+/// The highest `minimum` throughput, in MiB per second.
+pub const MAX_MINIMUM: f64 = 1_000_000.0;
 /// The contract's graceful shutdown.
 pub const DEFAULT_STOP_WITHIN: Duration =
     Duration::from_secs(sandbox_contract::GRACEFUL_SHUTDOWN_SECS);
@@ -221,7 +310,11 @@ impl Scenario {
                 .location()
                 .map(|l| (l.line(), l.column()))
                 .unwrap_or((0, 0));
-            invalid(line, column, e.without_snippet().to_string())
+            let message = e.without_snippet().to_string();
+            // The location is said once, in front.
+            let repeated = format!(" at line {line}, column {column}");
+            let message = message.strip_suffix(&repeated).unwrap_or(&message);
+            invalid(line, column, message.to_owned())
         })?;
         if let Some(why) = crate::paths::unsafe_name(&file.name.value) {
             let at = &file.name.referenced;
@@ -468,7 +561,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.starts_with("scenarios/t.yaml:5:5:") && e.contains("expected a duration"),
+            e.starts_with("scenarios/t.yaml:5:13:") && e.contains("expected a duration"),
             "{e}"
         );
         let e = parse(
@@ -589,6 +682,74 @@ mod tests {
                 e.starts_with("scenarios/t.yaml:1:7: scenario name") && e.contains("file name"),
                 "{bad}: {e}"
             );
+        }
+    }
+
+    #[test]
+    fn durations_and_counts_out_of_range_are_refused_where_they_stand() {
+        let step =
+            |fields: &str| parse(&format!("name: t\nenvironment: e\nsteps:\n  - {fields}\n"));
+        let s = step("step: build\n    budget: 24h").unwrap();
+        assert_eq!(s.steps[0].budget, MAX_DURATION);
+        for (fields, at, says) in [
+            (
+                "step: build\n    budget: 18446744073709551615s",
+                "5:13",
+                "out of range",
+            ),
+            ("step: build\n    budget: 24h 1s", "5:13", "at most 24h"),
+            (
+                "step: shutdown\n    budget: 1m\n    within: 25h",
+                "6:13",
+                "at most 24h",
+            ),
+            (
+                "check: concurrent-kernels\n    budget: 1m\n    kernels: 0",
+                "6:14",
+                "`kernels: 0` is out of range",
+            ),
+            (
+                "check: concurrent-kernels\n    budget: 1m\n    kernels: 65",
+                "6:14",
+                "1 to 64",
+            ),
+            (
+                "check: concurrent-kernels\n    budget: 1m\n    kernels: 99999999999",
+                "6:14",
+                "out of range",
+            ),
+            (
+                "check: gpu\n    budget: 1m\n    gpus: -1",
+                "6:11",
+                "`gpus: -1` is out of range",
+            ),
+            (
+                "check: gpu\n    budget: 1m\n    gpus: 65",
+                "6:11",
+                "0 to 64",
+            ),
+            (
+                "check: throughput\n    budget: 1m\n    minimum: .nan",
+                "6:14",
+                "out of range",
+            ),
+            (
+                "check: throughput\n    budget: 1m\n    minimum: 1e300",
+                "6:14",
+                "out of range",
+            ),
+            (
+                "step: burst\n    budget: 1m\n    launches: 1001",
+                "6:15",
+                "1 to 1000",
+            ),
+        ] {
+            let e = step(fields).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("scenarios/t.yaml:{at}: ")) && e.contains(says),
+                "{fields}: {e}"
+            );
+            assert!(!e.contains(" at line "), "one location: {e}");
         }
     }
 

@@ -10,6 +10,7 @@ pub mod error;
 pub mod jupyter;
 pub mod registry;
 mod secret;
+pub mod yaml;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

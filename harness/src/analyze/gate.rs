@@ -147,20 +147,12 @@ impl Policy {
             return Err(nothing());
         }
         let file: PolicyFile = serde_saphyr::from_str(text).map_err(|e| {
-            let (line, column) = e
-                .location()
-                .map(|l| (l.line(), l.column()))
-                .unwrap_or((0, 0));
-            let message = e.without_snippet().to_string();
-            let repeated = format!(" at line {line}, column {column}");
+            let (line, column, message) = sandbox_providers::yaml::describe(&e);
             PolicyError::Invalid {
                 path: path.to_owned(),
                 line,
                 column,
-                message: message
-                    .strip_suffix(&repeated)
-                    .unwrap_or(&message)
-                    .to_owned(),
+                message,
             }
         })?;
         let split = |key: &str, location: &serde_saphyr::Location, what: &str| {

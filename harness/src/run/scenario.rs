@@ -116,7 +116,8 @@ mod bounded {
     /// A duration as humantime writes it (`30s`, `5m`), at most [`MAX_DURATION`].
     pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let text = String::deserialize(d)?;
-        let shown = crate::paths::cut(&text);
+        // Long values are cut where the message is made for people.
+        let shown = &text;
         let value = humantime::parse_duration(&text).map_err(|e| {
             D::Error::custom(format!(
                 "`{shown}` is not a duration ({e}); expected a duration such as `30s` or `5m`"
@@ -186,7 +187,7 @@ struct ScenarioFile {
     #[serde(default)]
     description: String,
     environment: String,
-    steps: Vec<StepFile>,
+    steps: Spanned<Vec<Spanned<StepFile>>>,
 }
 
 /// One step with its budget and expectation.
@@ -288,11 +289,17 @@ impl Scenario {
             path: path.to_owned(),
             source,
         })?;
-        let text = String::from_utf8(bytes).map_err(|e| ScenarioError::Invalid {
-            path: path.to_owned(),
-            line: 0,
-            column: 0,
-            message: format!("not UTF-8 text: {e}"),
+        let text = String::from_utf8(bytes).map_err(|e| {
+            let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+            let line = good.iter().filter(|&&b| b == b'\n').count() as u64 + 1;
+            let line_start = good.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            let column = String::from_utf8_lossy(&good[line_start..]).chars().count() as u64 + 1;
+            ScenarioError::Invalid {
+                path: path.to_owned(),
+                line,
+                column,
+                message: "not UTF-8 text: a scenario file is UTF-8, and this byte is not".into(),
+            }
         })?;
         Self::parse(path, &text)
     }
@@ -306,15 +313,8 @@ impl Scenario {
             message,
         };
         let file: ScenarioFile = serde_saphyr::from_str(text).map_err(|e| {
-            let (line, column) = e
-                .location()
-                .map(|l| (l.line(), l.column()))
-                .unwrap_or((0, 0));
-            let message = e.without_snippet().to_string();
-            // The location is said once, in front.
-            let repeated = format!(" at line {line}, column {column}");
-            let message = message.strip_suffix(&repeated).unwrap_or(&message);
-            invalid(line, column, message.to_owned())
+            let (line, column, message) = sandbox_providers::yaml::describe(&e);
+            invalid(line, column, message)
         })?;
         if let Some(why) = crate::paths::unsafe_name(&file.name.value) {
             let at = &file.name.referenced;
@@ -327,16 +327,18 @@ impl Scenario {
                 ),
             ));
         }
-        if file.steps.is_empty() {
+        if file.steps.value.is_empty() {
+            let at = &file.steps.referenced;
             return Err(invalid(
-                0,
-                0,
+                at.line(),
+                at.column(),
                 "`steps` is empty; a scenario needs at least one step".into(),
             ));
         }
-        let mut steps = Vec::with_capacity(file.steps.len());
-        for s in file.steps {
-            steps.push(step_from_file(s, &invalid)?);
+        let mut steps = Vec::with_capacity(file.steps.value.len());
+        for s in file.steps.value {
+            let at = s.referenced;
+            steps.push(step_from_file(s.value, &at, &invalid)?);
         }
         let base = path.parent().unwrap_or(Path::new("."));
         Ok(Scenario {
@@ -358,6 +360,7 @@ impl Scenario {
 /// Turns one step as written into a [`Step`], refusing fields the step does not take.
 fn step_from_file(
     s: StepFile,
+    at: &serde_saphyr::Location,
     invalid: &dyn Fn(u64, u64, String) -> ScenarioError,
 ) -> Result<Step, ScenarioError> {
     let (kind, check, loc) = match (&s.step, &s.check) {
@@ -377,8 +380,8 @@ fn step_from_file(
         }
         (None, None) => {
             return Err(invalid(
-                0,
-                0,
+                at.line(),
+                at.column(),
                 "every step needs `step: <kind>` or `check: <name>`".into(),
             ));
         }
@@ -593,7 +596,10 @@ mod tests {
         let e = parse("name: t\nenvironment: e\nsteps: []\n")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("`steps` is empty"), "{e}");
+        assert!(
+            e.starts_with("scenarios/t.yaml:3:8: `steps` is empty"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -632,7 +638,12 @@ mod tests {
         let e = parse("name: t\nenvironment: e\nsteps:\n  - budget: 1m\n")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("needs `step: <kind>` or `check: <name>`"), "{e}");
+        assert!(
+            e.starts_with(
+                "scenarios/t.yaml:4:5: every step needs `step: <kind>` or `check: <name>`"
+            ),
+            "{e}"
+        );
         let e = parse("name: t\nenvironment: e\nsteps:\n  - step: check\n    budget: 1m\n")
             .unwrap_err()
             .to_string();
@@ -751,6 +762,52 @@ mod tests {
             );
             assert!(!e.contains(" at line "), "one location: {e}");
         }
+    }
+
+    #[test]
+    fn errors_are_for_people_with_one_location() {
+        let e =
+            parse("name: a\nname: b\nenvironment: e\nsteps:\n  - step: build\n    budget: 1s\n")
+                .unwrap_err()
+                .to_string();
+        assert_eq!(
+            e,
+            "scenarios/t.yaml:2:1: `name` is given twice; give each key once"
+        );
+        let long = "x".repeat(50_000);
+        let e = parse(&format!(
+            "name: t\nenvironment: e\nsteps:\n  - step: build\n    budget: {long}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.len() < 700 && e.contains("50000 bytes in all"),
+            "{} bytes: {}",
+            e.len(),
+            &e[..300]
+        );
+        assert!(e.starts_with("scenarios/t.yaml:5:13: "), "{e}");
+        assert!(!e.contains(" at line "), "{e}");
+    }
+
+    #[test]
+    fn a_file_that_is_not_utf8_is_located_at_the_byte() {
+        let path =
+            std::env::temp_dir().join(format!("sm-scenario-bytes-{}.yaml", std::process::id()));
+        std::fs::write(
+            &path,
+            b"name: t\nenvironment: e\nsteps:\n  - step: b\xffuild\n",
+        )
+        .unwrap();
+        let e = Scenario::load(&path).unwrap_err().to_string();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(
+            e,
+            format!(
+                "{}:4:12: not UTF-8 text: a scenario file is UTF-8, and this byte is not",
+                path.display()
+            )
+        );
     }
 
     #[test]

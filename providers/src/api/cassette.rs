@@ -394,16 +394,13 @@ impl Cassette {
     fn parse_named(text: &str, path: Option<&Path>) -> Result<Cassette> {
         let cassette: Cassette = serde_saphyr::from_str(text).map_err(|e| {
             let file = path.map_or_else(|| "cassette".to_owned(), |p| p.display().to_string());
-            let message = e.without_snippet().to_string();
-            let Some(at) = e.location() else {
+            let (line, column, message) = crate::yaml::describe(&e);
+            if line == 0 {
                 return ProviderError::new(
                     ErrorKind::Config,
                     format!("{file}: not a cassette: {message}"),
                 );
-            };
-            let (line, column) = (at.line(), at.column());
-            let repeated = format!(" at line {line}, column {column}");
-            let message = message.strip_suffix(&repeated).unwrap_or(&message);
+            }
             ProviderError::new(
                 ErrorKind::Config,
                 format!("{file}:{line}:{column}: not a cassette: {message}"),

@@ -390,7 +390,12 @@ fn select(selection: &Selection) -> Result<(Vec<String>, Vec<Scenario>), String>
     let variants = if selection.variants.is_empty() {
         known.iter().map(|v| (*v).to_owned()).collect()
     } else {
-        for v in &selection.variants {
+        for (i, v) in selection.variants.iter().enumerate() {
+            if selection.variants[..i].contains(v) {
+                return Err(format!(
+                    "--variant {v} is given twice; name each variant once"
+                ));
+            }
             if !known.contains(&v.as_str()) {
                 return Err(format!(
                     "unknown variant `{v}`; known variants: {}",
@@ -423,8 +428,24 @@ fn select(selection: &Selection) -> Result<(Vec<String>, Vec<Scenario>), String>
     };
     let scenarios = paths
         .iter()
-        .map(|p| Scenario::load(p).map_err(|e| e.to_string()))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|p| {
+            let scenario = Scenario::load(p).map_err(|e| e.to_string())?;
+            scenario.check_runnable().map_err(|e| e.to_string())?;
+            Ok(scenario)
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    // Reports, cassettes and test names are keyed by name: two files with one name would
+    // overwrite each other.
+    for (i, scenario) in scenarios.iter().enumerate() {
+        if let Some(first) = scenarios[..i].iter().find(|s| s.name == scenario.name) {
+            return Err(format!(
+                "{} and {} are both named `{}`; give each scenario its own name",
+                first.path.display(),
+                scenario.path.display(),
+                scenario.name
+            ));
+        }
+    }
     if scenarios.is_empty() {
         return Err(format!(
             "no scenario files in {}",

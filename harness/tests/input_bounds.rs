@@ -261,3 +261,97 @@ fn results_with_the_longest_budget_a_scenario_allows_read_back_everywhere() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Writes `text` as `dir/<file>` and returns its path.
+fn write(dir: &Path, file: &str, text: &str) -> PathBuf {
+    let path = dir.join(file);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn list_refuses_what_run_would_fail_on() {
+    let dir = common::out_dir("list-validates");
+    let reference = common::root().join("fixtures/environments/reference");
+    let missing = write(
+        &dir,
+        "missing.yaml",
+        "name: missing\nenvironment: no-such-environment\nsteps:\n  - step: build\n    budget: 5m\n",
+    );
+    let unbuilt = write(
+        &dir,
+        "unbuilt.yaml",
+        &format!(
+            "name: unbuilt\nenvironment: {}\nsteps:\n  - step: launch\n    budget: 1m\n",
+            reference.display()
+        ),
+    );
+    for (path, says) in [
+        (&missing, ":2:14: environment folder"),
+        (
+            &unbuilt,
+            ":4:5: step `launch` needs a `build` step before it",
+        ),
+    ] {
+        let reports = dir.join("reports");
+        let list = ["list", "--variant", "e2b", "--scenario", s(path)];
+        let run = [
+            "run",
+            "--variant",
+            "e2b",
+            "--scenario",
+            s(path),
+            "--cassettes",
+            s(&dir),
+            "--out",
+            s(&reports),
+        ];
+        for args in [&list[..], &run[..]] {
+            let command = args[0];
+            let output = sandbox_matrix(args, &[]);
+            let err = stderr(&output);
+            assert_eq!(output.status.code(), Some(2), "{command}: {err}");
+            assert!(
+                err.contains(&format!("{}{says}", path.display())),
+                "{command}: {err}"
+            );
+        }
+    }
+    assert!(!dir.join("reports").exists(), "nothing runs");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_same_variant_or_scenario_name_twice_is_refused() {
+    let output = sandbox_matrix(
+        &[
+            "list",
+            "--variant",
+            "e2b",
+            "--variant",
+            "e2b",
+            "--scenario",
+            "lifecycle",
+        ],
+        &[],
+    );
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(err.contains("--variant e2b is given twice"), "{err}");
+
+    let dir = common::out_dir("same-name");
+    let lifecycle = common::root().join("scenarios/lifecycle.yaml");
+    let text = std::fs::read_to_string(&lifecycle).unwrap().replace(
+        "../fixtures",
+        &common::root().join("fixtures").display().to_string(),
+    );
+    let copy = write(&dir, "copy.yaml", &text);
+    let output = sandbox_matrix(
+        &["list", "--scenario", s(&lifecycle), "--scenario", s(&copy)],
+        &[],
+    );
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(err.contains("are both named `lifecycle`"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -351,6 +351,76 @@ impl Scenario {
         })
     }
 
+    /// What `run` needs before anything starts, checked by `list` too: the environment is a
+    /// folder holding a Dockerfile, `launch` and `burst` come after a `build`, and steps
+    /// that use a sandbox come after a `launch`. Errors point at the file's
+    /// `environment:` or at the step.
+    pub fn check_runnable(&self) -> Result<(), ScenarioError> {
+        /// Where things stand in the file; every other field is ignored here.
+        #[derive(Deserialize)]
+        struct Located {
+            environment: Spanned<serde::de::IgnoredAny>,
+            steps: Vec<Spanned<serde::de::IgnoredAny>>,
+        }
+        let located = std::fs::read_to_string(&self.path)
+            .ok()
+            .and_then(|text| serde_saphyr::from_str::<Located>(&text).ok());
+        let invalid =
+            |at: Option<&serde_saphyr::Location>, message: String| ScenarioError::Invalid {
+                path: self.path.clone(),
+                line: at.map_or(1, |l| l.line()),
+                column: at.map_or(1, |l| l.column()),
+                message,
+            };
+        let environment_at = located.as_ref().map(|l| &l.environment.referenced);
+        if !self.environment.is_dir() {
+            return Err(invalid(
+                environment_at,
+                format!(
+                    "environment folder {} does not exist",
+                    self.environment.display()
+                ),
+            ));
+        }
+        if !self.environment.join("Dockerfile").is_file() {
+            return Err(invalid(
+                environment_at,
+                format!(
+                    "environment folder {} has no Dockerfile",
+                    self.environment.display()
+                ),
+            ));
+        }
+        let (mut built, mut launched) = (false, false);
+        for (i, step) in self.steps.iter().enumerate() {
+            let at = located
+                .as_ref()
+                .and_then(|l| l.steps.get(i))
+                .map(|s| &s.referenced);
+            let needs = match step.kind {
+                StepKind::Build => {
+                    built = true;
+                    None
+                }
+                StepKind::Launch | StepKind::Burst if !built => Some("`build`"),
+                StepKind::Launch => {
+                    launched = true;
+                    None
+                }
+                StepKind::Burst | StepKind::Cleanup => None,
+                _ if !launched => Some("`launch`"),
+                _ => None,
+            };
+            if let Some(earlier) = needs {
+                return Err(invalid(
+                    at,
+                    format!("step `{}` needs a {earlier} step before it", step.name()),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The first step of `kind`, if the scenario has it.
     pub fn step(&self, kind: StepKind) -> Option<&Step> {
         self.steps.iter().find(|s| s.kind == kind)

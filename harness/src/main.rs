@@ -1136,7 +1136,7 @@ async fn run(args: RunArgs) -> u8 {
                     };
                     if path.is_file() {
                         // A cassette that does not parse is bad input: say where, run nothing.
-                        if let Err(e) = sandbox_providers::api::Cassette::load(&path) {
+                        if let Err(e) = variants::load_cassette(&path, name) {
                             eprintln!("error: {e}");
                             return EXIT_BAD_INPUT;
                         }

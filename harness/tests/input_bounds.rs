@@ -355,3 +355,44 @@ fn the_same_variant_or_scenario_name_twice_is_refused() {
     assert!(err.contains("are both named `lifecycle`"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_cassette_for_another_variant_is_refused_at_load() {
+    let dir = common::out_dir("cassette-variant");
+    let cassettes = dir.join("cassettes");
+    std::fs::create_dir_all(cassettes.join("daytona")).unwrap();
+    let e2b = std::fs::read_to_string(common::root().join("fixtures/cassettes/e2b/lifecycle.yaml"))
+        .unwrap();
+    let line = e2b
+        .lines()
+        .position(|l| l.starts_with("variant:"))
+        .expect("a variant line")
+        + 1;
+    let cassette = cassettes.join("daytona/lifecycle.yaml");
+    std::fs::write(&cassette, e2b).unwrap();
+    let output = sandbox_matrix(
+        &[
+            "run",
+            "--variant",
+            "daytona",
+            "--scenario",
+            "lifecycle",
+            "--cassettes",
+            s(&cassettes),
+            "--out",
+            s(&dir.join("reports")),
+        ],
+        &[],
+    );
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}:{line}:1: the cassette is for the `e2b` variant, and the daytona variant cannot replay it",
+            cassette.display()
+        )),
+        "{err}"
+    );
+    assert!(!dir.join("reports").exists(), "nothing runs");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -130,6 +130,24 @@ pub fn checked_cassette_path(dir: &Path, variant: &str, scenario: &str) -> Resul
         .map_err(|e| format!("no cassette path for {variant} × {scenario}: {e}"))
 }
 
+/// Reads the cassette at `path` for `variant` to replay, refusing one recorded for another
+/// variant (its `variant:` names a different one), located at that line.
+pub fn load_cassette(path: &Path, variant: &str) -> Result<Cassette, String> {
+    let cassette = Cassette::load(path).map_err(|e| e.to_string())?;
+    if cassette.variant != variant {
+        let line = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|text| text.lines().position(|l| l.starts_with("variant:")))
+            .map_or(1, |i| i + 1);
+        return Err(format!(
+            "{}:{line}:1: the cassette is for the `{}` variant, and the {variant} variant cannot replay it",
+            path.display(),
+            crate::paths::cut(&cassette.variant)
+        ));
+    }
+    Ok(cassette)
+}
+
 /// A replay of the cassette at `path` under `dir`, at `pace`, with `cassette`'s header when
 /// it was read. The path is shown from the project root when `dir` is the project's
 /// cassettes folder (`<root>/fixtures/cassettes`), else as given.
@@ -214,7 +232,7 @@ pub async fn open_cloud(
                     path.display()
                 ));
             }
-            let cassette = Cassette::load(&path).map_err(|e| e.to_string())?;
+            let cassette = load_cassette(&path, name)?;
             let source = replay_source(dir, &path, *pace, Some(&cassette));
             let server = ReplayServer::start(
                 cassette,

@@ -396,3 +396,34 @@ fn a_cassette_for_another_variant_is_refused_at_load() {
     assert!(!dir.join("reports").exists(), "nothing runs");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn lint_refuses_what_is_not_a_dockerfile() {
+    let dir = common::out_dir("lint-not-dockerfile");
+    let cases: [(&str, &[u8], &str); 4] = [
+        ("empty", b"", ": empty: no instruction to check"),
+        (
+            "comments",
+            b"# nothing\n\n",
+            ": empty: no instruction to check",
+        ),
+        (
+            "binary",
+            b"FROM x\n\x7fELF\x02\x01\x00\x00",
+            ":2:7: a binary file",
+        ),
+        ("no-from", b"# c\nRUN true\n", ":2: no `FROM` instruction"),
+    ];
+    for (name, bytes, says) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let output = sandbox_matrix(&["lint", s(&path)], &[]);
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{name}: {err}");
+        assert!(
+            err.contains(&format!("{}{says}", path.display())),
+            "{name}: {err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1008,6 +1008,24 @@ async fn sweep(run_id: &str, selection: &Selection) -> u8 {
     code
 }
 
+/// Creates `out` if needed and writes (then removes) a file in it, so a folder the run
+/// cannot write its reports to is refused before the run.
+fn check_writable(out: &Path) -> Result<(), String> {
+    let refuse = |e: std::io::Error| {
+        format!(
+            "cannot write reports to {}: {e} (choose another --out)",
+            out.display()
+        )
+    };
+    std::fs::create_dir_all(out).map_err(refuse)?;
+    let probe = out.join(format!(
+        ".sandbox-matrix-write-check-{}",
+        std::process::id()
+    ));
+    std::fs::write(&probe, b"").map_err(refuse)?;
+    std::fs::remove_file(&probe).map_err(refuse)
+}
+
 /// A token cancelled on the first Ctrl-C; a second Ctrl-C exits at once.
 fn interrupt_token() -> CancellationToken {
     let token = CancellationToken::new();
@@ -1158,6 +1176,11 @@ async fn run(args: RunArgs) -> u8 {
                 }
             }
         }
+    }
+    // The reports must be writable before anything runs, not found out after the run.
+    if let Err(e) = check_writable(&out) {
+        eprintln!("error: {e}");
+        return EXIT_BAD_INPUT;
     }
     eprintln!(
         "run {run_id}: {} variant(s) × {} scenario(s); cloud variants {}",

@@ -427,3 +427,32 @@ fn lint_refuses_what_is_not_a_dockerfile() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn an_unwritable_out_is_refused_before_the_run() {
+    let dir = common::out_dir("unwritable-out");
+    // A file where the reports folder should be: nothing can be written under it, whoever
+    // runs the test (root included).
+    let blocker = write(&dir, "not-a-folder", "a file\n");
+    let out = blocker.join("reports");
+    let output = sandbox_matrix(
+        &[
+            "run",
+            "--variant",
+            "e2b",
+            "--scenario",
+            "lifecycle",
+            "--out",
+            s(&out),
+        ],
+        &[],
+    );
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("cannot write reports to {}", out.display())),
+        "{err}"
+    );
+    assert!(!err.contains("e2b · lifecycle"), "nothing may run: {err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

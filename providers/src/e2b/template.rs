@@ -131,6 +131,12 @@ pub struct StartCommands {
 /// None at all is refused: the template's code channel would never answer.
 pub fn start_commands(dir: &Path, options: &super::BuildOptions) -> Result<StartCommands> {
     let path = dir.join(ENVIRONMENT_FILE);
+    // A description that is a symlink out of the environment folder is not read.
+    if path.symlink_metadata().is_ok() {
+        crate::context::check(dir, &path, ENVIRONMENT_FILE).map_err(|why| {
+            ProviderError::new(ErrorKind::Config, format!("{}: {why}", path.display()))
+        })?;
+    }
     let described: Value = match std::fs::read_to_string(&path) {
         Ok(text) => serde_json::from_str(&text).map_err(|e| {
             ProviderError::new(
@@ -409,6 +415,19 @@ mod tests {
             e.message.contains("Dockerfile:3:") && e.message.contains("outside the environment"),
             "{e}"
         );
+        // The Dockerfile and the environment description themselves, too.
+        let linked = dir_with("FROM a\n# the Dockerfile is linked out\n");
+        std::fs::remove_file(linked.join("Dockerfile")).unwrap();
+        std::os::unix::fs::symlink(outside.join("secret"), linked.join("Dockerfile")).unwrap();
+        let e = plan(&linked).unwrap_err();
+        assert!(e.message.contains("outside the environment"), "{e}");
+        let _ = std::fs::remove_file(linked.join("Dockerfile"));
+        std::fs::write(linked.join("Dockerfile"), "FROM a\n").unwrap();
+        std::os::unix::fs::symlink(outside.join("secret"), linked.join(ENVIRONMENT_FILE)).unwrap();
+        let e = start_commands(&linked, &super::super::BuildOptions::default()).unwrap_err();
+        assert!(e.message.contains("outside the environment"), "{e}");
+        assert!(!e.to_string().contains("sm-fake-e2b-secret"), "{e}");
+        let _ = std::fs::remove_dir_all(&linked);
         // The file COPY names directly, too.
         let direct = dir_with("FROM a\nCOPY leak /leak\n");
         let _ = std::fs::remove_file(direct.join("leak"));

@@ -134,7 +134,8 @@ impl Policy {
             path: path.to_owned(),
             line: location.line(),
             column: location.column(),
-            message,
+            // Values from the file are quoted in messages: long ones are cut.
+            message: sandbox_providers::yaml::humane(&message),
         };
         let nothing = || PolicyError::ChecksNothing {
             path: path.to_owned(),
@@ -597,6 +598,21 @@ mod tests {
             ]
         );
         assert_eq!(p.regression_tolerance, Some(0.25));
+    }
+
+    #[test]
+    fn policy_errors_are_for_people() {
+        let e = policy("success_rate: 0.5\nsuccess_rate: 0.9\n").expect_err("twice");
+        assert_eq!(
+            e,
+            "policy.yaml:2:1: `success_rate` is given twice; give each key once"
+        );
+        let e = policy(&format!("required:\n  - {}\n", "x".repeat(10_000))).expect_err("no slash");
+        assert!(
+            e.len() < 700 && e.contains("10000 bytes in all"),
+            "{}",
+            &e[..300.min(e.len())]
+        );
     }
 
     #[test]

@@ -408,7 +408,7 @@ impl Cassette {
         })?;
         cassette.check().map_err(|mut e| {
             let file = path.map_or_else(|| "cassette".to_owned(), |p| p.display().to_string());
-            e.message = format!("{file}: {}", e.message);
+            e.message = format!("{file}: {}", crate::yaml::humane(&e.message));
             e
         })?;
         Ok(cassette)
@@ -775,6 +775,26 @@ mod tests {
         assert!(err.to_string().contains("exchange 0"), "{err}");
         let err = Cassette::parse("origin: a\nvariant: e2b\n").unwrap_err();
         assert!(err.to_string().contains("not a cassette"), "{err}");
+        // Long values are cut, and parser internals stay out.
+        let err = Cassette::parse(&format!(
+            "origin: authored\nvariant: e2b\nscenario: x\nexchanges:\n  - request: {{method: GET, path: {}}}\n    response: {{status: 200}}\n",
+            "p".repeat(20_000)
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.len() < 700 && err.contains("20000 bytes in all"),
+            "{}",
+            &err[..300]
+        );
+        let err =
+            Cassette::parse("origin: a\norigin: b\nvariant: e2b\nscenario: x\nexchanges: []\n")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            err.contains("cassette:2:1: not a cassette: `origin` is given twice"),
+            "{err}"
+        );
     }
 
     #[test]

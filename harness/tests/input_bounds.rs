@@ -456,3 +456,28 @@ fn an_unwritable_out_is_refused_before_the_run() {
     assert!(!err.contains("e2b · lifecycle"), "nothing may run: {err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_results_file_error_is_located_once_and_cut() {
+    let dir = common::out_dir("results-error");
+    let mut results: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(common::root().join("examples/gate/results.json")).unwrap(),
+    )
+    .unwrap();
+    results["scenarios"][0]["steps"][0]["status"] = "x".repeat(100_000).into();
+    let path = write(&dir, "results.json", &results.to_string());
+    let output = sandbox_matrix(&["compare", "--baseline", s(&path), s(&path)], &[]);
+    let err = stderr(&output);
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "{}",
+        &err[..err.len().min(300)]
+    );
+    assert!(err.len() < 1000, "{} bytes: {}", err.len(), &err[..300]);
+    assert!(
+        err.starts_with(&format!("error: {}:1:", path.display())) && !err.contains(" at line "),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

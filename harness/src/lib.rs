@@ -11,5 +11,6 @@
 pub mod analyze;
 pub mod checks;
 pub mod emulate;
+pub mod paths;
 pub mod report;
 pub mod run;

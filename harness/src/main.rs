@@ -399,7 +399,12 @@ fn select(selection: &Selection) -> Result<(Vec<String>, Vec<Scenario>), String>
     let variants = if selection.variants.is_empty() {
         known.iter().map(|v| (*v).to_owned()).collect()
     } else {
-        for v in &selection.variants {
+        for (i, v) in selection.variants.iter().enumerate() {
+            if selection.variants[..i].contains(v) {
+                return Err(format!(
+                    "--variant {v} is given twice; name each variant once"
+                ));
+            }
             if !known.contains(&v.as_str()) {
                 return Err(format!(
                     "unknown variant `{v}`; known variants: {}",
@@ -432,8 +437,24 @@ fn select(selection: &Selection) -> Result<(Vec<String>, Vec<Scenario>), String>
     };
     let scenarios = paths
         .iter()
-        .map(|p| Scenario::load(p).map_err(|e| e.to_string()))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|p| {
+            let scenario = Scenario::load(p).map_err(|e| e.to_string())?;
+            scenario.check_runnable().map_err(|e| e.to_string())?;
+            Ok(scenario)
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    // Reports, cassettes and test names are keyed by name: two files with one name would
+    // overwrite each other.
+    for (i, scenario) in scenarios.iter().enumerate() {
+        if let Some(first) = scenarios[..i].iter().find(|s| s.name == scenario.name) {
+            return Err(format!(
+                "{} and {} are both named `{}`; give each scenario its own name",
+                first.path.display(),
+                scenario.path.display(),
+                scenario.name
+            ));
+        }
+    }
     if scenarios.is_empty() {
         return Err(format!(
             "no scenario files in {}",
@@ -1019,6 +1040,24 @@ async fn sweep(run_id: &str, selection: &Selection) -> u8 {
     code
 }
 
+/// Creates `out` if needed and writes (then removes) a file in it, so a folder the run
+/// cannot write its reports to is refused before the run.
+fn check_writable(out: &Path) -> Result<(), String> {
+    let refuse = |e: std::io::Error| {
+        format!(
+            "cannot write reports to {}: {e} (choose another --out)",
+            out.display()
+        )
+    };
+    std::fs::create_dir_all(out).map_err(refuse)?;
+    let probe = out.join(format!(
+        ".sandbox-matrix-write-check-{}",
+        std::process::id()
+    ));
+    std::fs::write(&probe, b"").map_err(refuse)?;
+    std::fs::remove_file(&probe).map_err(refuse)
+}
+
 /// A token cancelled on the first Ctrl-C; a second Ctrl-C exits at once.
 fn interrupt_token() -> CancellationToken {
     let token = CancellationToken::new();
@@ -1148,10 +1187,16 @@ async fn run(args: RunArgs) -> u8 {
             }
             CloudMode::Replay { dir, .. } => {
                 for scenario in &scenarios {
-                    let path = variants::cassette_path(dir, name, &scenario.name);
+                    let path = match variants::checked_cassette_path(dir, name, &scenario.name) {
+                        Ok(path) => path,
+                        Err(e) => {
+                            eprintln!("error: {e}");
+                            return EXIT_BAD_INPUT;
+                        }
+                    };
                     if path.is_file() {
                         // A cassette that does not parse is bad input: say where, run nothing.
-                        if let Err(e) = sandbox_providers::api::Cassette::load(&path) {
+                        if let Err(e) = variants::load_cassette(&path, name) {
                             eprintln!("error: {e}");
                             return EXIT_BAD_INPUT;
                         }
@@ -1173,6 +1218,11 @@ async fn run(args: RunArgs) -> u8 {
                 }
             }
         }
+    }
+    // The reports must be writable before anything runs, not found out after the run.
+    if let Err(e) = check_writable(&out) {
+        eprintln!("error: {e}");
+        return EXIT_BAD_INPUT;
     }
     eprintln!(
         "run {run_id}: {} variant(s) × {} scenario(s); cloud variants {}",

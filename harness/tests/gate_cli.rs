@@ -421,10 +421,17 @@ fn gate_holds_budgets_asked_of_replayed_timings_unless_the_policy_allows_them() 
 fn merge_writes_one_run_folder_and_refuses_mixed_versions() {
     let dir = scratch("merge");
     let out = dir.join("merged");
+    // A second shard: the example's data under a run id of its own (the same run twice is
+    // refused).
+    let second = scaled(&dir, 1.0);
+    let mut shard: RunResults =
+        serde_json::from_str(&std::fs::read_to_string(&second).expect("shard")).expect("parses");
+    shard.provenance.run_id.push_str("-shard-2");
+    std::fs::write(&second, serde_json::to_string(&shard).expect("serializes")).expect("writable");
     let output = sandbox_matrix(&[
         Path::new("merge"),
         &example("results.json"),
-        &scaled(&dir, 1.0),
+        &second,
         Path::new("--out"),
         &out,
     ]);

@@ -2,6 +2,7 @@
 //! typed errors, and one module per variant.
 
 pub mod api;
+pub mod context;
 pub mod daytona;
 pub mod docker;
 pub mod e2b;
@@ -9,6 +10,7 @@ pub mod error;
 pub mod jupyter;
 pub mod registry;
 mod secret;
+pub mod yaml;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -409,6 +411,12 @@ pub trait Provider: Send + Sync {
 /// The text of `dir/Dockerfile`; the error names the file.
 pub(crate) fn read_dockerfile(dir: &std::path::Path) -> Result<String> {
     let path = dir.join("Dockerfile");
+    // A Dockerfile that is a symlink out of the environment folder is not read.
+    if path.symlink_metadata().is_ok() {
+        context::check(dir, &path, "Dockerfile").map_err(|why| {
+            ProviderError::new(ErrorKind::Config, format!("{}: {why}", path.display()))
+        })?;
+    }
     std::fs::read_to_string(&path).map_err(|e| {
         ProviderError::new(
             ErrorKind::Config,

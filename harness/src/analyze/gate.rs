@@ -94,6 +94,16 @@ pub enum PolicyError {
         /// What the OS said.
         source: std::io::Error,
     },
+    /// The file names no rule (empty, comments only, `{}`, or only `variants`), so every
+    /// run would ship.
+    #[error(
+        "{}: policy checks nothing: name at least one rule (`required`, `success_rate`, `p90_budgets` or `regression`)",
+        path.display()
+    )]
+    ChecksNothing {
+        /// The file.
+        path: PathBuf,
+    },
     /// The file is not a valid policy.
     #[error("{}:{line}:{column}: {message}", path.display())]
     Invalid {
@@ -124,23 +134,26 @@ impl Policy {
             path: path.to_owned(),
             line: location.line(),
             column: location.column(),
-            message,
+            // Values from the file are quoted in messages: long ones are cut.
+            message: sandbox_providers::yaml::humane(&message),
         };
+        let nothing = || PolicyError::ChecksNothing {
+            path: path.to_owned(),
+        };
+        // Empty or comments only: nothing to parse, and nothing checked.
+        if text
+            .lines()
+            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#') || l.trim() == "---")
+        {
+            return Err(nothing());
+        }
         let file: PolicyFile = serde_saphyr::from_str(text).map_err(|e| {
-            let (line, column) = e
-                .location()
-                .map(|l| (l.line(), l.column()))
-                .unwrap_or((0, 0));
-            let message = e.without_snippet().to_string();
-            let repeated = format!(" at line {line}, column {column}");
+            let (line, column, message) = sandbox_providers::yaml::describe(&e);
             PolicyError::Invalid {
                 path: path.to_owned(),
                 line,
                 column,
-                message: message
-                    .strip_suffix(&repeated)
-                    .unwrap_or(&message)
-                    .to_owned(),
+                message,
             }
         })?;
         let split = |key: &str, location: &serde_saphyr::Location, what: &str| {
@@ -196,6 +209,13 @@ impl Policy {
                     regression.tolerance.value
                 ),
             ));
+        }
+        if file.required.is_empty()
+            && file.success_rate.is_none()
+            && file.p90_budgets.is_empty()
+            && file.regression.is_none()
+        {
+            return Err(nothing());
         }
         Ok(Policy {
             variants: file.variants,
@@ -578,7 +598,39 @@ mod tests {
             ]
         );
         assert_eq!(p.regression_tolerance, Some(0.25));
-        assert_eq!(policy("{}").expect("empty is fine").required, []);
+    }
+
+    #[test]
+    fn policy_errors_are_for_people() {
+        let e = policy("success_rate: 0.5\nsuccess_rate: 0.9\n").expect_err("twice");
+        assert_eq!(
+            e,
+            "policy.yaml:2:1: `success_rate` is given twice; give each key once"
+        );
+        let e = policy(&format!("required:\n  - {}\n", "x".repeat(10_000))).expect_err("no slash");
+        assert!(
+            e.len() < 700 && e.contains("10000 bytes in all"),
+            "{}",
+            &e[..300.min(e.len())]
+        );
+    }
+
+    #[test]
+    fn a_policy_that_checks_nothing_is_refused() {
+        for text in [
+            "",
+            "\n# only a comment\n",
+            "{}\n",
+            "---\n{}\n",
+            "variants: [docker]\n",
+        ] {
+            let e = policy(text).expect_err("checks nothing");
+            assert_eq!(
+                e,
+                "policy.yaml: policy checks nothing: name at least one rule (`required`, `success_rate`, `p90_budgets` or `regression`)",
+                "{text:?}"
+            );
+        }
     }
 
     #[test]
@@ -667,7 +719,11 @@ mod tests {
             id: "9c2e41d07a5b".to_owned(),
         }];
         results.scenarios[5].secrets_found = vec!["REGISTRY_TOKEN at /etc/leak".to_owned()];
-        let verdicts = gate(&policy("{}").expect("parses"), &results, None);
+        let verdicts = gate(
+            &policy("success_rate: 0\n").expect("parses"),
+            &results,
+            None,
+        );
         assert_eq!(
             verdicts[0].reasons,
             [
@@ -679,7 +735,7 @@ mod tests {
 
     #[test]
     fn a_named_variant_without_results_holds() {
-        let p = policy("variants: [docker, e2b]\n").expect("parses");
+        let p = policy("variants: [docker, e2b]\nsuccess_rate: 0\n").expect("parses");
         let verdicts = gate(&p, &seventy_percent(), None);
         assert!(verdicts[0].ships());
         assert_eq!(verdicts[1].variant, "e2b");

@@ -27,6 +27,21 @@ pub enum MergeError {
         /// The first file's version.
         first: String,
     },
+    /// Two files hold the same run (or one holds a run the other already merged): merging
+    /// them would count its data twice.
+    #[error(
+        "{} and {} both hold run `{run_id}`: merge each shard once",
+        first_path.display(),
+        path.display()
+    )]
+    SameShard {
+        /// The run id found twice.
+        run_id: String,
+        /// The file that holds it first.
+        first_path: PathBuf,
+        /// The file that holds it again.
+        path: PathBuf,
+    },
     /// A shard could not be read.
     #[error(transparent)]
     Load(#[from] LoadError),
@@ -57,6 +72,28 @@ pub fn merge(paths: &[PathBuf], run_id: String, host: String) -> Result<RunResul
         .iter()
         .map(|p| results::load(Path::new(p)))
         .collect::<Result<Vec<_>, _>>()?;
+    let mut seen: HashMap<String, &PathBuf> = HashMap::new();
+    for (shard, path) in shards.iter().zip(paths) {
+        let runs: Vec<&str> = if shard.provenance.shards.is_empty() {
+            vec![&shard.provenance.run_id]
+        } else {
+            shard
+                .provenance
+                .shards
+                .iter()
+                .map(|s| s.run_id.as_str())
+                .collect()
+        };
+        for id in runs {
+            if let Some(first_path) = seen.insert(id.to_owned(), path) {
+                return Err(MergeError::SameShard {
+                    run_id: id.to_owned(),
+                    first_path: first_path.clone(),
+                    path: path.clone(),
+                });
+            }
+        }
+    }
     Ok(combine(shards, run_id, host))
 }
 
@@ -129,11 +166,42 @@ mod tests {
     }
 
     #[test]
+    fn the_same_shard_twice_is_refused() {
+        let a = shard("run-a", "2025-11-29T12:10:00Z", "docker", 2);
+        let mut merged = shard("run-m", "2025-11-29T12:30:00Z", "docker", 2);
+        merged.provenance.shards = vec![a.provenance.clone()];
+        let paths = [
+            file("twice", "a.json", &json(&a)),
+            file("twice", "again.json", &json(&a)),
+            file("twice", "merged.json", &json(&merged)),
+        ];
+        let e = merge(&paths[..2], "m".to_owned(), "ci".to_owned())
+            .expect_err("the same file twice")
+            .to_string();
+        assert!(
+            e.contains("both hold run `run-a`: merge each shard once"),
+            "{e}"
+        );
+        let e = merge(
+            &[paths[0].clone(), paths[2].clone()],
+            "m".to_owned(),
+            "ci".to_owned(),
+        )
+        .expect_err("a shard and a merge holding it")
+        .to_string();
+        assert!(
+            e.contains("a.json and") && e.contains("merged.json both hold run `run-a`"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(paths[0].parent().expect("a folder"));
+    }
+
+    #[test]
     fn shards_keep_their_provenance_and_get_distinct_repetitions() {
         let a = shard("run-a", "2025-11-29T12:10:00Z", "docker", 2);
         let b = shard("run-b", "2025-11-29T12:05:00Z", "docker", 2);
         let mut c = shard("run-c", "2025-11-29T12:20:00Z", "e2b", 1);
-        c.provenance.shards = vec![a.provenance.clone()];
+        c.provenance.shards = vec![shard("run-d", "2025-11-29T12:00:00Z", "e2b", 1).provenance];
         let replayed =
             crate::report::fixture::replay_source(crate::report::results::ReplayPace::Instant);
         c.scenarios[0].source = replayed.clone();
@@ -153,7 +221,7 @@ mod tests {
             .iter()
             .map(|p| p.run_id.as_str())
             .collect();
-        assert_eq!(shard_ids, ["run-a", "run-b", "run-a"]);
+        assert_eq!(shard_ids, ["run-a", "run-b", "run-d"]);
         let reps: Vec<(&str, u32)> = merged
             .scenarios
             .iter()

@@ -84,15 +84,57 @@ pub enum LintError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The file is not a Dockerfile at all: empty, binary, or without a `FROM`.
+    #[error("{}: {why}", path.display())]
+    NotADockerfile {
+        /// The file, with `:line:column` where there is one.
+        path: PathBuf,
+        /// Why, for a person.
+        why: String,
+    },
 }
 
-/// Lints the Dockerfile at `path`; bytes that are not UTF-8 are read as U+FFFD.
+/// Lints the Dockerfile at `path`. A file that is empty (or only comments), binary (a NUL
+/// byte), or has no `FROM` is refused: nothing in it could be checked. Other bytes that are
+/// not UTF-8 are read as U+FFFD.
 pub fn lint_file(path: &Path) -> Result<Vec<Finding>, LintError> {
     let bytes = std::fs::read(path).map_err(|source| LintError::Read {
         path: path.to_path_buf(),
         source,
     })?;
-    Ok(lint_str(path, &String::from_utf8_lossy(&bytes)))
+    let refuse = |at: String, why: &str| LintError::NotADockerfile {
+        path: PathBuf::from(format!("{}{at}", path.display())),
+        why: why.to_owned(),
+    };
+    if let Some(at) = bytes.iter().position(|&b| b == 0) {
+        let before = &bytes[..at];
+        let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+        let column = at
+            - before
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |i| i + 1)
+            + 1;
+        return Err(refuse(
+            format!(":{line}:{column}"),
+            "a binary file (a NUL byte), not a Dockerfile",
+        ));
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let instructions = parse(&text);
+    if instructions.is_empty() {
+        return Err(refuse(
+            String::new(),
+            "empty: no instruction to check; a Dockerfile starts with `FROM <base>`",
+        ));
+    }
+    if !instructions.iter().any(|i| i.keyword == "FROM") {
+        return Err(refuse(
+            format!(":{}", instructions[0].line),
+            "no `FROM` instruction; a Dockerfile builds from a base, `FROM <base>`",
+        ));
+    }
+    Ok(lint_str(path, &text))
 }
 
 /// Lints Dockerfile `text`, naming `path` in the findings. Findings come in file order, at

@@ -21,7 +21,7 @@ pub enum LoadError {
         source: std::io::Error,
     },
     /// The file is not JSON, or not results of this schema; the message has line and column.
-    #[error("{}: {source}", path.display())]
+    #[error("{}", parse_message(path, source))]
     Parse {
         /// The file.
         path: PathBuf,
@@ -35,13 +35,30 @@ pub enum LoadError {
         path: PathBuf,
     },
     /// The file is of a schema version this harness does not read.
-    #[error("{}: schema_version is `{found}`, and this sandbox-matrix reads `{RESULTS_SCHEMA_VERSION}`", path.display())]
+    #[error("{}: schema_version is `{}`, and this sandbox-matrix reads `{RESULTS_SCHEMA_VERSION}`", path.display(), sandbox_providers::yaml::cut(found, 200))]
     Version {
         /// The file.
         path: PathBuf,
         /// The version it declares.
         found: String,
     },
+}
+
+/// `path:line:column: message`, the location said once and long values cut.
+fn parse_message(path: &Path, source: &serde_json::Error) -> String {
+    let (line, column) = (source.line(), source.column());
+    let message = source.to_string();
+    let message = message
+        .strip_suffix(&format!(" at line {line} column {column}"))
+        .unwrap_or(&message);
+    // serde_json counts a position before a line's first character as column 0.
+    format!(
+        "{}:{}:{}: {}",
+        path.display(),
+        line.max(1),
+        column.max(1),
+        sandbox_providers::yaml::humane(message)
+    )
 }
 
 /// The `schema_version` a results file declares, without reading the rest of it.
@@ -603,8 +620,7 @@ mod tests {
         );
         assert!(errors[1].starts_with(&format!("{}: no `schema_version`", none.display())));
         assert!(
-            errors[2].starts_with(&format!("{}: ", broken.display()))
-                && errors[2].contains("line 3"),
+            errors[2].starts_with(&format!("{}:3:1: ", broken.display())),
             "{}",
             errors[2]
         );

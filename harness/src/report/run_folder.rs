@@ -33,7 +33,8 @@ pub struct Written {
 /// cannot is skipped with a warning, never an error.
 pub fn write(out: &Path, results: &RunResults, secrets: &[Secret]) -> Result<Written, String> {
     let run_id = &results.provenance.run_id;
-    let dir = out.join(run_id);
+    // The run id can come from a results.json (merge, report): it names a folder in `out`.
+    let dir = crate::paths::inside(out, &[run_id]).map_err(|e| format!("run id: {e}"))?;
     let history = History::load(earlier_runs(out, run_id), run_id, HISTORY_RUNS);
     let written = write_files(&dir, results, &history, secrets);
     // A self-scan hit still leaves the scrubbed reports written: they are the latest.

@@ -83,30 +83,111 @@ impl fmt::Display for StepKind {
 struct StepFile {
     step: Option<Spanned<StepKind>>,
     check: Option<Spanned<Check>>,
-    #[serde(with = "humantime_serde")]
+    #[serde(deserialize_with = "bounded::duration")]
     budget: Duration,
     code: Option<Spanned<String>>,
     expect: Option<Spanned<String>>,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, deserialize_with = "bounded::within")]
     within: Option<Duration>,
     packages: Option<BTreeMap<String, String>>,
     allowed: Option<Vec<String>>,
     blocked: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "bounded::gpus")]
     gpus: Option<u32>,
     cuda: Option<String>,
+    #[serde(default, deserialize_with = "bounded::minimum")]
     minimum: Option<f64>,
+    #[serde(default, deserialize_with = "bounded::kernels")]
     kernels: Option<u32>,
+    #[serde(default, deserialize_with = "bounded::launches")]
     launches: Option<u32>,
+}
+
+/// Range checks run while the file is read, so the parser's error carries the value's
+/// line and column.
+mod bounded {
+    use std::time::Duration;
+
+    use serde::de::Error;
+    use serde::{Deserialize, Deserializer};
+
+    use super::{MAX_DURATION, MAX_GPUS, MAX_KERNELS, MAX_LAUNCHES, MAX_MINIMUM};
+
+    /// A duration as humantime writes it (`30s`, `5m`), at most [`MAX_DURATION`].
+    pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        // Long values are cut where the message is made for people.
+        let shown = &text;
+        let value = humantime::parse_duration(&text).map_err(|e| {
+            D::Error::custom(format!(
+                "`{shown}` is not a duration ({e}); expected a duration such as `30s` or `5m`"
+            ))
+        })?;
+        if value > MAX_DURATION {
+            return Err(D::Error::custom(format!(
+                "`{shown}` is out of range; a duration is at most 24h"
+            )));
+        }
+        Ok(value)
+    }
+
+    /// An optional `within:`, as [`duration`].
+    pub fn within<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        duration(d).map(Some)
+    }
+
+    fn count<'de, D: Deserializer<'de>>(
+        d: D,
+        field: &str,
+        low: u32,
+        high: u32,
+    ) -> Result<Option<u32>, D::Error> {
+        let n = i128::deserialize(d)?;
+        if n < i128::from(low) || n > i128::from(high) {
+            return Err(D::Error::custom(format!(
+                "`{field}: {n}` is out of range; it is {low} to {high}"
+            )));
+        }
+        Ok(Some(n as u32))
+    }
+
+    pub fn gpus<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+        count(d, "gpus", 0, MAX_GPUS)
+    }
+
+    pub fn kernels<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+        count(d, "kernels", 1, MAX_KERNELS)
+    }
+
+    pub fn launches<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+        count(d, "launches", 1, MAX_LAUNCHES)
+    }
+
+    /// MiB per second: a finite number above 0, at most [`MAX_MINIMUM`].
+    pub fn minimum<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+        let x = f64::deserialize(d)?;
+        if !(x.is_finite() && x > 0.0 && x <= MAX_MINIMUM) {
+            return Err(D::Error::custom(format!(
+                "`minimum: {}` is out of range; it is MiB per second, above 0 and at most {MAX_MINIMUM}",
+                if x.abs() >= 1e9 {
+                    format!("{x:e}")
+                } else {
+                    x.to_string()
+                }
+            )));
+        }
+        Ok(Some(x))
+    }
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ScenarioFile {
-    name: String,
+    name: Spanned<String>,
     #[serde(default)]
     description: String,
     environment: String,
-    steps: Vec<StepFile>,
+    steps: Spanned<Vec<Spanned<StepFile>>>,
 }
 
 /// One step with its budget and expectation.
@@ -188,6 +269,15 @@ pub const DEFAULT_CODE: &str = "1+1";
 pub const DEFAULT_ANSWER: &str = "2";
 /// The most sandboxes one burst launches.
 pub const MAX_LAUNCHES: u32 = 1000;
+/// The longest budget or `within` a scenario may give: 24 hours. Anything longer could not
+/// be written to results.json and read back.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+/// The most kernels `concurrent-kernels` starts.
+pub const MAX_KERNELS: u32 = 64;
+/// The most GPUs a `gpu` check expects.
+pub const MAX_GPUS: u32 = 64;
+/// The highest `minimum` throughput, in MiB per second.
+pub const MAX_MINIMUM: f64 = 1_000_000.0;
 /// The contract's graceful shutdown.
 pub const DEFAULT_STOP_WITHIN: Duration =
     Duration::from_secs(sandbox_contract::GRACEFUL_SHUTDOWN_SECS);
@@ -199,11 +289,17 @@ impl Scenario {
             path: path.to_owned(),
             source,
         })?;
-        let text = String::from_utf8(bytes).map_err(|e| ScenarioError::Invalid {
-            path: path.to_owned(),
-            line: 0,
-            column: 0,
-            message: format!("not UTF-8 text: {e}"),
+        let text = String::from_utf8(bytes).map_err(|e| {
+            let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+            let line = good.iter().filter(|&&b| b == b'\n').count() as u64 + 1;
+            let line_start = good.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            let column = String::from_utf8_lossy(&good[line_start..]).chars().count() as u64 + 1;
+            ScenarioError::Invalid {
+                path: path.to_owned(),
+                line,
+                column,
+                message: "not UTF-8 text: a scenario file is UTF-8, and this byte is not".into(),
+            }
         })?;
         Self::parse(path, &text)
     }
@@ -217,32 +313,112 @@ impl Scenario {
             message,
         };
         let file: ScenarioFile = serde_saphyr::from_str(text).map_err(|e| {
-            let (line, column) = e
-                .location()
-                .map(|l| (l.line(), l.column()))
-                .unwrap_or((0, 0));
-            invalid(line, column, e.without_snippet().to_string())
+            let (line, column, message) = sandbox_providers::yaml::describe(&e);
+            invalid(line, column, message)
         })?;
-        if file.steps.is_empty() {
+        if let Some(why) = crate::paths::unsafe_name(&file.name.value) {
+            let at = &file.name.referenced;
             return Err(invalid(
-                0,
-                0,
+                at.line(),
+                at.column(),
+                format!(
+                    "scenario name `{}` {why}; a name is a file name: letters, digits, `-`, `_` and `.`, not starting with `.`",
+                    crate::paths::cut(&file.name.value)
+                ),
+            ));
+        }
+        if file.steps.value.is_empty() {
+            let at = &file.steps.referenced;
+            return Err(invalid(
+                at.line(),
+                at.column(),
                 "`steps` is empty; a scenario needs at least one step".into(),
             ));
         }
-        let mut steps = Vec::with_capacity(file.steps.len());
-        for s in file.steps {
-            steps.push(step_from_file(s, &invalid)?);
+        let mut steps = Vec::with_capacity(file.steps.value.len());
+        for s in file.steps.value {
+            let at = s.referenced;
+            steps.push(step_from_file(s.value, &at, &invalid)?);
         }
         let base = path.parent().unwrap_or(Path::new("."));
         Ok(Scenario {
-            name: file.name,
+            name: file.name.value,
             description: file.description,
             environment: base.join(file.environment),
             steps,
             path: path.to_owned(),
             hash: hex(&Sha256::digest(text.as_bytes())),
         })
+    }
+
+    /// What `run` needs before anything starts, checked by `list` too: the environment is a
+    /// folder holding a Dockerfile, `launch` and `burst` come after a `build`, and steps
+    /// that use a sandbox come after a `launch`. Errors point at the file's
+    /// `environment:` or at the step.
+    pub fn check_runnable(&self) -> Result<(), ScenarioError> {
+        /// Where things stand in the file; every other field is ignored here.
+        #[derive(Deserialize)]
+        struct Located {
+            environment: Spanned<serde::de::IgnoredAny>,
+            steps: Vec<Spanned<serde::de::IgnoredAny>>,
+        }
+        let located = std::fs::read_to_string(&self.path)
+            .ok()
+            .and_then(|text| serde_saphyr::from_str::<Located>(&text).ok());
+        let invalid =
+            |at: Option<&serde_saphyr::Location>, message: String| ScenarioError::Invalid {
+                path: self.path.clone(),
+                line: at.map_or(1, |l| l.line()),
+                column: at.map_or(1, |l| l.column()),
+                message,
+            };
+        let environment_at = located.as_ref().map(|l| &l.environment.referenced);
+        if !self.environment.is_dir() {
+            return Err(invalid(
+                environment_at,
+                format!(
+                    "environment folder {} does not exist",
+                    self.environment.display()
+                ),
+            ));
+        }
+        if !self.environment.join("Dockerfile").is_file() {
+            return Err(invalid(
+                environment_at,
+                format!(
+                    "environment folder {} has no Dockerfile",
+                    self.environment.display()
+                ),
+            ));
+        }
+        let (mut built, mut launched) = (false, false);
+        for (i, step) in self.steps.iter().enumerate() {
+            let at = located
+                .as_ref()
+                .and_then(|l| l.steps.get(i))
+                .map(|s| &s.referenced);
+            let needs = match step.kind {
+                StepKind::Build => {
+                    built = true;
+                    None
+                }
+                StepKind::Launch | StepKind::Burst if !built => Some("`build`"),
+                StepKind::Launch => {
+                    launched = true;
+                    None
+                }
+                StepKind::Burst | StepKind::Cleanup => None,
+                _ if !launched => Some("`launch`"),
+                _ => None,
+            };
+            if let Some(earlier) = needs {
+                return Err(invalid(
+                    at,
+                    format!("step `{}` needs a {earlier} step before it", step.name()),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The first step of `kind`, if the scenario has it.
@@ -254,6 +430,7 @@ impl Scenario {
 /// Turns one step as written into a [`Step`], refusing fields the step does not take.
 fn step_from_file(
     s: StepFile,
+    at: &serde_saphyr::Location,
     invalid: &dyn Fn(u64, u64, String) -> ScenarioError,
 ) -> Result<Step, ScenarioError> {
     let (kind, check, loc) = match (&s.step, &s.check) {
@@ -273,8 +450,8 @@ fn step_from_file(
         }
         (None, None) => {
             return Err(invalid(
-                0,
-                0,
+                at.line(),
+                at.column(),
                 "every step needs `step: <kind>` or `check: <name>`".into(),
             ));
         }
@@ -457,7 +634,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.starts_with("scenarios/t.yaml:5:5:") && e.contains("expected a duration"),
+            e.starts_with("scenarios/t.yaml:5:13:") && e.contains("expected a duration"),
             "{e}"
         );
         let e = parse(
@@ -489,7 +666,10 @@ mod tests {
         let e = parse("name: t\nenvironment: e\nsteps: []\n")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("`steps` is empty"), "{e}");
+        assert!(
+            e.starts_with("scenarios/t.yaml:3:8: `steps` is empty"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -528,7 +708,12 @@ mod tests {
         let e = parse("name: t\nenvironment: e\nsteps:\n  - budget: 1m\n")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("needs `step: <kind>` or `check: <name>`"), "{e}");
+        assert!(
+            e.starts_with(
+                "scenarios/t.yaml:4:5: every step needs `step: <kind>` or `check: <name>`"
+            ),
+            "{e}"
+        );
         let e = parse("name: t\nenvironment: e\nsteps:\n  - step: check\n    budget: 1m\n")
             .unwrap_err()
             .to_string();
@@ -564,6 +749,135 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("`launches` does not apply to `launch`"), "{e}");
+    }
+
+    #[test]
+    fn a_name_that_is_not_a_safe_file_name_is_refused_where_it_stands() {
+        for bad in ["../escape", ".hidden", "a/b", "a\\\\b"] {
+            let e = parse(&format!(
+                "name: \"{bad}\"\nenvironment: e\nsteps:\n  - step: build\n    budget: 5m\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.starts_with("scenarios/t.yaml:1:7: scenario name") && e.contains("file name"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn durations_and_counts_out_of_range_are_refused_where_they_stand() {
+        let step =
+            |fields: &str| parse(&format!("name: t\nenvironment: e\nsteps:\n  - {fields}\n"));
+        let s = step("step: build\n    budget: 24h").unwrap();
+        assert_eq!(s.steps[0].budget, MAX_DURATION);
+        for (fields, at, says) in [
+            (
+                "step: build\n    budget: 18446744073709551615s",
+                "5:13",
+                "out of range",
+            ),
+            ("step: build\n    budget: 24h 1s", "5:13", "at most 24h"),
+            (
+                "step: shutdown\n    budget: 1m\n    within: 25h",
+                "6:13",
+                "at most 24h",
+            ),
+            (
+                "check: concurrent-kernels\n    budget: 1m\n    kernels: 0",
+                "6:14",
+                "`kernels: 0` is out of range",
+            ),
+            (
+                "check: concurrent-kernels\n    budget: 1m\n    kernels: 65",
+                "6:14",
+                "1 to 64",
+            ),
+            (
+                "check: concurrent-kernels\n    budget: 1m\n    kernels: 99999999999",
+                "6:14",
+                "out of range",
+            ),
+            (
+                "check: gpu\n    budget: 1m\n    gpus: -1",
+                "6:11",
+                "`gpus: -1` is out of range",
+            ),
+            (
+                "check: gpu\n    budget: 1m\n    gpus: 65",
+                "6:11",
+                "0 to 64",
+            ),
+            (
+                "check: throughput\n    budget: 1m\n    minimum: .nan",
+                "6:14",
+                "out of range",
+            ),
+            (
+                "check: throughput\n    budget: 1m\n    minimum: 1e300",
+                "6:14",
+                "out of range",
+            ),
+            (
+                "step: burst\n    budget: 1m\n    launches: 1001",
+                "6:15",
+                "1 to 1000",
+            ),
+        ] {
+            let e = step(fields).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("scenarios/t.yaml:{at}: ")) && e.contains(says),
+                "{fields}: {e}"
+            );
+            assert!(!e.contains(" at line "), "one location: {e}");
+        }
+    }
+
+    #[test]
+    fn errors_are_for_people_with_one_location() {
+        let e =
+            parse("name: a\nname: b\nenvironment: e\nsteps:\n  - step: build\n    budget: 1s\n")
+                .unwrap_err()
+                .to_string();
+        assert_eq!(
+            e,
+            "scenarios/t.yaml:2:1: `name` is given twice; give each key once"
+        );
+        let long = "x".repeat(50_000);
+        let e = parse(&format!(
+            "name: t\nenvironment: e\nsteps:\n  - step: build\n    budget: {long}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.len() < 700 && e.contains("50000 bytes in all"),
+            "{} bytes: {}",
+            e.len(),
+            &e[..300]
+        );
+        assert!(e.starts_with("scenarios/t.yaml:5:13: "), "{e}");
+        assert!(!e.contains(" at line "), "{e}");
+    }
+
+    #[test]
+    fn a_file_that_is_not_utf8_is_located_at_the_byte() {
+        let path =
+            std::env::temp_dir().join(format!("sm-scenario-bytes-{}.yaml", std::process::id()));
+        std::fs::write(
+            &path,
+            b"name: t\nenvironment: e\nsteps:\n  - step: b\xffuild\n",
+        )
+        .unwrap();
+        let e = Scenario::load(&path).unwrap_err().to_string();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(
+            e,
+            format!(
+                "{}:4:12: not UTF-8 text: a scenario file is UTF-8, and this byte is not",
+                path.display()
+            )
+        );
     }
 
     #[test]

@@ -107,16 +107,45 @@ impl CloudMode {
             CloudMode::Live => Source::Live,
             CloudMode::Record { .. } => Source::Record,
             CloudMode::Replay { dir, pace } => {
+                // A path that would leave the folder is shown, never read.
+                let checked = checked_cassette_path(dir, variant, scenario);
                 let path = cassette_path(dir, variant, scenario);
-                replay_source(dir, &path, *pace, Cassette::load(&path).ok().as_ref())
+                let cassette = checked.ok().and_then(|p| Cassette::load(&p).ok());
+                replay_source(dir, &path, *pace, cassette.as_ref())
             }
         }
     }
 }
 
-/// The cassette of `variant` × `scenario` under `dir`.
+/// The cassette of `variant` × `scenario` under `dir`, as named (for names a loaded
+/// scenario already checked); the run reads and writes through [`checked_cassette_path`].
 pub fn cassette_path(dir: &Path, variant: &str, scenario: &str) -> PathBuf {
     dir.join(variant).join(format!("{scenario}.yaml"))
+}
+
+/// [`cassette_path`], refused when it would not stay inside `dir` (a name with `/` or
+/// `..`, or a symlink out of the folder).
+pub fn checked_cassette_path(dir: &Path, variant: &str, scenario: &str) -> Result<PathBuf, String> {
+    crate::paths::inside(dir, &[variant, &format!("{scenario}.yaml")])
+        .map_err(|e| format!("no cassette path for {variant} × {scenario}: {e}"))
+}
+
+/// Reads the cassette at `path` for `variant` to replay, refusing one recorded for another
+/// variant (its `variant:` names a different one), located at that line.
+pub fn load_cassette(path: &Path, variant: &str) -> Result<Cassette, String> {
+    let cassette = Cassette::load(path).map_err(|e| e.to_string())?;
+    if cassette.variant != variant {
+        let line = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|text| text.lines().position(|l| l.starts_with("variant:")))
+            .map_or(1, |i| i + 1);
+        return Err(format!(
+            "{}:{line}:1: the cassette is for the `{}` variant, and the {variant} variant cannot replay it",
+            path.display(),
+            crate::paths::cut(&cassette.variant)
+        ));
+    }
+    Ok(cassette)
 }
 
 /// A replay of the cassette at `path` under `dir`, at `pace`, with `cassette`'s header when
@@ -171,7 +200,7 @@ pub async fn open_cloud(
         CloudMode::Record { dir } => {
             let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
             let recorder = Arc::new(Recorder::new(
-                cassette_path(dir, name, scenario),
+                checked_cassette_path(dir, name, scenario)?,
                 format!("recorded live {date}"),
                 name,
                 scenario,
@@ -196,14 +225,14 @@ pub async fn open_cloud(
             })
         }
         CloudMode::Replay { dir, pace } => {
-            let path = cassette_path(dir, name, scenario);
+            let path = checked_cassette_path(dir, name, scenario)?;
             if !path.is_file() {
                 return Err(format!(
                     "no cassette for {name} × {scenario} at {} (record one with --record, or run it with --live)",
                     path.display()
                 ));
             }
-            let cassette = Cassette::load(&path).map_err(|e| e.to_string())?;
+            let cassette = load_cassette(&path, name)?;
             let source = replay_source(dir, &path, *pace, Some(&cassette));
             let server = ReplayServer::start(
                 cassette,

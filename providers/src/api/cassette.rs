@@ -36,6 +36,29 @@ pub struct Cassette {
     pub exchanges: Vec<Exchange>,
 }
 
+/// The longest latency a cassette may record: one hour, in milliseconds.
+pub const MAX_LATENCY_MS: f64 = 3_600_000.0;
+
+/// Reads a response's `latency_ms:`, refusing what is not a finite number of milliseconds
+/// from 0 to [`MAX_LATENCY_MS`] (replay at the recorded pace sleeps that long).
+fn latency<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> std::result::Result<f64, D::Error> {
+    let ms = f64::deserialize(deserializer)?;
+    if ms.is_finite() && (0.0..=MAX_LATENCY_MS).contains(&ms) {
+        Ok(ms)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "latency_ms: {} is out of range; a recorded latency is 0 to {MAX_LATENCY_MS} ms (one hour)",
+            if ms.abs() >= 1e9 {
+                format!("{ms:e}")
+            } else {
+                ms.to_string()
+            }
+        )))
+    }
+}
+
 /// Reads a cassette's `written:`, refusing what is neither `YYYY-MM-DD` nor an RFC 3339 time.
 fn written_date<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
@@ -170,8 +193,9 @@ pub struct RecordedResponse {
     /// The body, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<Body>,
-    /// Time from sending the request to the end of the body, in milliseconds.
-    #[serde(default)]
+    /// Time from sending the request to the end of the body, in milliseconds, from 0 to
+    /// [`MAX_LATENCY_MS`].
+    #[serde(default, deserialize_with = "latency")]
     pub latency_ms: f64,
     /// Fault: the connection drops after this many bytes of the body.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -357,13 +381,42 @@ impl Cassette {
                 format!("cannot read cassette {}: {e}", path.display()),
             )
         })?;
-        Self::parse(&text).map_err(|e| e.context(format!("cassette {}", path.display())))
+        Self::parse_named(&text, Some(path))
     }
 
     /// Parses cassette YAML.
     pub fn parse(text: &str) -> Result<Cassette> {
-        let cassette: Cassette = serde_saphyr::from_str(text)
-            .map_err(|e| ProviderError::new(ErrorKind::Config, format!("not a cassette: {e}")))?;
+        Self::parse_named(text, None)
+    }
+
+    /// Parses cassette YAML; YAML errors start `file:line:column:` (`file` being `path`,
+    /// or `cassette`).
+    fn parse_named(text: &str, path: Option<&Path>) -> Result<Cassette> {
+        let cassette: Cassette = serde_saphyr::from_str(text).map_err(|e| {
+            let file = path.map_or_else(|| "cassette".to_owned(), |p| p.display().to_string());
+            let (line, column, message) = crate::yaml::describe(&e);
+            if line == 0 {
+                return ProviderError::new(
+                    ErrorKind::Config,
+                    format!("{file}: not a cassette: {message}"),
+                );
+            }
+            ProviderError::new(
+                ErrorKind::Config,
+                format!("{file}:{line}:{column}: not a cassette: {message}"),
+            )
+        })?;
+        cassette.check().map_err(|mut e| {
+            let file = path.map_or_else(|| "cassette".to_owned(), |p| p.display().to_string());
+            e.message = format!("{file}: {}", crate::yaml::humane(&e.message));
+            e
+        })?;
+        Ok(cassette)
+    }
+
+    /// What YAML cannot say about a cassette: paths, methods, statuses and bodies that work.
+    fn check(&self) -> Result<()> {
+        let cassette = self;
         for (i, exchange) in cassette.exchanges.iter().enumerate() {
             if !exchange.request.path.starts_with('/') {
                 return Err(ProviderError::new(
@@ -406,7 +459,7 @@ impl Cassette {
                     .map_err(|e| e.context(format!("exchange {i} response body")))?;
             }
         }
-        Ok(cassette)
+        Ok(())
     }
 
     /// Writes the cassette as YAML, creating its directory.
@@ -722,6 +775,50 @@ mod tests {
         assert!(err.to_string().contains("exchange 0"), "{err}");
         let err = Cassette::parse("origin: a\nvariant: e2b\n").unwrap_err();
         assert!(err.to_string().contains("not a cassette"), "{err}");
+        // Long values are cut, and parser internals stay out.
+        let err = Cassette::parse(&format!(
+            "origin: authored\nvariant: e2b\nscenario: x\nexchanges:\n  - request: {{method: GET, path: {}}}\n    response: {{status: 200}}\n",
+            "p".repeat(20_000)
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.len() < 700 && err.contains("20000 bytes in all"),
+            "{}",
+            &err[..300]
+        );
+        let err =
+            Cassette::parse("origin: a\norigin: b\nvariant: e2b\nscenario: x\nexchanges: []\n")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            err.contains("cassette:2:1: not a cassette: `origin` is given twice"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_latency_out_of_range_is_refused_at_load_where_it_stands() {
+        let cassette = |latency: &str| {
+            Cassette::parse(&format!(
+                "origin: a\nvariant: e2b\nscenario: x\nexchanges:\n  - request: {{method: GET, path: /}}\n    response:\n      status: 200\n      latency_ms: {latency}\n"
+            ))
+        };
+        assert_eq!(
+            cassette("3600000").unwrap().exchanges[0]
+                .response
+                .latency_ms,
+            3_600_000.0
+        );
+        assert_eq!(cassette("0").unwrap().exchanges[0].response.latency_ms, 0.0);
+        for bad in ["1e300", "-1", "3600000.5", ".nan", ".inf", "-.inf"] {
+            let err = cassette(bad).unwrap_err().to_string();
+            assert!(
+                err.contains("cassette:8:19: not a cassette: latency_ms:")
+                    && err.contains("out of range"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! hash in `buildInfo.contextHashes`; this client does not upload, so the context has to
 //! travel inside the Dockerfile. Anything it cannot inline is refused with a reason.
 
-use std::path::{Component, Path};
+use std::path::Path;
 
 use sandbox_contract::dockerfile::parse::parse;
 
@@ -96,14 +96,7 @@ fn read_context_file(dir: &Path, source: &str) -> Result<String, String> {
     if source.contains(['*', '?', '[']) {
         return Err(format!("`{source}` is a pattern; name one file"));
     }
-    let relative = Path::new(source);
-    if relative
-        .components()
-        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
-    {
-        return Err(format!("`{source}` leaves the build context"));
-    }
-    let path = dir.join(relative);
+    let path = crate::context::resolve(dir, source)?;
     let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     if bytes.len() > MAX_INLINE_BYTES {
         return Err(format!(
@@ -174,6 +167,30 @@ mod tests {
                 .message
                 .contains("newline")
         );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_symlink_out_of_the_environment_is_refused_with_the_copy_line() {
+        // A fake secret outside the environment folder: not a real credential.
+        let outside = env("FROM x\n", &[("secret", "sm-fake-daytona-secret\n")]);
+        let dir = env(
+            "FROM x\nCOPY inside.txt /a\nCOPY leak.txt /b\n",
+            &[("real.txt", "ok\n")],
+        );
+        std::os::unix::fs::symlink("real.txt", dir.join("inside.txt")).unwrap();
+        std::os::unix::fs::symlink(outside.join("secret"), dir.join("leak.txt")).unwrap();
+        let e = inline_context(&dir).unwrap_err();
+        assert!(
+            e.message.contains("Dockerfile:3:") && e.message.contains("outside the environment"),
+            "{e}"
+        );
+        assert!(!e.to_string().contains("sm-fake-daytona-secret"), "{e}");
+        std::fs::remove_file(dir.join("leak.txt")).unwrap();
+        std::fs::write(dir.join("Dockerfile"), "FROM x\nCOPY inside.txt /a\n").unwrap();
+        assert!(inline_context(&dir).unwrap().contains("ok\n"));
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&outside);
     }
 
     #[test]

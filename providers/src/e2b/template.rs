@@ -4,7 +4,7 @@
 //! E2B ignores the image's `USER`, `WORKDIR` and `ENV` at launch, so the steps end by
 //! re-asserting the contract's identity (user, working directory, locale and time zone).
 
-use std::path::{Component, Path};
+use std::path::Path;
 
 use sandbox_contract::IDENTITY;
 use sandbox_contract::dockerfile::parse::{Args, Instruction, parse};
@@ -131,6 +131,12 @@ pub struct StartCommands {
 /// None at all is refused: the template's code channel would never answer.
 pub fn start_commands(dir: &Path, options: &super::BuildOptions) -> Result<StartCommands> {
     let path = dir.join(ENVIRONMENT_FILE);
+    // A description that is a symlink out of the environment folder is not read.
+    if path.symlink_metadata().is_ok() {
+        crate::context::check(dir, &path, ENVIRONMENT_FILE).map_err(|why| {
+            ProviderError::new(ErrorKind::Config, format!("{}: {why}", path.display()))
+        })?;
+    }
     let described: Value = match std::fs::read_to_string(&path) {
         Ok(text) => serde_json::from_str(&text).map_err(|e| {
             ProviderError::new(
@@ -240,13 +246,8 @@ fn env_pairs(instruction: &Instruction) -> std::result::Result<Vec<String>, &'st
 /// A deterministic tar of `source` (a file or directory inside `dir`), named as it is in
 /// the context so the COPY step finds it.
 fn archive(dir: &Path, source: &str) -> std::result::Result<Upload, String> {
+    crate::context::resolve(dir, source).map_err(|e| format!("COPY source {e}"))?;
     let relative = Path::new(source);
-    if relative
-        .components()
-        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
-    {
-        return Err(format!("COPY source `{source}` leaves the build context"));
-    }
     let mut files = Vec::new();
     collect(dir, relative, &mut files)?;
     files.sort();
@@ -283,6 +284,8 @@ fn collect(
     files: &mut Vec<std::path::PathBuf>,
 ) -> std::result::Result<(), String> {
     let full = dir.join(relative);
+    // Every file and folder on the way, not only the one COPY names, stays inside.
+    crate::context::check(dir, &full, &relative.display().to_string())?;
     let meta =
         std::fs::metadata(&full).map_err(|e| format!("cannot read {}: {e}", full.display()))?;
     if meta.is_dir() {
@@ -390,6 +393,53 @@ mod tests {
         assert_eq!(plan.ignored, vec!["CMD"]);
         // Deterministic: the same context gives the same archive.
         assert_eq!(super::plan(&dir).unwrap().uploads, plan.uploads);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_symlink_out_of_the_environment_is_refused_with_the_copy_line() {
+        let outside = std::env::temp_dir().join(format!("sm-e2b-outside-{}", std::process::id()));
+        std::fs::create_dir_all(&outside).unwrap();
+        // A fake secret outside the environment folder: not a real credential.
+        std::fs::write(outside.join("secret"), "sm-fake-e2b-secret\n").unwrap();
+        let dir = dir_with("FROM a\nCOPY a.json /a\nCOPY ctx /ctx\n");
+        let ctx = dir.join("ctx");
+        let _ = std::fs::remove_dir_all(&ctx);
+        std::fs::create_dir_all(&ctx).unwrap();
+        std::os::unix::fs::symlink("../a.json", ctx.join("inside.json")).unwrap();
+        // A symlink inside the folder pointing inside is followed.
+        assert_eq!(plan(&dir).unwrap().uploads.len(), 2);
+        std::os::unix::fs::symlink(outside.join("secret"), ctx.join("leak")).unwrap();
+        let e = plan(&dir).unwrap_err();
+        assert!(
+            e.message.contains("Dockerfile:3:") && e.message.contains("outside the environment"),
+            "{e}"
+        );
+        // The Dockerfile and the environment description themselves, too.
+        let linked = dir_with("FROM a\n# the Dockerfile is linked out\n");
+        std::fs::remove_file(linked.join("Dockerfile")).unwrap();
+        std::os::unix::fs::symlink(outside.join("secret"), linked.join("Dockerfile")).unwrap();
+        let e = plan(&linked).unwrap_err();
+        assert!(e.message.contains("outside the environment"), "{e}");
+        let _ = std::fs::remove_file(linked.join("Dockerfile"));
+        std::fs::write(linked.join("Dockerfile"), "FROM a\n").unwrap();
+        std::os::unix::fs::symlink(outside.join("secret"), linked.join(ENVIRONMENT_FILE)).unwrap();
+        let e = start_commands(&linked, &super::super::BuildOptions::default()).unwrap_err();
+        assert!(e.message.contains("outside the environment"), "{e}");
+        assert!(!e.to_string().contains("sm-fake-e2b-secret"), "{e}");
+        let _ = std::fs::remove_dir_all(&linked);
+        // The file COPY names directly, too.
+        let direct = dir_with("FROM a\nCOPY leak /leak\n");
+        let _ = std::fs::remove_file(direct.join("leak"));
+        std::os::unix::fs::symlink(outside.join("secret"), direct.join("leak")).unwrap();
+        let e = plan(&direct).unwrap_err();
+        assert!(
+            e.message.contains("Dockerfile:2:") && e.message.contains("outside the environment"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&direct);
+        let _ = std::fs::remove_dir_all(&outside);
     }
 
     #[test]

@@ -637,14 +637,14 @@ impl Emulator {
             return Err(Answer::error(502, "sandbox not running"));
         };
         let envd = port == sandbox_providers::e2b::ENVD_PORT.to_string();
-        if let Some(token) = s.traffic_token.as_ref().filter(|_| !envd) {
-            if headers.get("e2b-traffic-access-token") != Some(token) {
-                return Err(Answer::json(
-                    403,
-                    json!({"code": 403, "sandboxId": id,
-                           "message": "the sandbox's traffic access token is missing or wrong"}),
-                ));
-            }
+        if let Some(token) = s.traffic_token.as_ref().filter(|_| !envd)
+            && headers.get("e2b-traffic-access-token") != Some(token)
+        {
+            return Err(Answer::json(
+                403,
+                json!({"code": 403, "sandboxId": id,
+                       "message": "the sandbox's traffic access token is missing or wrong"}),
+            ));
         }
         let channel = if port == "49999" {
             s.channel
@@ -666,7 +666,7 @@ impl Emulator {
     /// has a token of its own: added here when the template's server is `open` (none of
     /// its own), else the answer is what a server with an unknown token gives.
     async fn forward(&self, inner: &SandboxId, open: bool, r: &HttpRequest) -> Answer {
-        if !open && !(r.method == "GET" && r.path == "/api") {
+        if !(open || r.method == "GET" && r.path == "/api") {
             return Answer::json(403, json!({"message": "Forbidden", "reason": null}));
         }
         let (base, token) = match self.inner.docker.jupyter_endpoint(inner).await {

@@ -172,6 +172,7 @@ impl BaseRecipe {
         let spec = super::BuildSpec {
             dir: &self.dir,
             extra_files: &[(DOCTOR_FILE, &self.doctor.path)],
+            dockerfile: None,
             tag: Some(BASE_IMAGE),
             labels,
             build_args: HashMap::new(),

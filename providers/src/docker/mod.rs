@@ -350,7 +350,12 @@ impl Provider for DockerProvider {
     }
 
     async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact> {
-        let labels = request.labels.to_map().into_iter().collect();
+        // The run's labels go in as one LABEL right after each FROM, not through the
+        // engine's label option, which the classic builder appends as one LABEL per key at
+        // the end: every intermediate image then carries all of them, so cleanup and sweep
+        // find a build stopped part-way.
+        let dockerfile = crate::read_dockerfile(&request.environment_dir)?;
+        let dockerfile = label_every_stage(&dockerfile, &request.labels.to_map());
         let mut build_args: HashMap<String, String> = request
             .build_secrets
             .iter()
@@ -429,8 +434,9 @@ impl Provider for DockerProvider {
         let spec = BuildSpec {
             dir: &request.environment_dir,
             extra_files: &[],
+            dockerfile: Some(&dockerfile),
             tag: None,
-            labels,
+            labels: HashMap::new(),
             build_args,
             credentials,
             pull,
@@ -819,9 +825,9 @@ impl Provider for DockerProvider {
                 kind: "container".into(),
                 id,
             })
-            .chain(images.into_iter().map(|i| Resource {
+            .chain(children_first(images).into_iter().map(|id| Resource {
                 kind: "image".into(),
-                id: i.id,
+                id,
             }))
             .collect())
     }
@@ -850,6 +856,33 @@ impl Provider for DockerProvider {
             )),
         }
     }
+}
+
+/// The ids of `images`, every image before its parent, so that removing them in order
+/// never meets an image that still has a child (the intermediate images of a build).
+fn children_first(images: Vec<bollard::models::ImageSummary>) -> Vec<String> {
+    let parents: HashMap<String, String> = images
+        .iter()
+        .map(|i| (i.id.clone(), i.parent_id.clone()))
+        .collect();
+    let depth = |id: &str| {
+        let mut depth = 0usize;
+        let mut at = id;
+        while let Some(parent) = parents.get(at) {
+            depth += 1;
+            if depth > parents.len() {
+                break;
+            }
+            at = parent;
+        }
+        depth
+    };
+    let mut ids: Vec<(usize, String)> = images
+        .iter()
+        .map(|i| (depth(&i.id), i.id.clone()))
+        .collect();
+    ids.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    ids.into_iter().map(|(_, id)| id).collect()
 }
 
 /// `credential` as the engine takes a registry login.
@@ -906,6 +939,9 @@ pub(crate) struct BuildSpec<'a> {
     pub dir: &'a Path,
     /// Files added to the context under a name of their own.
     pub extra_files: &'a [(&'a str, &'a Path)],
+    /// The Dockerfile's text to build instead of the folder's own (which stays in the
+    /// context): sent as [`LABELLED_DOCKERFILE`].
+    pub dockerfile: Option<&'a str>,
     /// A tag for the image, if it should have one.
     pub tag: Option<&'a str>,
     /// Labels of the image.
@@ -929,6 +965,7 @@ pub(crate) async fn build_context(
     let BuildSpec {
         dir,
         extra_files,
+        dockerfile,
         tag,
         labels,
         build_args,
@@ -941,9 +978,22 @@ pub(crate) async fn build_context(
             format!("no Dockerfile in {}", dir.display()),
         ));
     }
-    let context = tar_context(dir, extra_files)?;
+    if dockerfile.is_some() && dir.join(LABELLED_DOCKERFILE).exists() {
+        return Err(ProviderError::new(
+            ErrorKind::Config,
+            format!(
+                "{} exists: sandbox-matrix sends the labelled Dockerfile under that name",
+                dir.join(LABELLED_DOCKERFILE).display()
+            ),
+        ));
+    }
+    let context = tar_context(dir, extra_files, dockerfile)?;
     let mut options = BuildImageOptionsBuilder::default()
-        .dockerfile("Dockerfile")
+        .dockerfile(if dockerfile.is_some() {
+            LABELLED_DOCKERFILE
+        } else {
+            "Dockerfile"
+        })
         .rm(true)
         .forcerm(true)
         .networkmode("none")
@@ -1004,7 +1054,92 @@ pub(crate) async fn build_context(
     })
 }
 
-fn tar_context(dir: &Path, extra_files: &[(&str, &Path)]) -> Result<Vec<u8>> {
+/// Name under which a rewritten Dockerfile is added to the build context.
+pub(crate) const LABELLED_DOCKERFILE: &str = ".sandbox-matrix.Dockerfile";
+
+/// `dockerfile` with one `LABEL` instruction carrying every one of `labels` right after
+/// each `FROM` instruction (continuation lines followed; the classic builder has no
+/// heredocs), so that every image
+/// the build commits, intermediate ones included, carries all of them.
+pub(crate) fn label_every_stage(
+    dockerfile: &str,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> String {
+    let quote = |s: &str| {
+        let mut q = String::from("\"");
+        for c in s.chars() {
+            match c {
+                '"' | '\\' | '$' => {
+                    q.push('\\');
+                    q.push(c);
+                }
+                '\n' => q.push(' '),
+                c => q.push(c),
+            }
+        }
+        q.push('"');
+        q
+    };
+    let label_line = format!(
+        "LABEL {}",
+        labels
+            .iter()
+            .map(|(k, v)| format!("{}={}", quote(k), quote(v)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    // A `# escape=` parser directive changes the continuation character.
+    let mut escape = '\\';
+    for line in dockerfile.lines() {
+        let t = line.trim();
+        let Some(directive) = t.strip_prefix('#') else {
+            break;
+        };
+        let directive = directive.trim();
+        if let Some((key, value)) = directive.split_once('=') {
+            if key.trim().eq_ignore_ascii_case("escape")
+                && let Some(c) = value.trim().chars().next()
+            {
+                escape = c;
+            }
+        } else {
+            break;
+        }
+    }
+    let mut out = String::with_capacity(dockerfile.len() + 200);
+    let mut in_from = false;
+    let mut continued = false;
+    for line in dockerfile.lines() {
+        out.push_str(line);
+        out.push('\n');
+        let trimmed = line.trim();
+        if !continued {
+            if trimmed.starts_with('#') || trimmed.is_empty() {
+                continue;
+            }
+            in_from = trimmed
+                .split_whitespace()
+                .next()
+                .is_some_and(|w| w.eq_ignore_ascii_case("FROM"));
+        } else if trimmed.starts_with('#') || trimmed.is_empty() {
+            // Comments and blank lines inside a continued instruction do not end it.
+            continue;
+        }
+        continued = trimmed.ends_with(escape);
+        if in_from && !continued {
+            out.push_str(&label_line);
+            out.push('\n');
+            in_from = false;
+        }
+    }
+    out
+}
+
+fn tar_context(
+    dir: &Path,
+    extra_files: &[(&str, &Path)],
+    dockerfile: Option<&str>,
+) -> Result<Vec<u8>> {
     let mut builder = tar::Builder::new(Vec::new());
     builder.follow_symlinks(false);
     // The engine's tar reader refuses GNU sparse entries, which large binaries become.
@@ -1015,6 +1150,17 @@ fn tar_context(dir: &Path, extra_files: &[(&str, &Path)]) -> Result<Vec<u8>> {
             extra_files
                 .iter()
                 .try_for_each(|(name, path)| builder.append_path_with_name(path, name))
+        })
+        .and_then(|()| match dockerfile {
+            Some(text) => {
+                let mut header = tar::Header::new_gnu();
+                header.set_size(text.len() as u64);
+                header.set_mode(0o644);
+                header.set_mtime(0);
+                header.set_cksum();
+                builder.append_data(&mut header, LABELLED_DOCKERFILE, text.as_bytes())
+            }
+            None => Ok(()),
         })
         .and_then(|()| builder.into_inner())
         .map_err(|e| {
@@ -1062,6 +1208,58 @@ fn random_hex(bytes: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn run_labels() -> std::collections::BTreeMap<String, String> {
+        RunLabels {
+            run_id: "20261201T000000Z-abcdef".into(),
+            variant: "docker".into(),
+            scenario: "lifecycle".into(),
+        }
+        .to_map()
+    }
+
+    const ONE_LABEL: &str = "LABEL \"sandbox-matrix.run\"=\"20261201T000000Z-abcdef\" \"sandbox-matrix.scenario\"=\"lifecycle\" \"sandbox-matrix.variant\"=\"docker\"";
+
+    #[test]
+    fn images_come_before_their_parents() {
+        let image = |id: &str, parent: &str| bollard::models::ImageSummary {
+            id: id.into(),
+            parent_id: parent.into(),
+            ..Default::default()
+        };
+        let ordered = children_first(vec![image("a", "base"), image("c", "b"), image("b", "a")]);
+        assert_eq!(ordered, ["c", "b", "a"]);
+    }
+
+    #[test]
+    fn labels_go_in_once_right_after_every_from() {
+        let dockerfile = "# escape=\\\nARG BASE_IMAGE=base:v1\nFROM ${BASE_IMAGE} AS one\nRUN true\nfrom \\\n  # a comment inside\n  other\nRUN false\n";
+        let labelled = label_every_stage(dockerfile, &run_labels());
+        assert_eq!(
+            labelled,
+            format!(
+                "# escape=\\\nARG BASE_IMAGE=base:v1\nFROM ${{BASE_IMAGE}} AS one\n{ONE_LABEL}\nRUN true\nfrom \\\n  # a comment inside\n  other\n{ONE_LABEL}\nRUN false\n"
+            )
+        );
+    }
+
+    #[test]
+    fn a_backtick_escape_directive_continues_a_from() {
+        let labelled = label_every_stage("# escape=`\nFROM `\n base\nRUN x\n", &run_labels());
+        assert_eq!(
+            labelled,
+            format!("# escape=`\nFROM `\n base\n{ONE_LABEL}\nRUN x\n")
+        );
+    }
+
+    #[test]
+    fn label_values_are_quoted_for_the_dockerfile() {
+        let labels = std::collections::BTreeMap::from([("k".to_owned(), "a \"b\" $c".to_owned())]);
+        assert_eq!(
+            label_every_stage("FROM x\n", &labels),
+            "FROM x\nLABEL \"k\"=\"a \\\"b\\\" \\$c\"\n"
+        );
+    }
 
     #[test]
     fn engine_errors_map_to_kinds() {

@@ -102,3 +102,197 @@ async fn a_failed_build_leaves_only_images_with_every_run_label() {
         "cleanup by the run's labels left images behind"
     );
 }
+
+/// A scenario outside scenarios/, in `dir`, whose steps are slow enough for a signal to
+/// land in the one meant: the build sleeps, the sandbox sleeps before its server starts,
+/// and the first result sleeps.
+fn slow_scenario(dir: &Path) -> std::path::PathBuf {
+    environment(
+        dir,
+        "RUN sleep 20\nENTRYPOINT [\"/bin/sh\", \"-c\", \"sleep 25; exec \\\"$@\\\"\", \"slow-start\"]\n",
+    );
+    let scenario = dir.join("slow.yaml");
+    std::fs::write(
+        &scenario,
+        "name: crash-cleanup\nenvironment: environment\nsteps:\n  - step: build\n    budget: 10m\n  - step: launch\n    budget: 3m\n  - step: first-result\n    budget: 5m\n    code: \"import time; time.sleep(240); 1+1\"\n    expect: \"2\"\n  - step: cleanup\n    budget: 2m\n",
+    )
+    .expect("scenario written");
+    scenario
+}
+
+/// Runs the slow scenario, sends `signal` once step `step` has run for `after`, and
+/// returns the run id, the exit status and the output folder.
+fn interrupted_run(
+    dir: &Path,
+    step: &str,
+    after: std::time::Duration,
+    signal: &str,
+) -> (
+    String,
+    std::process::ExitStatus,
+    std::path::PathBuf,
+    Vec<String>,
+) {
+    use std::io::{BufRead, BufReader};
+    let scenario = slow_scenario(dir);
+    let out = dir.join("reports");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"))
+        .args(["run", "--variant", "docker", "--scenario"])
+        .arg(&scenario)
+        .arg("--root")
+        .arg(common::root())
+        .arg("--out")
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("sandbox-matrix starts");
+    let stderr = BufReader::new(child.stderr.take().expect("stderr is piped"));
+    let mut lines = stderr.lines().map_while(Result::ok);
+    let mut seen = Vec::new();
+    let mut run_id = None;
+    let started = std::time::Instant::now();
+    for line in lines.by_ref() {
+        if let Some(rest) = line.strip_prefix("run ") {
+            run_id = rest.split(':').next().map(str::to_owned);
+        }
+        let reached = line.trim() == format!("▸ {step}");
+        seen.push(line);
+        if reached {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(600),
+            "{step} never started: {seen:#?}"
+        );
+    }
+    assert!(
+        seen.last().is_some_and(|l| l.trim() == format!("▸ {step}")),
+        "the run ended before {step}: {seen:#?}"
+    );
+    std::thread::sleep(after);
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .expect("kill runs")
+            .success()
+    );
+    seen.extend(lines);
+    let status = child.wait().expect("sandbox-matrix exits");
+    let run_id = run_id.unwrap_or_else(|| panic!("no run id printed: {seen:#?}"));
+    (run_id, status, out, seen)
+}
+
+/// Ids the run's ledger says were created, that the engine still has.
+fn ledger_ids_left(out: &Path, run_id: &str) -> Vec<String> {
+    let path = out.join(run_id).join("ledger.jsonl");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("the ledger {}: {e}", path.display()));
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|r| r["event"] == "created")
+        .filter_map(|r| r["id"].as_str().map(str::to_owned))
+        .filter(|id| {
+            Command::new("docker")
+                .args(["inspect", id])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .collect()
+}
+
+/// `sweep --run ID` (no --scenario) for a run whose scenario came from outside
+/// scenarios/; returns what it printed.
+fn sweep(run_id: &str, out: &Path) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"))
+        .args(["sweep", "--run", run_id, "--variant", "docker", "--out"])
+        .arg(out)
+        .current_dir(common::root())
+        .output()
+        .expect("sandbox-matrix runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(output.status.code(), Some(0), "sweep: {text}");
+    text
+}
+
+fn killed_then_swept(step: &str, after: std::time::Duration) {
+    let test = format!("kill-9-during-{step}");
+    if !common::docker_or_skip(&test) {
+        return;
+    }
+    let dir = common::out_dir(&test);
+    let (run_id, status, out, seen) = interrupted_run(&dir, step, after, "KILL");
+    assert_eq!(status.code(), None, "killed by signal 9: {seen:#?}");
+    let swept = sweep(&run_id, &out);
+    let left = common::left_by_run(&run_id);
+    let in_ledger = ledger_ids_left(&out, &run_id);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        left.is_empty(),
+        "after sweep, still carrying the run label: {left:?}\nsweep said: {swept}"
+    );
+    assert!(
+        in_ledger.is_empty(),
+        "after sweep, still there though in the ledger: {in_ledger:?}\nsweep said: {swept}"
+    );
+}
+
+#[test]
+fn kill_9_during_build_then_sweep_leaves_nothing() {
+    killed_then_swept("build", std::time::Duration::from_secs(8));
+}
+
+#[test]
+fn kill_9_during_launch_then_sweep_leaves_nothing() {
+    killed_then_swept("launch", std::time::Duration::from_secs(5));
+}
+
+#[test]
+fn kill_9_during_first_result_then_sweep_leaves_nothing() {
+    killed_then_swept("first-result", std::time::Duration::from_secs(3));
+}
+
+#[test]
+fn sigterm_during_launch_cleans_up_writes_reports_and_exits_143() {
+    if !common::docker_or_skip("sigterm_during_launch") {
+        return;
+    }
+    let dir = common::out_dir("sigterm-during-launch");
+    let (run_id, status, out, seen) =
+        interrupted_run(&dir, "launch", std::time::Duration::from_secs(5), "TERM");
+    let results = std::fs::read_to_string(out.join(&run_id).join("results.json"));
+    let left_before_sweep = common::left_by_run(&run_id);
+    sweep(&run_id, &out);
+    let left = common::left_by_run(&run_id);
+    let in_ledger = ledger_ids_left(&out, &run_id);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(status.code(), Some(143), "{seen:#?}");
+    let results: sandbox_matrix::report::results::RunResults =
+        serde_json::from_str(&results.expect("results.json written")).expect("it parses");
+    let scenario = &results.scenarios[0];
+    use sandbox_matrix::report::results::StepStatus;
+    assert_eq!(
+        scenario.step("launch").map(|s| &s.status),
+        Some(&StepStatus::Failed {
+            reason: "interrupted by SIGTERM".into()
+        })
+    );
+    assert_eq!(
+        scenario.step("cleanup").map(|s| &s.status),
+        Some(&StepStatus::Passed)
+    );
+    assert!(
+        left_before_sweep.is_empty(),
+        "the run's own cleanup left: {left_before_sweep:?}"
+    );
+    assert!(
+        left.is_empty() && in_ledger.is_empty(),
+        "{left:?} {in_ledger:?}"
+    );
+}

@@ -31,9 +31,9 @@ use crate::registry::{DigestReference, Repository, check_base};
 use crate::tail;
 use crate::{
     Artifact, BASE_ARG, BaseImage, BuildLogMode, BuildRequest, Capabilities, CodeOutput,
-    CommandOutput, ErrorKind, LogFn, Provider, ProviderError, RegistryCredential, Resource,
-    RestartKind, Result, RunLabels, SandboxId, Secret, ShutdownEnding, ShutdownObservation,
-    ShutdownReport, Timing,
+    CommandOutput, ErrorKind, Labelled, LogFn, Provider, ProviderError, RegistryCredential,
+    Resource, RestartKind, Result, RunLabels, SandboxId, Secret, ShutdownEnding,
+    ShutdownObservation, ShutdownReport, Timing,
 };
 
 pub use base::{BaseRecipe, DoctorBinary};
@@ -832,6 +832,86 @@ impl Provider for DockerProvider {
             .collect())
     }
 
+    fn artifact_resource(&self, artifact: &Artifact) -> Option<Resource> {
+        Some(Resource {
+            kind: "image".into(),
+            id: artifact.id.clone(),
+        })
+    }
+
+    fn sandbox_resource(&self, sandbox: &SandboxId) -> Option<Resource> {
+        Some(Resource {
+            kind: "container".into(),
+            id: sandbox.0.clone(),
+        })
+    }
+
+    async fn list_labelled(&self, run_id: Option<&str>) -> Result<Vec<Labelled>> {
+        let filter = match run_id {
+            Some(id) => format!("{}={id}", crate::RUN_LABEL),
+            None => crate::RUN_LABEL.to_owned(),
+        };
+        let filters = HashMap::from([("label".to_owned(), vec![filter])]);
+        let containers = self
+            .docker
+            .list_containers(Some(
+                ListContainersOptionsBuilder::default()
+                    .all(true)
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(|e| engine_error(e).context("listing containers by the run label"))?;
+        let images = self
+            .docker
+            .list_images(Some(
+                ListImagesOptionsBuilder::default()
+                    .all(true)
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(|e| engine_error(e).context("listing images by the run label"))?;
+        let at = |secs: i64| {
+            u64::try_from(secs)
+                .ok()
+                .map(|s| std::time::UNIX_EPOCH + Duration::from_secs(s))
+        };
+        let label = |labels: Option<&HashMap<String, String>>, key: &str| {
+            labels.and_then(|l| l.get(key)).cloned()
+        };
+        let mut found = Vec::new();
+        for c in containers {
+            let Some(id) = c.id else { continue };
+            found.push(Labelled {
+                run_id: label(c.labels.as_ref(), crate::RUN_LABEL).unwrap_or_default(),
+                scenario: label(c.labels.as_ref(), crate::SCENARIO_LABEL),
+                created: c.created.and_then(at),
+                resource: Resource {
+                    kind: "container".into(),
+                    id,
+                },
+            });
+        }
+        let by_id: HashMap<String, (HashMap<String, String>, i64)> = images
+            .iter()
+            .map(|i| (i.id.clone(), (i.labels.clone(), i.created)))
+            .collect();
+        for id in children_first(images) {
+            let (labels, created) = &by_id[&id];
+            found.push(Labelled {
+                run_id: label(Some(labels), crate::RUN_LABEL).unwrap_or_default(),
+                scenario: label(Some(labels), crate::SCENARIO_LABEL),
+                created: at(*created),
+                resource: Resource {
+                    kind: "image".into(),
+                    id,
+                },
+            });
+        }
+        Ok(found)
+    }
+
     async fn delete_resource(&self, resource: &Resource) -> Result<()> {
         match resource.kind.as_str() {
             "container" => remove_container(&self.docker, &resource.id).await,
@@ -929,6 +1009,11 @@ async fn remove_container(docker: &Docker, id: &str) -> Result<()> {
         Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 404, ..
         }) => Ok(()),
+        // The engine is removing it already (a cancelled build's step container).
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 409,
+            message,
+        }) if message.contains("already in progress") => Ok(()),
         Err(e) => Err(engine_error(e).context(format!("removing container {id}"))),
     }
 }

@@ -122,17 +122,21 @@ fn slow_scenario(dir: &Path) -> std::path::PathBuf {
 
 /// Runs the slow scenario, sends `signal` once step `step` has run for `after`, and
 /// returns the run id, the exit status and the output folder.
-fn interrupted_run(
-    dir: &Path,
-    step: &str,
-    after: std::time::Duration,
-    signal: &str,
-) -> (
+fn interrupted_run(dir: &Path, step: &str, after: std::time::Duration, signal: &str) -> Ended {
+    signalled_run(dir, step, after, &[signal])
+}
+
+/// A signalled run: its id, how it exited, its reports folder and what it printed.
+type Ended = (
     String,
     std::process::ExitStatus,
     std::path::PathBuf,
     Vec<String>,
-) {
+);
+
+/// [`interrupted_run`] sending each of `signals` in turn, each after the first once the
+/// run has said it was interrupted (so the second lands during its cleanup).
+fn signalled_run(dir: &Path, step: &str, after: std::time::Duration, signals: &[&str]) -> Ended {
     use std::io::{BufRead, BufReader};
     let scenario = slow_scenario(dir);
     let out = dir.join("reports");
@@ -172,13 +176,24 @@ fn interrupted_run(
     );
     std::thread::sleep(after);
     let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args([&format!("-{signal}"), &pid])
-            .status()
-            .expect("kill runs")
-            .success()
-    );
+    for (i, signal) in signals.iter().enumerate() {
+        if i > 0 {
+            for line in lines.by_ref() {
+                let said = line.starts_with("interrupted by");
+                seen.push(line);
+                if said {
+                    break;
+                }
+            }
+        }
+        assert!(
+            Command::new("kill")
+                .args([&format!("-{signal}"), &pid])
+                .status()
+                .expect("kill runs")
+                .success()
+        );
+    }
     seen.extend(lines);
     let status = child.wait().expect("sandbox-matrix exits");
     let run_id = run_id.unwrap_or_else(|| panic!("no run id printed: {seen:#?}"));
@@ -290,6 +305,58 @@ fn sigterm_during_launch_cleans_up_writes_reports_and_exits_143() {
     assert!(
         left_before_sweep.is_empty(),
         "the run's own cleanup left: {left_before_sweep:?}"
+    );
+    assert!(
+        left.is_empty() && in_ledger.is_empty(),
+        "{left:?} {in_ledger:?}"
+    );
+}
+
+#[test]
+fn sighup_twice_quits_at_once_and_the_printed_sweep_command_removes_the_rest() {
+    if !common::docker_or_skip("sighup_twice") {
+        return;
+    }
+    let dir = common::out_dir("sighup-twice");
+    let (run_id, status, out, seen) = signalled_run(
+        &dir,
+        "launch",
+        std::time::Duration::from_secs(3),
+        &["HUP", "HUP"],
+    );
+    // The line after "Remove what the run left with:" is the command, as printed.
+    let command = seen
+        .iter()
+        .skip_while(|l| !l.contains("Remove what the run left with:"))
+        .nth(1)
+        .map(|l| l.trim().to_owned());
+    let swept = command.as_deref().map(|command| {
+        let mut words = command.split(' ');
+        let program = words.next().expect("a program");
+        Command::new(program)
+            .args(words)
+            .output()
+            .expect("the printed command runs")
+    });
+    let left = common::left_by_run(&run_id);
+    let in_ledger = ledger_ids_left(&out, &run_id);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(status.code(), Some(129), "{seen:#?}");
+    let command = command.unwrap_or_else(|| panic!("no sweep command printed: {seen:#?}"));
+    assert!(
+        command.ends_with(&format!(
+            "sweep --run {run_id} --root {} --out {}",
+            common::root().display(),
+            out.display()
+        )),
+        "{command}"
+    );
+    let swept = swept.expect("it ran");
+    assert_eq!(
+        swept.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&swept.stderr)
     );
     assert!(
         left.is_empty() && in_ledger.is_empty(),

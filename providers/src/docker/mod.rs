@@ -44,8 +44,13 @@ const JUPYTER_PORT: u16 = 8888;
 const ENGINE_CALL_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// The kernel every sandbox starts.
 const KERNEL_NAME: &str = "python3";
-/// How long launch waits for Jupyter Server to answer.
-const READY_DEADLINE: Duration = Duration::from_secs(60);
+/// How long launch would wait for Jupyter Server to answer: longer than any step budget,
+/// so that the launch step's budget is what ends a wait for a hung sandbox.
+const READY_DEADLINE: Duration = Duration::from_secs(24 * 60 * 60);
+/// How often launch asks the engine whether the sandbox container still runs.
+const EXIT_POLL: Duration = Duration::from_millis(250);
+/// How many of an exited sandbox's last log lines its launch error quotes.
+const EXIT_LOG_LINES: usize = 20;
 /// How long one piece of code may run on the kernel.
 const EXECUTE_DEADLINE: Duration = Duration::from_secs(300);
 /// Registry address under which build secrets are handed to the builder, as a registry
@@ -231,6 +236,56 @@ impl DockerProvider {
                 format!("the push to {name} finished without a digest"),
             )),
         }
+    }
+
+    /// Returns once container `id` is no longer running: an error with its exit code and
+    /// last log lines (or why the engine could not be asked).
+    async fn exited(&self, id: &str) -> ProviderError {
+        let state = loop {
+            tokio::time::sleep(EXIT_POLL).await;
+            match self.docker.inspect_container(id, None).await {
+                Ok(inspect) => {
+                    let state = inspect.state.unwrap_or_default();
+                    if state.running != Some(true) && state.restarting != Some(true) {
+                        break state;
+                    }
+                }
+                Err(e) => {
+                    return engine_error(e).context("watching the sandbox container start");
+                }
+            }
+        };
+        let mut logs = self.docker.logs(
+            id,
+            Some(
+                LogsOptionsBuilder::default()
+                    .stdout(true)
+                    .stderr(true)
+                    .tail(&EXIT_LOG_LINES.to_string())
+                    .build(),
+            ),
+        );
+        let mut text = String::new();
+        while let Some(Ok(chunk)) = logs.next().await {
+            text.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+        }
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        let code = state
+            .exit_code
+            .map_or_else(|| "unknown".to_owned(), |c| c.to_string());
+        let oom = if state.oom_killed == Some(true) {
+            " (killed for lack of memory)"
+        } else {
+            ""
+        };
+        ProviderError::new(
+            ErrorKind::Protocol,
+            format!(
+                "the sandbox container exited with code {code}{oom} before Jupyter Server answered; its last {} log lines: {}",
+                lines.len(),
+                tail(&lines.join(" | "), 2000)
+            ),
+        )
     }
 
     /// Runs `cmd` in a fresh container of `image` and returns its stdout, removing the container after.
@@ -494,23 +549,33 @@ impl Provider for DockerProvider {
             .inspect_container(&id, None)
             .await
             .map_err(|e| engine_error(e).context("inspecting the sandbox container"))?;
+        let running = inspect.state.as_ref().and_then(|s| s.running) == Some(true);
         let host_port = inspect
             .network_settings
             .and_then(|n| n.ports)
             .and_then(|p| p.get(&port).cloned().flatten())
-            .and_then(|b| b.into_iter().find_map(|b| b.host_port))
-            .ok_or_else(|| {
-                ProviderError::new(
+            .and_then(|b| b.into_iter().find_map(|b| b.host_port));
+        let host_port = match host_port {
+            Some(port) => port,
+            // Exited already: its ports are unpublished.
+            None if !running => return Err(self.exited(&id).await),
+            None => {
+                return Err(ProviderError::new(
                     ErrorKind::Protocol,
                     "the engine published no host port for Jupyter Server",
-                )
-            })?;
+                ));
+            }
+        };
         let server = JupyterServer::new(&format!("http://127.0.0.1:{host_port}"), &token);
         let started = Instant::now();
-        let resolution = server
-            .wait_ready(READY_DEADLINE)
-            .await
-            .map_err(|e| e.context("waiting for Jupyter Server"))?;
+        // Watched while it starts: a container that exits fails launch at once, with its
+        // exit code and last log lines, instead of being polled as `connection refused`.
+        let resolution = tokio::select! {
+            ready = server.wait_ready(READY_DEADLINE) => {
+                ready.map_err(|e| e.context("waiting for Jupyter Server"))?
+            }
+            exited = self.exited(&id) => return Err(exited),
+        };
         let timing = Timing {
             name: "jupyter-server-ready".into(),
             duration: started.elapsed(),

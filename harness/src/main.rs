@@ -1392,17 +1392,8 @@ async fn run(args: RunArgs) -> u8 {
     let run_id = new_run_id();
     let interrupt = Interrupt::listen(Some(sweep_command(&run_id, root, args.out.as_deref())));
     let cancel = interrupt.token.clone();
-    // Before anything is created: every create is recorded here first.
-    let ledger = match Ledger::create(&out.join(&run_id), &run_id) {
-        Ok(ledger) => Arc::new(ledger),
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_REPORT;
-        }
-    };
     let runner = Runner::new(run_id.clone(), fake_canary(), sink.clone(), cancel.clone())
         .with_base(base)
-        .with_ledger(ledger.clone())
         .with_interrupt_name(interrupt.by.clone());
     let provenance = Provenance {
         run_id: run_id.clone(),
@@ -1485,6 +1476,15 @@ async fn run(args: RunArgs) -> u8 {
             }
         }
     }
+    // The input is good: before anything is created, every create is recorded here first.
+    let ledger = match Ledger::create(&out.join(&run_id), &run_id) {
+        Ok(ledger) => Arc::new(ledger),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_REPORT;
+        }
+    };
+    runner.attach_ledger(ledger.clone());
     eprintln!(
         "run {run_id}: {} variant(s) × {} scenario(s); cloud variants {}",
         variant_names.len(),

@@ -38,7 +38,7 @@ pub struct Runner {
     sink: Arc<dyn EventSink>,
     cancel: CancellationToken,
     volatiles: Mutex<Arc<Volatiles>>,
-    ledger: Option<Arc<Ledger>>,
+    ledger: OnceLock<Arc<Ledger>>,
     interrupted_by: Arc<OnceLock<String>>,
 }
 
@@ -113,7 +113,7 @@ impl Runner {
             sink,
             cancel,
             volatiles: Mutex::new(Arc::default()),
-            ledger: None,
+            ledger: OnceLock::new(),
             interrupted_by: Arc::default(),
         };
         runner.scenario_volatiles();
@@ -130,9 +130,16 @@ impl Runner {
 
     /// This runner recording every create in `ledger` before and after it, and cleaning up
     /// what the ledger names beside what the run's labels find.
-    pub fn with_ledger(mut self, ledger: Arc<Ledger>) -> Self {
-        self.ledger = Some(ledger);
+    pub fn with_ledger(self, ledger: Arc<Ledger>) -> Self {
+        self.attach_ledger(ledger);
         self
+    }
+
+    /// [`Runner::with_ledger`] on a runner already made: from the first create on (the
+    /// ledger is made once the run's input has been checked, so bad input writes nothing).
+    /// A second ledger is ignored.
+    pub fn attach_ledger(&self, ledger: Arc<Ledger>) {
+        let _ = self.ledger.set(ledger);
     }
 
     /// This runner naming what cancelled it from `by` (`Ctrl-C`, `SIGTERM`...), set by
@@ -387,7 +394,7 @@ impl Runner {
             state: state.clone(),
             log: log.clone(),
             volatiles: self.volatiles.lock().expect("volatiles lock").clone(),
-            ledger: self.ledger.clone(),
+            ledger: self.ledger.get().cloned(),
         };
         let started = Instant::now();
         let mut task = tokio::spawn(ctx.run());

@@ -12,6 +12,7 @@ use sandbox_matrix::report::results::{
 use sandbox_matrix::report::{self, results, run_folder};
 use sandbox_matrix::run::base::RunBase;
 use sandbox_matrix::run::events::{EventSink, Fanout, RunEvent};
+use sandbox_matrix::run::ledger::{LEDGER_FILE, Ledger, LedgerView};
 use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id, unreachable_variant};
 use sandbox_matrix::run::scenario::{Scenario, StepKind};
 use sandbox_matrix::run::terminal::Terminal;
@@ -28,8 +29,12 @@ const EXIT_FAILED: u8 = 1;
 const EXIT_BAD_INPUT: u8 = 2;
 /// Exit code when the run could not write its reports.
 const EXIT_REPORT: u8 = 3;
-/// Exit code after Ctrl-C, once cleanup has run.
+/// Exit code after Ctrl-C (SIGINT), once cleanup has run: 128 + the signal's number.
 const EXIT_INTERRUPTED: u8 = 130;
+/// Exit code after SIGTERM, once cleanup has run.
+const EXIT_TERMINATED: u8 = 143;
+/// Exit code after SIGHUP, once cleanup has run.
+const EXIT_HANGUP: u8 = 129;
 
 #[derive(Parser)]
 #[command(
@@ -40,7 +45,8 @@ const EXIT_INTERRUPTED: u8 = 130;
 sandbox-contract/v1, measures every step, and writes JUnit, a markdown comparison table, results.json \
 and an HTML report with charts into reports/<run-id>/ (reports/latest points at the newest run).\n\n\
 Exit codes: 0 every step passed; 1 a step failed; 2 bad input (scenario file, variant name); \
-3 reports could not be written; 130 interrupted by Ctrl-C (after cleanup). `gate` exits 1 when a \
+3 reports could not be written; 130, 143, 129 interrupted by SIGINT (Ctrl-C), SIGTERM, SIGHUP \
+(after cleanup; a second signal quits at once and prints the `sweep` command). `gate` exits 1 when a \
 variant holds; `merge`, `compare` and `gate` exit 2 on a file they cannot use."
 )]
 struct Cli {
@@ -86,9 +92,21 @@ enum Command {
     /// --variant, one whose credentials are missing is passed over with a note. Exits 0
     /// when everything found was removed, 1 when something could not be, 2 on bad input.
     Sweep {
-        /// The run whose leftovers to remove, such as 20261129T161528Z-6402a8.
+        /// The run whose leftovers to remove, such as 20261129T161528Z-6402a8: every
+        /// resource carrying its run label, and every one its ledger
+        /// (reports/<run-id>/ledger.jsonl) names. Without it: the runs whose ledger shows
+        /// their process gone, and resources with a run label older than --older-than.
         #[arg(long = "run", value_name = "RUN_ID")]
-        run_id: String,
+        run_id: Option<String>,
+        /// The reports folder holding the runs' ledgers. Default: <root>/reports.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Without --run: also remove resources with a run label created longer ago than this.
+        #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = humantime::parse_duration)]
+        older_than: std::time::Duration,
+        /// List what would be removed, removing nothing.
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         selection: Selection,
     },
@@ -354,7 +372,21 @@ fn main() -> ExitCode {
                 preflight(&root.root, &variants, base.as_deref(), &approved).await
             }
             Command::Lint { files } => lint(&files),
-            Command::Sweep { run_id, selection } => sweep(&run_id, &selection).await,
+            Command::Sweep {
+                run_id,
+                out,
+                older_than,
+                dry_run,
+                selection,
+            } => {
+                let out = out.unwrap_or_else(|| selection.root.root.join("reports"));
+                let options = SweepOptions {
+                    out,
+                    older_than,
+                    dry_run,
+                };
+                sweep(run_id.as_deref(), &selection, &options).await
+            }
             Command::Merge { files, out } => merge(&files, &out),
             Command::Compare { baseline, current } => compare(&baseline, &current),
             Command::Gate {
@@ -692,7 +724,7 @@ async fn bootstrap(root: &Path, push: Option<&str>, base_from: Option<String>) -
         }
     };
     let progress = |line: &str| eprintln!("  {line}");
-    let interrupted = interrupt_token();
+    let interrupted = Interrupt::listen(None).token;
     let made = tokio::select! {
         made = provider.ensure_base(&progress) => made,
         _ = interrupted.cancelled() => {
@@ -971,7 +1003,96 @@ async fn wait_for_stop() {
     }
 }
 
-async fn sweep(run_id: &str, selection: &Selection) -> u8 {
+/// What `sweep` looks at and whether it removes.
+struct SweepOptions {
+    /// The reports folder holding the runs' ledgers.
+    out: PathBuf,
+    /// Without a run id: labelled resources older than this are removed.
+    older_than: std::time::Duration,
+    /// List only.
+    dry_run: bool,
+}
+
+/// One resource a sweep found, with where it was found.
+struct Found {
+    run_id: String,
+    scenario: String,
+    resource: sandbox_providers::Resource,
+}
+
+/// A run to sweep and its ledger, when it has one.
+type SweepTarget = (String, Option<LedgerView>);
+
+/// The runs to sweep, each with its ledger when there is one: `run_id`'s, or every run
+/// whose ledger shows its process gone before it finished.
+fn sweep_targets(
+    run_id: Option<&str>,
+    options: &SweepOptions,
+) -> Result<Vec<SweepTarget>, (u8, String)> {
+    if let Some(run_id) = run_id {
+        if run_id.is_empty() || run_id.contains(['/', '\\']) || run_id.starts_with('.') {
+            return Err((
+                EXIT_BAD_INPUT,
+                format!("`{run_id}` is not a run id (the folder names under reports/)"),
+            ));
+        }
+        let path = options.out.join(run_id).join(LEDGER_FILE);
+        let view = if path.is_file() {
+            let view = LedgerView::read(&path).map_err(|e| (EXIT_BAD_INPUT, e))?;
+            if view.process_alive() && !view.finished() {
+                return Err((
+                    EXIT_FAILED,
+                    format!(
+                        "run {run_id} is still running (its ledger {} names a live process): not swept",
+                        path.display()
+                    ),
+                ));
+            }
+            Some(view)
+        } else {
+            eprintln!(
+                "run {run_id}: no ledger at {}; sweeping by its run label alone",
+                path.display()
+            );
+            None
+        };
+        return Ok(vec![(run_id.to_owned(), view)]);
+    }
+    let mut targets = Vec::new();
+    let Ok(entries) = std::fs::read_dir(&options.out) else {
+        return Ok(targets);
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    dirs.sort();
+    for dir in dirs {
+        let path = dir.join(LEDGER_FILE);
+        if !path.is_file() {
+            continue;
+        }
+        match LedgerView::read(&path) {
+            Ok(view) if !view.process_alive() && !view.finished() => {
+                let id = view
+                    .run_id()
+                    .map(str::to_owned)
+                    .or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()))
+                    .unwrap_or_default();
+                targets.push((id, Some(view)));
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!("warning: {e}; that run is swept by its label only"),
+        }
+    }
+    Ok(targets)
+}
+
+/// Removes what killed runs left: `run_id`'s, found by its run label and its ledger, or,
+/// without one, every run's whose process is gone and every labelled resource older than
+/// `options.older_than`.
+async fn sweep(run_id: Option<&str>, selection: &Selection, options: &SweepOptions) -> u8 {
     let (variant_names, scenarios) = match select(selection) {
         Ok(selected) => selected,
         Err(e) => {
@@ -979,9 +1100,22 @@ async fn sweep(run_id: &str, selection: &Selection) -> u8 {
             return EXIT_BAD_INPUT;
         }
     };
+    let targets = match sweep_targets(run_id, options) {
+        Ok(targets) => targets,
+        Err((code, e)) => {
+            eprintln!("error: {e}");
+            return code;
+        }
+    };
+    let live_runs: std::collections::BTreeSet<String> = if run_id.is_none() {
+        live_ledgers(&options.out)
+    } else {
+        Default::default()
+    };
     let explicit = !selection.variants.is_empty();
     let mut code = EXIT_PASSED;
-    let mut removed = 0;
+    let mut removed: std::collections::BTreeMap<String, usize> =
+        targets.iter().map(|(id, _)| (id.clone(), 0)).collect();
     for name in &variant_names {
         let provider = match variants::cloud(name) {
             None => variants::connect_docker(&selection.root.root, &harness_executable()).await,
@@ -1002,41 +1136,118 @@ async fn sweep(run_id: &str, selection: &Selection) -> u8 {
                 continue;
             }
         };
-        for scenario in &scenarios {
-            let labels = sandbox_providers::RunLabels {
-                run_id: run_id.to_owned(),
-                variant: name.clone(),
-                scenario: scenario.name.clone(),
-            };
-            let found = match provider.list_resources(&labels).await {
-                Ok(found) => found,
-                Err(e) => {
-                    eprintln!("{name}::{}: cannot list: {e}", scenario.name);
-                    code = EXIT_FAILED;
+        // A build killed a moment ago may still be committing: list again until a round
+        // finds nothing labelled.
+        for round in 0..3 {
+            let mut found = Vec::new();
+            let mut labelled = 0;
+            for (target, view) in &targets {
+                match sweep_list(provider.as_ref(), target, view.as_ref(), &scenarios).await {
+                    Ok(list) => {
+                        labelled += list.len();
+                        found.extend(list);
+                    }
+                    Err(e) => {
+                        eprintln!("{name}: cannot list run {target}'s resources: {e}");
+                        code = EXIT_FAILED;
+                    }
+                }
+                if round == 0
+                    && let Some(view) = view
+                {
+                    for resource in view.created(name, None) {
+                        if !found
+                            .iter()
+                            .any(|f: &Found| f.run_id == *target && f.resource == resource)
+                        {
+                            found.push(Found {
+                                run_id: target.clone(),
+                                scenario: "ledger".to_owned(),
+                                resource,
+                            });
+                        }
+                    }
+                }
+            }
+            if run_id.is_none() && round == 0 {
+                match provider.list_labelled(None).await {
+                    Ok(all) => {
+                        let now = std::time::SystemTime::now();
+                        for l in all {
+                            let old = l
+                                .created
+                                .and_then(|c| now.duration_since(c).ok())
+                                .is_some_and(|age| age >= options.older_than);
+                            if old
+                                && !live_runs.contains(&l.run_id)
+                                && !found.iter().any(|f| f.resource == l.resource)
+                            {
+                                removed.entry(l.run_id.clone()).or_default();
+                                found.push(Found {
+                                    run_id: l.run_id,
+                                    scenario: l.scenario.unwrap_or_else(|| "?".to_owned()),
+                                    resource: l.resource,
+                                });
+                            }
+                        }
+                    }
+                    Err(e) => eprintln!(
+                        "{name}: labelled resources older than {} not listed: {e}",
+                        humantime::format_duration(options.older_than)
+                    ),
+                }
+            }
+            if found.is_empty() {
+                break;
+            }
+            // Containers before the images they run.
+            found.sort_by_key(|f| f.resource.kind != "container");
+            for f in found {
+                let prefix = if run_id.is_some() {
+                    format!("{name}::{}", f.scenario)
+                } else {
+                    format!("run {}: {name}::{}", f.run_id, f.scenario)
+                };
+                if options.dry_run {
+                    println!(
+                        "{prefix}: would remove {} {}",
+                        f.resource.kind, f.resource.id
+                    );
                     continue;
                 }
-            };
-            for resource in found {
-                match provider.delete_resource(&resource).await {
+                match provider.delete_resource(&f.resource).await {
                     Ok(()) => {
-                        removed += 1;
-                        println!(
-                            "{name}::{}: removed {} {}",
-                            scenario.name, resource.kind, resource.id
-                        );
+                        *removed.entry(f.run_id.clone()).or_default() += 1;
+                        println!("{prefix}: removed {} {}", f.resource.kind, f.resource.id);
                     }
                     Err(e) => {
                         eprintln!(
-                            "{name}::{}: could not remove {} {}: {e}",
-                            scenario.name, resource.kind, resource.id
+                            "{prefix}: could not remove {} {}: {e}",
+                            f.resource.kind, f.resource.id
                         );
                         code = EXIT_FAILED;
                     }
                 }
             }
+            if options.dry_run || labelled == 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
         }
     }
-    eprintln!("run {run_id}: {removed} resource(s) removed");
+    if removed.is_empty() {
+        eprintln!(
+            "no run to sweep: no ledger of a run whose process is gone, no labelled resource older than {}",
+            humantime::format_duration(options.older_than)
+        );
+    }
+    for (id, n) in removed {
+        if options.dry_run {
+            eprintln!("run {id}: dry run, nothing removed");
+        } else {
+            eprintln!("run {id}: {n} resource(s) removed");
+        }
+    }
     code
 }
 
@@ -1058,22 +1269,148 @@ fn check_writable(out: &Path) -> Result<(), String> {
     std::fs::remove_file(&probe).map_err(refuse)
 }
 
-/// A token cancelled on the first Ctrl-C; a second Ctrl-C exits at once.
-fn interrupt_token() -> CancellationToken {
-    let token = CancellationToken::new();
-    let child = token.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
+/// The resources carrying run `run_id`'s label: by the run label alone where the variant
+/// can list so, else by every (variant, scenario) its ledger or the selection names.
+async fn sweep_list(
+    provider: &dyn sandbox_providers::Provider,
+    run_id: &str,
+    view: Option<&LedgerView>,
+    scenarios: &[Scenario],
+) -> Result<Vec<Found>, String> {
+    match provider.list_labelled(Some(run_id)).await {
+        Ok(list) => {
+            return Ok(list
+                .into_iter()
+                .map(|l| Found {
+                    run_id: run_id.to_owned(),
+                    scenario: l.scenario.unwrap_or_else(|| "?".to_owned()),
+                    resource: l.resource,
+                })
+                .collect());
+        }
+        Err(e) if e.kind == sandbox_providers::ErrorKind::Unsupported => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    let variant = provider.variant().to_owned();
+    let mut names: std::collections::BTreeSet<String> =
+        scenarios.iter().map(|s| s.name.clone()).collect();
+    if let Some(view) = view {
+        names.extend(
+            view.scenarios()
+                .into_iter()
+                .filter(|(v, _)| *v == variant)
+                .map(|(_, s)| s),
+        );
+    }
+    let mut found = Vec::new();
+    for scenario in names {
+        let labels = sandbox_providers::RunLabels {
+            run_id: run_id.to_owned(),
+            variant: variant.clone(),
+            scenario: scenario.clone(),
+        };
+        for resource in provider
+            .list_resources(&labels)
+            .await
+            .map_err(|e| format!("{scenario}: {e}"))?
+        {
+            found.push(Found {
+                run_id: run_id.to_owned(),
+                scenario: scenario.clone(),
+                resource,
+            });
+        }
+    }
+    Ok(found)
+}
+
+/// The run ids whose ledger under `out` names a live process.
+fn live_ledgers(out: &Path) -> std::collections::BTreeSet<String> {
+    let Ok(entries) = std::fs::read_dir(out) else {
+        return Default::default();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| LedgerView::read(&e.path().join(LEDGER_FILE)).ok())
+        .filter(|v| v.process_alive() && !v.finished())
+        .filter_map(|v| v.run_id().map(str::to_owned))
+        .collect()
+}
+
+/// The command that removes what run `run_id` left, as its user would type it.
+fn sweep_command(run_id: &str, root: &Path, out: Option<&Path>) -> String {
+    let program = std::env::args()
+        .next()
+        .unwrap_or_else(|| "sandbox-matrix".to_owned());
+    let mut command = format!("{program} sweep --run {run_id}");
+    if root != Path::new(".") {
+        command.push_str(&format!(" --root {}", root.display()));
+    }
+    if let Some(out) = out {
+        command.push_str(&format!(" --out {}", out.display()));
+    }
+    command
+}
+
+/// The run's signal handling: SIGINT, SIGTERM and SIGHUP all cancel the run (the current
+/// step stops, cleanup runs within its budget, the reports are written); a second signal
+/// quits at once, printing the `sweep` command for what is left.
+struct Interrupt {
+    token: CancellationToken,
+    by: Arc<std::sync::OnceLock<String>>,
+    code: Arc<std::sync::atomic::AtomicU8>,
+}
+
+impl Interrupt {
+    fn listen(sweep: Option<String>) -> Self {
+        let token = CancellationToken::new();
+        let by: Arc<std::sync::OnceLock<String>> = Arc::default();
+        let code = Arc::new(std::sync::atomic::AtomicU8::new(EXIT_INTERRUPTED));
+        let (child, named, exit) = (token.clone(), by.clone(), code.clone());
+        tokio::spawn(async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+                signal(SignalKind::interrupt()),
+                signal(SignalKind::terminate()),
+                signal(SignalKind::hangup()),
+            ) else {
+                eprintln!(
+                    "warning: cannot listen for signals; a signal ends the run without cleanup"
+                );
+                return;
+            };
+            let next = async |int: &mut tokio::signal::unix::Signal,
+                              term: &mut tokio::signal::unix::Signal,
+                              hup: &mut tokio::signal::unix::Signal| {
+                tokio::select! {
+                    _ = int.recv() => ("Ctrl-C", EXIT_INTERRUPTED),
+                    _ = term.recv() => ("SIGTERM", EXIT_TERMINATED),
+                    _ = hup.recv() => ("SIGHUP", EXIT_HANGUP),
+                }
+            };
+            let (name, first) = next(&mut int, &mut term, &mut hup).await;
+            let _ = named.set(name.to_owned());
+            exit.store(first, std::sync::atomic::Ordering::SeqCst);
             eprintln!(
-                "\ninterrupted: stopping the current step and cleaning up (Ctrl-C again to quit at once)"
+                "\ninterrupted by {name}: stopping the current step and cleaning up within the cleanup budget (a second signal quits at once)"
             );
             child.cancel();
-            if tokio::signal::ctrl_c().await.is_ok() {
-                std::process::exit(i32::from(EXIT_INTERRUPTED));
+            let (second, code) = next(&mut int, &mut term, &mut hup).await;
+            match &sweep {
+                Some(sweep) => eprintln!(
+                    "\n{second} again: quitting at once without cleanup. Remove what the run left with:\n  {sweep}"
+                ),
+                None => eprintln!("\n{second} again: quitting at once"),
             }
-        }
-    });
-    token
+            std::process::exit(i32::from(code));
+        });
+        Self { token, by, code }
+    }
+
+    /// 128 + the number of the signal that interrupted the run.
+    fn exit_code(&self) -> u8 {
+        self.code.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// Collects finished scenarios so the run folder can be rewritten after each one.
@@ -1120,10 +1457,12 @@ async fn run(args: RunArgs) -> u8 {
         }
     };
     let base_line = base.describe();
-    let cancel = interrupt_token();
     let run_id = new_run_id();
-    let runner =
-        Runner::new(run_id.clone(), fake_canary(), sink.clone(), cancel.clone()).with_base(base);
+    let interrupt = Interrupt::listen(Some(sweep_command(&run_id, root, args.out.as_deref())));
+    let cancel = interrupt.token.clone();
+    let runner = Runner::new(run_id.clone(), fake_canary(), sink.clone(), cancel.clone())
+        .with_base(base)
+        .with_interrupt_name(interrupt.by.clone());
     // What the self-scan looks for in every file the run writes: the run's canary and
     // registry token, and the provider keys and AWS session from the environment.
     let written_secrets: Vec<_> = runner
@@ -1224,6 +1563,15 @@ async fn run(args: RunArgs) -> u8 {
         eprintln!("error: {e}");
         return EXIT_BAD_INPUT;
     }
+    // The input is good: before anything is created, every create is recorded here first.
+    let ledger = match Ledger::create(&out.join(&run_id), &run_id) {
+        Ok(ledger) => Arc::new(ledger),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_REPORT;
+        }
+    };
+    runner.attach_ledger(ledger.clone());
     eprintln!(
         "run {run_id}: {} variant(s) × {} scenario(s); cloud variants {}",
         variant_names.len(),
@@ -1312,6 +1660,9 @@ async fn run(args: RunArgs) -> u8 {
             break;
         }
     }
+    if let Err(e) = ledger.finished() {
+        eprintln!("warning: {e}");
+    }
     let results = snapshot(&provenance, &collector);
     println!(
         "{}",
@@ -1347,7 +1698,7 @@ async fn run(args: RunArgs) -> u8 {
         return EXIT_REPORT;
     }
     if cancel.is_cancelled() {
-        EXIT_INTERRUPTED
+        interrupt.exit_code()
     } else if results.scenarios.iter().all(ScenarioResult::passed) {
         EXIT_PASSED
     } else {

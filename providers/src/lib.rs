@@ -301,6 +301,19 @@ pub struct Resource {
     pub id: String,
 }
 
+/// A resource found by its run label alone, with what its labels and the provider say of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Labelled {
+    /// The resource.
+    pub resource: Resource,
+    /// Its run label's value.
+    pub run_id: String,
+    /// Its scenario label, when it has one.
+    pub scenario: Option<String>,
+    /// When the provider says it was created.
+    pub created: Option<std::time::SystemTime>,
+}
+
 /// One sandbox provider variant.
 ///
 /// A provider only knows how to talk to its service: the runner owns timing,
@@ -406,6 +419,28 @@ pub trait Provider: Send + Sync {
 
     /// Deletes one resource; deleting one already gone is not an error.
     async fn delete_resource(&self, resource: &Resource) -> Result<()>;
+
+    /// The resource [`Provider::delete_resource`] removes for an artifact this variant
+    /// built, for the run ledger; `None` when the variant has no such resource to delete.
+    fn artifact_resource(&self, _artifact: &Artifact) -> Option<Resource> {
+        None
+    }
+
+    /// The resource [`Provider::delete_resource`] removes for a sandbox this variant
+    /// launched, for the run ledger; `None` when the variant does not say.
+    fn sandbox_resource(&self, _sandbox: &SandboxId) -> Option<Resource> {
+        None
+    }
+
+    /// Lists every resource carrying the run label, of run `run_id` or, with `None`, of
+    /// any run, whatever its variant and scenario labels (a resource whose build stopped
+    /// part-way, or of a scenario loaded from anywhere). Variants that can only list by all
+    /// three labels say [`ErrorKind::Unsupported`].
+    async fn list_labelled(&self, _run_id: Option<&str>) -> Result<Vec<Labelled>> {
+        Err(ProviderError::unsupported(
+            "list resources by the run label alone",
+        ))
+    }
 }
 
 /// The text of `dir/Dockerfile`; the error names the file.

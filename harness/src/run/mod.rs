@@ -3,6 +3,7 @@
 
 pub mod base;
 pub mod events;
+pub mod ledger;
 pub mod preflight;
 pub mod runner;
 pub mod scenario;

@@ -1,7 +1,7 @@
 //! The runner: runs each scenario's steps in order against a provider, with a deadline per
 //! step, and always cleans up — after a failed step, a panic inside a step, or Ctrl-C.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
@@ -18,6 +18,7 @@ use crate::checks::suite::{self, CheckTarget, check_answer, describe};
 use crate::report::results::{Sample, ScenarioResult, Source, StepResult, StepStatus};
 use crate::run::base::RunBase;
 use crate::run::events::{EventSink, RunEvent};
+use crate::run::ledger::Ledger;
 use crate::run::scenario::{Expectation, Scenario, Step, StepKind};
 
 /// Budget of the cleanup the runner adds when a scenario lists none.
@@ -37,6 +38,8 @@ pub struct Runner {
     sink: Arc<dyn EventSink>,
     cancel: CancellationToken,
     volatiles: Mutex<Arc<Volatiles>>,
+    ledger: OnceLock<Arc<Ledger>>,
+    interrupted_by: Arc<OnceLock<String>>,
 }
 
 /// A check of the transport behind a scenario, run after its cleanup and reported as one
@@ -110,6 +113,8 @@ impl Runner {
             sink,
             cancel,
             volatiles: Mutex::new(Arc::default()),
+            ledger: OnceLock::new(),
+            interrupted_by: Arc::default(),
         };
         runner.scenario_volatiles();
         runner
@@ -121,6 +126,34 @@ impl Runner {
         self.base = Arc::new(base);
         self.scenario_volatiles();
         self
+    }
+
+    /// This runner recording every create in `ledger` before and after it, and cleaning up
+    /// what the ledger names beside what the run's labels find.
+    pub fn with_ledger(self, ledger: Arc<Ledger>) -> Self {
+        self.attach_ledger(ledger);
+        self
+    }
+
+    /// [`Runner::with_ledger`] on a runner already made: from the first create on (the
+    /// ledger is made once the run's input has been checked, so bad input writes nothing).
+    /// A second ledger is ignored.
+    pub fn attach_ledger(&self, ledger: Arc<Ledger>) {
+        let _ = self.ledger.set(ledger);
+    }
+
+    /// This runner naming what cancelled it from `by` (`Ctrl-C`, `SIGTERM`...), set by
+    /// whoever cancels the token; an interrupted step says `interrupted by <it>`.
+    pub fn with_interrupt_name(mut self, by: Arc<OnceLock<String>>) -> Self {
+        self.interrupted_by = by;
+        self
+    }
+
+    fn interruption(&self) -> String {
+        format!(
+            "interrupted by {}",
+            self.interrupted_by.get().map_or("Ctrl-C", String::as_str)
+        )
     }
 
     /// The base every build uses.
@@ -176,7 +209,7 @@ impl Runner {
                 Ok(Err(e)) => Err(format!("could not prepare the {} variant: {e}", provider.variant())),
                 Err(_) => Err(format!("preparing the {} variant took over {}", provider.variant(), humantime::format_duration(PREPARE_BUDGET))),
             },
-            () = self.cancel.cancelled() => Err("interrupted by Ctrl-C while preparing".to_owned()),
+            () = self.cancel.cancelled() => Err(format!("{} while preparing", self.interruption())),
         }
     }
 
@@ -361,6 +394,7 @@ impl Runner {
             state: state.clone(),
             log: log.clone(),
             volatiles: self.volatiles.lock().expect("volatiles lock").clone(),
+            ledger: self.ledger.get().cloned(),
         };
         let started = Instant::now();
         let mut task = tokio::spawn(ctx.run());
@@ -384,7 +418,7 @@ impl Runner {
             },
             () = cancelled => {
                 task.abort();
-                Err(StepEnd::Failed("interrupted by Ctrl-C".to_owned()))
+                Err(StepEnd::Failed(self.interruption()))
             }
         };
         let duration = started.elapsed();
@@ -456,11 +490,51 @@ struct StepContext {
     state: Arc<Mutex<ScenarioState>>,
     log: StepLog,
     volatiles: Arc<Volatiles>,
+    ledger: Option<Arc<Ledger>>,
 }
 
 impl StepContext {
     fn state(&self) -> std::sync::MutexGuard<'_, ScenarioState> {
         self.state.lock().expect("scenario state lock")
+    }
+
+    /// Records in the ledger, fsynced, that a `kind` is about to be created; nothing is
+    /// created when it cannot be recorded.
+    fn intend(&self, kind: &str) -> Result<Option<u64>, StepEnd> {
+        self.ledger
+            .as_ref()
+            .map(|l| l.intent(&self.labels, kind))
+            .transpose()
+            .map_err(|e| StepEnd::Failed(format!("{e}: nothing created")))
+    }
+
+    /// Records the provider's id for what intent `seq` created, as the resource
+    /// `removable` names (which cleanup and sweep then delete), else as `kind` and `id`.
+    fn record_created(
+        &self,
+        seq: Option<u64>,
+        removable: Option<sandbox_providers::Resource>,
+        kind: &str,
+        id: &str,
+    ) {
+        let (Some(ledger), Some(seq)) = (&self.ledger, seq) else {
+            return;
+        };
+        let written = match removable {
+            Some(resource) => ledger.created(seq, &self.labels, &resource, true),
+            None => ledger.created(
+                seq,
+                &self.labels,
+                &sandbox_providers::Resource {
+                    kind: kind.to_owned(),
+                    id: id.to_owned(),
+                },
+                false,
+            ),
+        };
+        if let Err(e) = written {
+            self.log.line(&format!("warning: {e}"));
+        }
     }
 
     fn artifact(&self) -> Result<Artifact, StepEnd> {
@@ -527,9 +601,16 @@ impl StepContext {
         };
         let log = self.log.clone();
         let sink = move |line: &str| log.line(line);
+        let seq = self.intend("artifact")?;
         let built = self.provider.build(&request, &sink).await;
         self.state().base_credential = Some(self.provider.credential_use(&request));
         let artifact = built?;
+        self.record_created(
+            seq,
+            self.provider.artifact_resource(&artifact),
+            &artifact.kind,
+            &artifact.id,
+        );
         self.log
             .line(&format!("artifact: {} {}", artifact.kind, artifact.id));
         self.state().artifact = Some(artifact);
@@ -538,8 +619,15 @@ impl StepContext {
 
     async fn launch(&self) -> Result<(), StepEnd> {
         let artifact = self.artifact()?;
+        let seq = self.intend("sandbox")?;
         self.state().launched_at = Some(Instant::now());
         let (sandbox, timings) = self.provider.launch(&artifact, &self.labels).await?;
+        self.record_created(
+            seq,
+            self.provider.sandbox_resource(&sandbox),
+            "sandbox",
+            &sandbox.0,
+        );
         self.log.line(&format!("sandbox: {}", sandbox.0));
         self.log.timings(timings);
         self.state().sandbox = Some(sandbox);
@@ -582,6 +670,7 @@ impl StepContext {
         };
         let mut tasks = tokio::task::JoinSet::new();
         for index in 0..launches {
+            self.intend("sandbox")?;
             let (provider, artifact, labels) =
                 (self.provider.clone(), artifact.clone(), self.labels.clone());
             tasks.spawn(async move {
@@ -919,7 +1008,23 @@ impl StepContext {
     }
 
     async fn cleanup(&self) -> Result<(), StepEnd> {
-        let found = self.provider.list_resources(&self.labels).await?;
+        let mut found = self.provider.list_resources(&self.labels).await?;
+        // What the ledger says this scenario created, in case a label never landed.
+        if let Some(ledger) = &self.ledger {
+            match crate::run::ledger::LedgerView::read(ledger.path()) {
+                Ok(view) => {
+                    for resource in view.created(&self.labels.variant, Some(&self.labels.scenario))
+                    {
+                        if !found.contains(&resource) {
+                            found.push(resource);
+                        }
+                    }
+                }
+                Err(e) => self.log.line(&format!("warning: {e}")),
+            }
+        }
+        // Containers before the images they run.
+        found.sort_by_key(|r| r.kind != "container");
         let mut errors = Vec::new();
         for resource in &found {
             match self.provider.delete_resource(resource).await {

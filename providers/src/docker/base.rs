@@ -238,6 +238,7 @@ impl BaseRecipe {
         let spec = super::BuildSpec {
             dir: &self.dir,
             extra_files: &[(DOCTOR_FILE, &self.doctor.path)],
+            dockerfile: None,
             tag: Some(BASE_IMAGE),
             labels,
             build_args: HashMap::new(),
@@ -392,6 +393,7 @@ impl BaseRecipe {
                 let spec = super::BuildSpec {
                     dir: &context,
                     extra_files: &[],
+                    dockerfile: None,
                     tag: Some(ROOTFS_IMAGE),
                     labels,
                     build_args: HashMap::new(),

@@ -32,9 +32,9 @@ use crate::registry::{DigestReference, Repository, check_base};
 use crate::tail;
 use crate::{
     Artifact, BASE_ARG, BaseImage, BuildLogMode, BuildRequest, Capabilities, CodeOutput,
-    CommandOutput, ErrorKind, LogFn, Provider, ProviderError, RegistryCredential, Resource,
-    RestartKind, Result, RunLabels, SandboxId, Secret, ShutdownEnding, ShutdownObservation,
-    ShutdownReport, Timing,
+    CommandOutput, ErrorKind, Labelled, LogFn, Provider, ProviderError, RegistryCredential,
+    Resource, RestartKind, Result, RunLabels, SandboxId, Secret, ShutdownEnding,
+    ShutdownObservation, ShutdownReport, Timing,
 };
 
 pub use base::{BaseRecipe, DoctorBinary, MadeFrom};
@@ -45,8 +45,13 @@ const JUPYTER_PORT: u16 = 8888;
 const ENGINE_CALL_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// The kernel every sandbox starts.
 const KERNEL_NAME: &str = "python3";
-/// How long launch waits for Jupyter Server to answer.
-const READY_DEADLINE: Duration = Duration::from_secs(60);
+/// How long launch would wait for Jupyter Server to answer: longer than any step budget,
+/// so that the launch step's budget is what ends a wait for a hung sandbox.
+const READY_DEADLINE: Duration = Duration::from_secs(24 * 60 * 60);
+/// How often launch asks the engine whether the sandbox container still runs.
+const EXIT_POLL: Duration = Duration::from_millis(250);
+/// How many of an exited sandbox's last log lines its launch error quotes.
+const EXIT_LOG_LINES: usize = 20;
 /// How long one piece of code may run on the kernel.
 const EXECUTE_DEADLINE: Duration = Duration::from_secs(300);
 /// Registry address under which build secrets are handed to the builder, as a registry
@@ -240,6 +245,56 @@ impl DockerProvider {
         }
     }
 
+    /// Returns once container `id` is no longer running: an error with its exit code and
+    /// last log lines (or why the engine could not be asked).
+    async fn exited(&self, id: &str) -> ProviderError {
+        let state = loop {
+            tokio::time::sleep(EXIT_POLL).await;
+            match self.docker.inspect_container(id, None).await {
+                Ok(inspect) => {
+                    let state = inspect.state.unwrap_or_default();
+                    if state.running != Some(true) && state.restarting != Some(true) {
+                        break state;
+                    }
+                }
+                Err(e) => {
+                    return engine_error(e).context("watching the sandbox container start");
+                }
+            }
+        };
+        let mut logs = self.docker.logs(
+            id,
+            Some(
+                LogsOptionsBuilder::default()
+                    .stdout(true)
+                    .stderr(true)
+                    .tail(&EXIT_LOG_LINES.to_string())
+                    .build(),
+            ),
+        );
+        let mut text = String::new();
+        while let Some(Ok(chunk)) = logs.next().await {
+            text.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+        }
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        let code = state
+            .exit_code
+            .map_or_else(|| "unknown".to_owned(), |c| c.to_string());
+        let oom = if state.oom_killed == Some(true) {
+            " (killed for lack of memory)"
+        } else {
+            ""
+        };
+        ProviderError::new(
+            ErrorKind::Protocol,
+            format!(
+                "the sandbox container exited with code {code}{oom} before Jupyter Server answered; its last {} log lines: {}",
+                lines.len(),
+                tail(&lines.join(" | "), 2000)
+            ),
+        )
+    }
+
     /// Runs `cmd` in a fresh container of `image` and returns its stdout, removing the container after.
     async fn run_once(&self, image: &str, cmd: Vec<String>, labels: &RunLabels) -> Result<String> {
         let config = ContainerCreateBody {
@@ -357,7 +412,12 @@ impl Provider for DockerProvider {
     }
 
     async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact> {
-        let labels = request.labels.to_map().into_iter().collect();
+        // The run's labels go in as one LABEL right after each FROM, not through the
+        // engine's label option, which the classic builder appends as one LABEL per key at
+        // the end: every intermediate image then carries all of them, so cleanup and sweep
+        // find a build stopped part-way.
+        let dockerfile = crate::read_dockerfile(&request.environment_dir)?;
+        let dockerfile = label_every_stage(&dockerfile, &request.labels.to_map());
         let mut build_args: HashMap<String, String> = request
             .build_secrets
             .iter()
@@ -436,8 +496,9 @@ impl Provider for DockerProvider {
         let spec = BuildSpec {
             dir: &request.environment_dir,
             extra_files: &[],
+            dockerfile: Some(&dockerfile),
             tag: None,
-            labels,
+            labels: HashMap::new(),
             build_args,
             credentials,
             pull,
@@ -495,23 +556,33 @@ impl Provider for DockerProvider {
             .inspect_container(&id, None)
             .await
             .map_err(|e| engine_error(e).context("inspecting the sandbox container"))?;
+        let running = inspect.state.as_ref().and_then(|s| s.running) == Some(true);
         let host_port = inspect
             .network_settings
             .and_then(|n| n.ports)
             .and_then(|p| p.get(&port).cloned().flatten())
-            .and_then(|b| b.into_iter().find_map(|b| b.host_port))
-            .ok_or_else(|| {
-                ProviderError::new(
+            .and_then(|b| b.into_iter().find_map(|b| b.host_port));
+        let host_port = match host_port {
+            Some(port) => port,
+            // Exited already: its ports are unpublished.
+            None if !running => return Err(self.exited(&id).await),
+            None => {
+                return Err(ProviderError::new(
                     ErrorKind::Protocol,
                     "the engine published no host port for Jupyter Server",
-                )
-            })?;
+                ));
+            }
+        };
         let server = JupyterServer::new(&format!("http://127.0.0.1:{host_port}"), &token);
         let started = Instant::now();
-        let resolution = server
-            .wait_ready(READY_DEADLINE)
-            .await
-            .map_err(|e| e.context("waiting for Jupyter Server"))?;
+        // Watched while it starts: a container that exits fails launch at once, with its
+        // exit code and last log lines, instead of being polled as `connection refused`.
+        let resolution = tokio::select! {
+            ready = server.wait_ready(READY_DEADLINE) => {
+                ready.map_err(|e| e.context("waiting for Jupyter Server"))?
+            }
+            exited = self.exited(&id) => return Err(exited),
+        };
         let timing = Timing {
             name: "jupyter-server-ready".into(),
             duration: started.elapsed(),
@@ -826,11 +897,91 @@ impl Provider for DockerProvider {
                 kind: "container".into(),
                 id,
             })
-            .chain(images.into_iter().map(|i| Resource {
+            .chain(children_first(images).into_iter().map(|id| Resource {
                 kind: "image".into(),
-                id: i.id,
+                id,
             }))
             .collect())
+    }
+
+    fn artifact_resource(&self, artifact: &Artifact) -> Option<Resource> {
+        Some(Resource {
+            kind: "image".into(),
+            id: artifact.id.clone(),
+        })
+    }
+
+    fn sandbox_resource(&self, sandbox: &SandboxId) -> Option<Resource> {
+        Some(Resource {
+            kind: "container".into(),
+            id: sandbox.0.clone(),
+        })
+    }
+
+    async fn list_labelled(&self, run_id: Option<&str>) -> Result<Vec<Labelled>> {
+        let filter = match run_id {
+            Some(id) => format!("{}={id}", crate::RUN_LABEL),
+            None => crate::RUN_LABEL.to_owned(),
+        };
+        let filters = HashMap::from([("label".to_owned(), vec![filter])]);
+        let containers = self
+            .docker
+            .list_containers(Some(
+                ListContainersOptionsBuilder::default()
+                    .all(true)
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(|e| engine_error(e).context("listing containers by the run label"))?;
+        let images = self
+            .docker
+            .list_images(Some(
+                ListImagesOptionsBuilder::default()
+                    .all(true)
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(|e| engine_error(e).context("listing images by the run label"))?;
+        let at = |secs: i64| {
+            u64::try_from(secs)
+                .ok()
+                .map(|s| std::time::UNIX_EPOCH + Duration::from_secs(s))
+        };
+        let label = |labels: Option<&HashMap<String, String>>, key: &str| {
+            labels.and_then(|l| l.get(key)).cloned()
+        };
+        let mut found = Vec::new();
+        for c in containers {
+            let Some(id) = c.id else { continue };
+            found.push(Labelled {
+                run_id: label(c.labels.as_ref(), crate::RUN_LABEL).unwrap_or_default(),
+                scenario: label(c.labels.as_ref(), crate::SCENARIO_LABEL),
+                created: c.created.and_then(at),
+                resource: Resource {
+                    kind: "container".into(),
+                    id,
+                },
+            });
+        }
+        let by_id: HashMap<String, (HashMap<String, String>, i64)> = images
+            .iter()
+            .map(|i| (i.id.clone(), (i.labels.clone(), i.created)))
+            .collect();
+        for id in children_first(images) {
+            let (labels, created) = &by_id[&id];
+            found.push(Labelled {
+                run_id: label(Some(labels), crate::RUN_LABEL).unwrap_or_default(),
+                scenario: label(Some(labels), crate::SCENARIO_LABEL),
+                created: at(*created),
+                resource: Resource {
+                    kind: "image".into(),
+                    id,
+                },
+            });
+        }
+        Ok(found)
     }
 
     async fn delete_resource(&self, resource: &Resource) -> Result<()> {
@@ -857,6 +1008,33 @@ impl Provider for DockerProvider {
             )),
         }
     }
+}
+
+/// The ids of `images`, every image before its parent, so that removing them in order
+/// never meets an image that still has a child (the intermediate images of a build).
+fn children_first(images: Vec<bollard::models::ImageSummary>) -> Vec<String> {
+    let parents: HashMap<String, String> = images
+        .iter()
+        .map(|i| (i.id.clone(), i.parent_id.clone()))
+        .collect();
+    let depth = |id: &str| {
+        let mut depth = 0usize;
+        let mut at = id;
+        while let Some(parent) = parents.get(at) {
+            depth += 1;
+            if depth > parents.len() {
+                break;
+            }
+            at = parent;
+        }
+        depth
+    };
+    let mut ids: Vec<(usize, String)> = images
+        .iter()
+        .map(|i| (depth(&i.id), i.id.clone()))
+        .collect();
+    ids.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    ids.into_iter().map(|(_, id)| id).collect()
 }
 
 /// `credential` as the engine takes a registry login.
@@ -903,6 +1081,11 @@ async fn remove_container(docker: &Docker, id: &str) -> Result<()> {
         Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 404, ..
         }) => Ok(()),
+        // The engine is removing it already (a cancelled build's step container).
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 409,
+            message,
+        }) if message.contains("already in progress") => Ok(()),
         Err(e) => Err(engine_error(e).context(format!("removing container {id}"))),
     }
 }
@@ -913,6 +1096,9 @@ pub(crate) struct BuildSpec<'a> {
     pub dir: &'a Path,
     /// Files added to the context under a name of their own.
     pub extra_files: &'a [(&'a str, &'a Path)],
+    /// The Dockerfile's text to build instead of the folder's own (which stays in the
+    /// context): sent as [`LABELLED_DOCKERFILE`].
+    pub dockerfile: Option<&'a str>,
     /// A tag for the image, if it should have one.
     pub tag: Option<&'a str>,
     /// Labels of the image.
@@ -936,6 +1122,7 @@ pub(crate) async fn build_context(
     let BuildSpec {
         dir,
         extra_files,
+        dockerfile,
         tag,
         labels,
         build_args,
@@ -948,9 +1135,22 @@ pub(crate) async fn build_context(
             format!("no Dockerfile in {}", dir.display()),
         ));
     }
-    let context = tar_context(dir, extra_files)?;
+    if dockerfile.is_some() && dir.join(LABELLED_DOCKERFILE).exists() {
+        return Err(ProviderError::new(
+            ErrorKind::Config,
+            format!(
+                "{} exists: sandbox-matrix sends the labelled Dockerfile under that name",
+                dir.join(LABELLED_DOCKERFILE).display()
+            ),
+        ));
+    }
+    let context = tar_context(dir, extra_files, dockerfile)?;
     let mut options = BuildImageOptionsBuilder::default()
-        .dockerfile("Dockerfile")
+        .dockerfile(if dockerfile.is_some() {
+            LABELLED_DOCKERFILE
+        } else {
+            "Dockerfile"
+        })
         .rm(true)
         .forcerm(true)
         .networkmode("none")
@@ -1011,7 +1211,92 @@ pub(crate) async fn build_context(
     })
 }
 
-fn tar_context(dir: &Path, extra_files: &[(&str, &Path)]) -> Result<Vec<u8>> {
+/// Name under which a rewritten Dockerfile is added to the build context.
+pub(crate) const LABELLED_DOCKERFILE: &str = ".sandbox-matrix.Dockerfile";
+
+/// `dockerfile` with one `LABEL` instruction carrying every one of `labels` right after
+/// each `FROM` instruction (continuation lines followed; the classic builder has no
+/// heredocs), so that every image
+/// the build commits, intermediate ones included, carries all of them.
+pub(crate) fn label_every_stage(
+    dockerfile: &str,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> String {
+    let quote = |s: &str| {
+        let mut q = String::from("\"");
+        for c in s.chars() {
+            match c {
+                '"' | '\\' | '$' => {
+                    q.push('\\');
+                    q.push(c);
+                }
+                '\n' => q.push(' '),
+                c => q.push(c),
+            }
+        }
+        q.push('"');
+        q
+    };
+    let label_line = format!(
+        "LABEL {}",
+        labels
+            .iter()
+            .map(|(k, v)| format!("{}={}", quote(k), quote(v)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    // A `# escape=` parser directive changes the continuation character.
+    let mut escape = '\\';
+    for line in dockerfile.lines() {
+        let t = line.trim();
+        let Some(directive) = t.strip_prefix('#') else {
+            break;
+        };
+        let directive = directive.trim();
+        if let Some((key, value)) = directive.split_once('=') {
+            if key.trim().eq_ignore_ascii_case("escape")
+                && let Some(c) = value.trim().chars().next()
+            {
+                escape = c;
+            }
+        } else {
+            break;
+        }
+    }
+    let mut out = String::with_capacity(dockerfile.len() + 200);
+    let mut in_from = false;
+    let mut continued = false;
+    for line in dockerfile.lines() {
+        out.push_str(line);
+        out.push('\n');
+        let trimmed = line.trim();
+        if !continued {
+            if trimmed.starts_with('#') || trimmed.is_empty() {
+                continue;
+            }
+            in_from = trimmed
+                .split_whitespace()
+                .next()
+                .is_some_and(|w| w.eq_ignore_ascii_case("FROM"));
+        } else if trimmed.starts_with('#') || trimmed.is_empty() {
+            // Comments and blank lines inside a continued instruction do not end it.
+            continue;
+        }
+        continued = trimmed.ends_with(escape);
+        if in_from && !continued {
+            out.push_str(&label_line);
+            out.push('\n');
+            in_from = false;
+        }
+    }
+    out
+}
+
+fn tar_context(
+    dir: &Path,
+    extra_files: &[(&str, &Path)],
+    dockerfile: Option<&str>,
+) -> Result<Vec<u8>> {
     let mut builder = tar::Builder::new(Vec::new());
     builder.follow_symlinks(false);
     // The engine's tar reader refuses GNU sparse entries, which large binaries become.
@@ -1022,6 +1307,17 @@ fn tar_context(dir: &Path, extra_files: &[(&str, &Path)]) -> Result<Vec<u8>> {
             extra_files
                 .iter()
                 .try_for_each(|(name, path)| builder.append_path_with_name(path, name))
+        })
+        .and_then(|()| match dockerfile {
+            Some(text) => {
+                let mut header = tar::Header::new_gnu();
+                header.set_size(text.len() as u64);
+                header.set_mode(0o644);
+                header.set_mtime(0);
+                header.set_cksum();
+                builder.append_data(&mut header, LABELLED_DOCKERFILE, text.as_bytes())
+            }
+            None => Ok(()),
         })
         .and_then(|()| builder.into_inner())
         .map_err(|e| {
@@ -1069,6 +1365,58 @@ fn random_hex(bytes: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn run_labels() -> std::collections::BTreeMap<String, String> {
+        RunLabels {
+            run_id: "20261201T000000Z-abcdef".into(),
+            variant: "docker".into(),
+            scenario: "lifecycle".into(),
+        }
+        .to_map()
+    }
+
+    const ONE_LABEL: &str = "LABEL \"sandbox-matrix.run\"=\"20261201T000000Z-abcdef\" \"sandbox-matrix.scenario\"=\"lifecycle\" \"sandbox-matrix.variant\"=\"docker\"";
+
+    #[test]
+    fn images_come_before_their_parents() {
+        let image = |id: &str, parent: &str| bollard::models::ImageSummary {
+            id: id.into(),
+            parent_id: parent.into(),
+            ..Default::default()
+        };
+        let ordered = children_first(vec![image("a", "base"), image("c", "b"), image("b", "a")]);
+        assert_eq!(ordered, ["c", "b", "a"]);
+    }
+
+    #[test]
+    fn labels_go_in_once_right_after_every_from() {
+        let dockerfile = "# escape=\\\nARG BASE_IMAGE=base:v1\nFROM ${BASE_IMAGE} AS one\nRUN true\nfrom \\\n  # a comment inside\n  other\nRUN false\n";
+        let labelled = label_every_stage(dockerfile, &run_labels());
+        assert_eq!(
+            labelled,
+            format!(
+                "# escape=\\\nARG BASE_IMAGE=base:v1\nFROM ${{BASE_IMAGE}} AS one\n{ONE_LABEL}\nRUN true\nfrom \\\n  # a comment inside\n  other\n{ONE_LABEL}\nRUN false\n"
+            )
+        );
+    }
+
+    #[test]
+    fn a_backtick_escape_directive_continues_a_from() {
+        let labelled = label_every_stage("# escape=`\nFROM `\n base\nRUN x\n", &run_labels());
+        assert_eq!(
+            labelled,
+            format!("# escape=`\nFROM `\n base\n{ONE_LABEL}\nRUN x\n")
+        );
+    }
+
+    #[test]
+    fn label_values_are_quoted_for_the_dockerfile() {
+        let labels = std::collections::BTreeMap::from([("k".to_owned(), "a \"b\" $c".to_owned())]);
+        assert_eq!(
+            label_every_stage("FROM x\n", &labels),
+            "FROM x\nLABEL \"k\"=\"a \\\"b\\\" \\$c\"\n"
+        );
+    }
 
     #[test]
     fn engine_errors_map_to_kinds() {

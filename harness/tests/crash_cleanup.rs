@@ -1,0 +1,365 @@
+//! What a run stopped part-way leaves, and that cleanup and `sweep` find all of it: every
+//! image a build commits carries the run's labels, and a run killed (kill -9) or stopped
+//! by SIGTERM in build, launch or first-result leaves nothing `sweep --run ID` does not
+//! remove. Needs Docker (required under CI=true).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use sandbox_providers::{BaseImage, BuildRequest, RunLabels};
+
+/// The labels of image `id`, asked of the docker CLI.
+fn image_labels(id: &str) -> BTreeMap<String, String> {
+    let out = Command::new("docker")
+        .args([
+            "image",
+            "inspect",
+            "--format",
+            "{{json .Config.Labels}}",
+            id,
+        ])
+        .output()
+        .expect("docker CLI runs");
+    assert!(
+        out.status.success(),
+        "docker image inspect {id}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice::<Option<BTreeMap<String, String>>>(&out.stdout)
+        .expect("labels are JSON")
+        .unwrap_or_default()
+}
+
+/// An environment folder under `dir` whose Dockerfile is `body` after the base's FROM.
+fn environment(dir: &Path, body: &str) -> std::path::PathBuf {
+    let env = dir.join("environment");
+    std::fs::create_dir_all(&env).expect("environment folder");
+    std::fs::write(
+        env.join("Dockerfile"),
+        format!("ARG BASE_IMAGE=sandbox-matrix/contract-base:v1\nFROM ${{BASE_IMAGE}}\n{body}"),
+    )
+    .expect("Dockerfile written");
+    env
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_build_leaves_only_images_with_every_run_label() {
+    if !common::docker_or_skip("a_failed_build_leaves_only_images_with_every_run_label") {
+        return;
+    }
+    let root = common::root();
+    let dir = common::out_dir("failed-build-labels");
+    let env = environment(&dir, "RUN true\nRUN false\n");
+    let provider = sandbox_matrix::run::variants::connect_docker(
+        &root,
+        Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
+    )
+    .await
+    .expect("the docker variant connects");
+    let labels = RunLabels {
+        run_id: sandbox_matrix::run::runner::new_run_id(),
+        variant: "docker".into(),
+        scenario: "failed-build".into(),
+    };
+    let request = BuildRequest {
+        environment_dir: env,
+        base: BaseImage::local("sandbox-matrix/contract-base:v1"),
+        registry_credential: None,
+        build_secrets: Vec::new(),
+        labels: labels.clone(),
+    };
+    let built = provider.build(&request, &|_: &str| {}).await;
+    assert!(built.is_err(), "RUN false must fail the build: {built:?}");
+    let left = common::left_by_run(&labels.run_id);
+    let expected = labels.to_map();
+    let unlabelled: Vec<String> = left
+        .iter()
+        .map(|id| (id, image_labels(id)))
+        .filter(|(_, on_image)| expected.iter().any(|(k, v)| on_image.get(k) != Some(v)))
+        .map(|(id, on_image)| format!("{id}: {on_image:?}"))
+        .collect();
+    // Whatever the assertions say, nothing of this test stays.
+    let cleaned = provider.list_resources(&labels).await.unwrap_or_default();
+    for resource in &cleaned {
+        let _ = provider.delete_resource(resource).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    // `RUN true` was committed before `RUN false` failed: that image must carry the run's
+    // labels, all of them, or neither cleanup nor sweep can find it.
+    assert!(
+        !left.is_empty(),
+        "the failed build left no image with the run label (its committed steps are unlabelled)"
+    );
+    assert!(
+        unlabelled.is_empty(),
+        "images without every run label: {unlabelled:?}"
+    );
+    assert!(
+        common::left_by_run(&labels.run_id).is_empty(),
+        "cleanup by the run's labels left images behind"
+    );
+}
+
+/// A scenario outside scenarios/, in `dir`, whose steps are slow enough for a signal to
+/// land in the one meant: the build sleeps, the sandbox sleeps before its server starts,
+/// and the first result sleeps.
+fn slow_scenario(dir: &Path) -> std::path::PathBuf {
+    environment(
+        dir,
+        "RUN sleep 20\nENTRYPOINT [\"/bin/sh\", \"-c\", \"sleep 25; exec \\\"$@\\\"\", \"slow-start\"]\n",
+    );
+    let scenario = dir.join("slow.yaml");
+    std::fs::write(
+        &scenario,
+        "name: crash-cleanup\nenvironment: environment\nsteps:\n  - step: build\n    budget: 10m\n  - step: launch\n    budget: 3m\n  - step: first-result\n    budget: 5m\n    code: \"import time; time.sleep(240); 1+1\"\n    expect: \"2\"\n  - step: cleanup\n    budget: 2m\n",
+    )
+    .expect("scenario written");
+    scenario
+}
+
+/// Runs the slow scenario, sends `signal` once step `step` has run for `after`, and
+/// returns the run id, the exit status and the output folder.
+fn interrupted_run(dir: &Path, step: &str, after: std::time::Duration, signal: &str) -> Ended {
+    signalled_run(dir, step, after, &[signal])
+}
+
+/// A signalled run: its id, how it exited, its reports folder and what it printed.
+type Ended = (
+    String,
+    std::process::ExitStatus,
+    std::path::PathBuf,
+    Vec<String>,
+);
+
+/// [`interrupted_run`] sending each of `signals` in turn, each after the first once the
+/// run has said it was interrupted (so the second lands during its cleanup).
+fn signalled_run(dir: &Path, step: &str, after: std::time::Duration, signals: &[&str]) -> Ended {
+    use std::io::{BufRead, BufReader};
+    let scenario = slow_scenario(dir);
+    let out = dir.join("reports");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"))
+        .args(["run", "--variant", "docker", "--scenario"])
+        .arg(&scenario)
+        .arg("--root")
+        .arg(common::root())
+        .arg("--out")
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("sandbox-matrix starts");
+    let stderr = BufReader::new(child.stderr.take().expect("stderr is piped"));
+    let mut lines = stderr.lines().map_while(Result::ok);
+    let mut seen = Vec::new();
+    let mut run_id = None;
+    let started = std::time::Instant::now();
+    for line in lines.by_ref() {
+        if let Some(rest) = line.strip_prefix("run ") {
+            run_id = rest.split(':').next().map(str::to_owned);
+        }
+        let reached = line.trim() == format!("▸ {step}");
+        seen.push(line);
+        if reached {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(600),
+            "{step} never started: {seen:#?}"
+        );
+    }
+    assert!(
+        seen.last().is_some_and(|l| l.trim() == format!("▸ {step}")),
+        "the run ended before {step}: {seen:#?}"
+    );
+    std::thread::sleep(after);
+    let pid = child.id().to_string();
+    for (i, signal) in signals.iter().enumerate() {
+        if i > 0 {
+            for line in lines.by_ref() {
+                let said = line.starts_with("interrupted by");
+                seen.push(line);
+                if said {
+                    break;
+                }
+            }
+        }
+        assert!(
+            Command::new("kill")
+                .args([&format!("-{signal}"), &pid])
+                .status()
+                .expect("kill runs")
+                .success()
+        );
+    }
+    seen.extend(lines);
+    let status = child.wait().expect("sandbox-matrix exits");
+    let run_id = run_id.unwrap_or_else(|| panic!("no run id printed: {seen:#?}"));
+    (run_id, status, out, seen)
+}
+
+/// Ids the run's ledger says were created, that the engine still has.
+fn ledger_ids_left(out: &Path, run_id: &str) -> Vec<String> {
+    let path = out.join(run_id).join("ledger.jsonl");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("the ledger {}: {e}", path.display()));
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|r| r["event"] == "created")
+        .filter_map(|r| r["id"].as_str().map(str::to_owned))
+        .filter(|id| {
+            Command::new("docker")
+                .args(["inspect", id])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .collect()
+}
+
+/// `sweep --run ID` (no --scenario) for a run whose scenario came from outside
+/// scenarios/; returns what it printed.
+fn sweep(run_id: &str, out: &Path) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"))
+        .args(["sweep", "--run", run_id, "--variant", "docker", "--out"])
+        .arg(out)
+        .current_dir(common::root())
+        .output()
+        .expect("sandbox-matrix runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(output.status.code(), Some(0), "sweep: {text}");
+    text
+}
+
+fn killed_then_swept(step: &str, after: std::time::Duration) {
+    let test = format!("kill-9-during-{step}");
+    if !common::docker_or_skip(&test) {
+        return;
+    }
+    let dir = common::out_dir(&test);
+    let (run_id, status, out, seen) = interrupted_run(&dir, step, after, "KILL");
+    assert_eq!(status.code(), None, "killed by signal 9: {seen:#?}");
+    let swept = sweep(&run_id, &out);
+    let left = common::left_by_run(&run_id);
+    let in_ledger = ledger_ids_left(&out, &run_id);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        left.is_empty(),
+        "after sweep, still carrying the run label: {left:?}\nsweep said: {swept}"
+    );
+    assert!(
+        in_ledger.is_empty(),
+        "after sweep, still there though in the ledger: {in_ledger:?}\nsweep said: {swept}"
+    );
+}
+
+#[test]
+fn kill_9_during_build_then_sweep_leaves_nothing() {
+    killed_then_swept("build", std::time::Duration::from_secs(8));
+}
+
+#[test]
+fn kill_9_during_launch_then_sweep_leaves_nothing() {
+    killed_then_swept("launch", std::time::Duration::from_secs(5));
+}
+
+#[test]
+fn kill_9_during_first_result_then_sweep_leaves_nothing() {
+    killed_then_swept("first-result", std::time::Duration::from_secs(3));
+}
+
+#[test]
+fn sigterm_during_launch_cleans_up_writes_reports_and_exits_143() {
+    if !common::docker_or_skip("sigterm_during_launch") {
+        return;
+    }
+    let dir = common::out_dir("sigterm-during-launch");
+    let (run_id, status, out, seen) =
+        interrupted_run(&dir, "launch", std::time::Duration::from_secs(5), "TERM");
+    let results = std::fs::read_to_string(out.join(&run_id).join("results.json"));
+    let left_before_sweep = common::left_by_run(&run_id);
+    sweep(&run_id, &out);
+    let left = common::left_by_run(&run_id);
+    let in_ledger = ledger_ids_left(&out, &run_id);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(status.code(), Some(143), "{seen:#?}");
+    let results: sandbox_matrix::report::results::RunResults =
+        serde_json::from_str(&results.expect("results.json written")).expect("it parses");
+    let scenario = &results.scenarios[0];
+    use sandbox_matrix::report::results::StepStatus;
+    assert_eq!(
+        scenario.step("launch").map(|s| &s.status),
+        Some(&StepStatus::Failed {
+            reason: "interrupted by SIGTERM".into()
+        })
+    );
+    assert_eq!(
+        scenario.step("cleanup").map(|s| &s.status),
+        Some(&StepStatus::Passed)
+    );
+    assert!(
+        left_before_sweep.is_empty(),
+        "the run's own cleanup left: {left_before_sweep:?}"
+    );
+    assert!(
+        left.is_empty() && in_ledger.is_empty(),
+        "{left:?} {in_ledger:?}"
+    );
+}
+
+#[test]
+fn sighup_twice_quits_at_once_and_the_printed_sweep_command_removes_the_rest() {
+    if !common::docker_or_skip("sighup_twice") {
+        return;
+    }
+    let dir = common::out_dir("sighup-twice");
+    let (run_id, status, out, seen) = signalled_run(
+        &dir,
+        "launch",
+        std::time::Duration::from_secs(3),
+        &["HUP", "HUP"],
+    );
+    // The line after "Remove what the run left with:" is the command, as printed.
+    let command = seen
+        .iter()
+        .skip_while(|l| !l.contains("Remove what the run left with:"))
+        .nth(1)
+        .map(|l| l.trim().to_owned());
+    let swept = command.as_deref().map(|command| {
+        let mut words = command.split(' ');
+        let program = words.next().expect("a program");
+        Command::new(program)
+            .args(words)
+            .output()
+            .expect("the printed command runs")
+    });
+    let left = common::left_by_run(&run_id);
+    let in_ledger = ledger_ids_left(&out, &run_id);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(status.code(), Some(129), "{seen:#?}");
+    let command = command.unwrap_or_else(|| panic!("no sweep command printed: {seen:#?}"));
+    assert!(
+        command.ends_with(&format!(
+            "sweep --run {run_id} --root {} --out {}",
+            common::root().display(),
+            out.display()
+        )),
+        "{command}"
+    );
+    let swept = swept.expect("it ran");
+    assert_eq!(
+        swept.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&swept.stderr)
+    );
+    assert!(
+        left.is_empty() && in_ledger.is_empty(),
+        "{left:?} {in_ledger:?}"
+    );
+}

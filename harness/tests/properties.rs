@@ -9,63 +9,20 @@
 //! `PROPTEST_CASES=20000`. A 200,000-step scenario is parsed once the same way: it is
 //! refused or listed, within the memory bound.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::Path;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use sandbox_matrix::analyze::gate::Policy;
 use sandbox_matrix::checks::conformance::{ANSWER_MARKER, judge_doctor, parse_answer};
 use sandbox_matrix::run::scenario::Scenario;
 
-/// The system allocator, counting the bytes live now and the peak since the last reset.
-struct Counting;
+#[path = "../../providers/tests/support/peak.rs"]
+mod peak;
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        }
-        ptr
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-}
+use peak::{MEASURING, PEAK_BOUND, peak_of, runner};
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-/// The tests share the counters: one measures at a time.
-static MEASURING: Mutex<()> = Mutex::new(());
-
-/// Runs `f` and returns its result and the peak of memory it added, in bytes.
-fn peak_of<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
-    let out = f();
-    (out, PEAK.load(Ordering::Relaxed).saturating_sub(base))
-}
-
-/// Inputs here are at most 4 KiB; no parser may need more than this for one.
-const PEAK_BOUND: usize = 16 * 1024 * 1024;
-
-fn runner() -> TestRunner {
-    // Config::default() reads PROPTEST_CASES; 256 cases when it is unset.
-    TestRunner::new(Config {
-        failure_persistence: None,
-        ..Config::default()
-    })
-}
+static ALLOCATOR: peak::Counting = peak::Counting;
 
 /// A YAML scalar of the kinds a scenario or policy holds, and some it must refuse.
 fn scalar() -> impl Strategy<Value = String> {

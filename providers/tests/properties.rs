@@ -8,61 +8,17 @@
 //! `cargo test` runs 256 cases per decoder; the nightly's longer run sets
 //! `PROPTEST_CASES=20000`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use sandbox_providers::api::cassette::{decode_connect, encode_connect};
 use sandbox_providers::api::{Body, Cassette};
 
-/// The system allocator, counting the bytes live now and the peak since the last reset.
-struct Counting;
+#[path = "support/peak.rs"]
+mod peak;
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        }
-        ptr
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-}
+use peak::{MEASURING, PEAK_BOUND, peak_of, runner};
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-/// The tests share the counters: one measures at a time.
-static MEASURING: Mutex<()> = Mutex::new(());
-
-/// Runs `f` and returns its result and the peak of memory it added, in bytes.
-fn peak_of<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
-    let out = f();
-    (out, PEAK.load(Ordering::Relaxed).saturating_sub(base))
-}
-
-/// Inputs here are at most a few KiB; no decoder may need more than this for one.
-const PEAK_BOUND: usize = 16 * 1024 * 1024;
-
-fn runner() -> TestRunner {
-    // Config::default() reads PROPTEST_CASES; 256 cases when it is unset.
-    TestRunner::new(Config {
-        failure_persistence: None,
-        ..Config::default()
-    })
-}
+static ALLOCATOR: peak::Counting = peak::Counting;
 
 fn scalar() -> impl Strategy<Value = String> {
     prop_oneof![

@@ -148,6 +148,38 @@ impl DockerProvider {
             })
     }
 
+    /// Every container (running or not) and image (intermediate ones too) whose labels
+    /// match `filters`.
+    async fn labelled(
+        &self,
+        filters: &HashMap<String, Vec<String>>,
+    ) -> Result<(
+        Vec<bollard::models::ContainerSummary>,
+        Vec<bollard::models::ImageSummary>,
+    )> {
+        let containers = self
+            .docker
+            .list_containers(Some(
+                ListContainersOptionsBuilder::default()
+                    .all(true)
+                    .filters(filters)
+                    .build(),
+            ))
+            .await
+            .map_err(|e| engine_error(e).context("listing containers by run label"))?;
+        let images = self
+            .docker
+            .list_images(Some(
+                ListImagesOptionsBuilder::default()
+                    .all(true)
+                    .filters(filters)
+                    .build(),
+            ))
+            .await
+            .map_err(|e| engine_error(e).context("listing images by run label"))?;
+        Ok((containers, images))
+    }
+
     /// Makes sure the local reference base exists (see [`BaseRecipe::ensure`]): reused when
     /// current, else made from a pulled Debian image or by mmdebstrap.
     pub async fn ensure_base(&self, progress: &LogFn) -> Result<base::BaseImage> {
@@ -870,26 +902,7 @@ impl Provider for DockerProvider {
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect::<Vec<_>>(),
         )]);
-        let containers = self
-            .docker
-            .list_containers(Some(
-                ListContainersOptionsBuilder::default()
-                    .all(true)
-                    .filters(&filters)
-                    .build(),
-            ))
-            .await
-            .map_err(|e| engine_error(e).context("listing containers by run label"))?;
-        let images = self
-            .docker
-            .list_images(Some(
-                ListImagesOptionsBuilder::default()
-                    .all(true)
-                    .filters(&filters)
-                    .build(),
-            ))
-            .await
-            .map_err(|e| engine_error(e).context("listing images by run label"))?;
+        let (containers, images) = self.labelled(&filters).await?;
         Ok(containers
             .into_iter()
             .filter_map(|c| c.id)
@@ -924,26 +937,7 @@ impl Provider for DockerProvider {
             None => crate::RUN_LABEL.to_owned(),
         };
         let filters = HashMap::from([("label".to_owned(), vec![filter])]);
-        let containers = self
-            .docker
-            .list_containers(Some(
-                ListContainersOptionsBuilder::default()
-                    .all(true)
-                    .filters(&filters)
-                    .build(),
-            ))
-            .await
-            .map_err(|e| engine_error(e).context("listing containers by the run label"))?;
-        let images = self
-            .docker
-            .list_images(Some(
-                ListImagesOptionsBuilder::default()
-                    .all(true)
-                    .filters(&filters)
-                    .build(),
-            ))
-            .await
-            .map_err(|e| engine_error(e).context("listing images by the run label"))?;
+        let (containers, images) = self.labelled(&filters).await?;
         let at = |secs: i64| {
             u64::try_from(secs)
                 .ok()

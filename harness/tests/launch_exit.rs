@@ -61,3 +61,80 @@ fn a_sandbox_that_exits_fails_launch_with_its_exit_code_and_last_log_lines() {
     );
     assert!(common::left_by_run(&results.provenance.run_id).is_empty());
 }
+
+/// A sandbox whose server answers `GET /api` (so launch passes) and then never answers a
+/// kernel start, as a paused or hung one does: first-result must fail at its own budget
+/// (65 s here), never at a shorter timeout hidden in the client (before, 60 s).
+#[test]
+fn a_hung_kernel_start_fails_first_result_at_the_step_budget() {
+    if !common::docker_or_skip("a_hung_kernel_start_fails_first_result_at_the_step_budget") {
+        return;
+    }
+    let dir = common::out_dir("hung-kernel-start");
+    let env = dir.join("environment");
+    std::fs::create_dir_all(&env).expect("environment folder");
+    // A server on Jupyter's port: `GET /api` answers, anything else hangs.
+    let server = [
+        "import http.server, time",
+        "class Handler(http.server.BaseHTTPRequestHandler):",
+        "    def do_GET(self):",
+        "        self.send_response(200)",
+        "        self.send_header('content-type', 'application/json')",
+        "        self.end_headers()",
+        "        self.wfile.write(b'{\"version\": \"2.14.2\"}')",
+        "    def do_POST(self):",
+        "        time.sleep(86400)",
+        "http.server.ThreadingHTTPServer(('0.0.0.0', 8888), Handler).serve_forever()",
+    ];
+    std::fs::write(env.join("server.py"), server.join("\n") + "\n").expect("server written");
+    std::fs::write(
+        env.join("Dockerfile"),
+        "ARG BASE_IMAGE=sandbox-matrix/contract-base:v1\nFROM ${BASE_IMAGE}\nCOPY server.py /tmp/server.py\nENTRYPOINT [\"python3\", \"/tmp/server.py\"]\n",
+    )
+    .expect("Dockerfile written");
+    let scenario = dir.join("hung.yaml");
+    std::fs::write(
+        &scenario,
+        "name: hung-kernel-start\nenvironment: environment\nsteps:\n  - step: build\n    budget: 10m\n  - step: launch\n    budget: 3m\n  - step: first-result\n    budget: 65s\n  - step: cleanup\n    budget: 2m\n",
+    )
+    .expect("scenario written");
+    let out = dir.join("reports");
+    let output = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"))
+        .args(["run", "--variant", "docker", "--scenario"])
+        .arg(&scenario)
+        .arg("--root")
+        .arg(common::root())
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("sandbox-matrix runs");
+    let text = std::fs::read_to_string(out.join("latest/results.json"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let results: RunResults =
+        serde_json::from_str(&text.expect("results.json written")).expect("it parses");
+    let scenario = &results.scenarios[0];
+    assert_eq!(
+        scenario.step("launch").map(|s| &s.status),
+        Some(&StepStatus::Passed),
+        "{stderr}"
+    );
+    let first = scenario.step("first-result").expect("first-result ran");
+    let StepStatus::Failed { reason } = &first.status else {
+        panic!("first-result did not fail: {first:?}");
+    };
+    assert!(
+        reason.contains("exceeded its budget of 1m 5s"),
+        "ended by the step's budget, not a client timeout: {reason}"
+    );
+    assert!(
+        first.duration >= std::time::Duration::from_secs(65),
+        "{:?}",
+        first.duration
+    );
+    assert_eq!(
+        scenario.step("cleanup").map(|s| &s.status),
+        Some(&StepStatus::Passed)
+    );
+}

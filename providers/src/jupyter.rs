@@ -25,11 +25,12 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use crate::{CodeOutput, ErrorKind, ProviderError, Result};
 
-/// Timeout of one HTTP call; generous because a restart answers only once
-/// the new kernel is up.
-const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
-/// Timeout of the WebSocket handshake.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Timeout of one HTTP call (a kernel's start, restart, shutdown): longer than any step
+/// budget (at most 24 h), so that the step's budget, not a hidden client timeout, ends a
+/// call to a hung or paused server. One timeout source: the budget.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(25 * 60 * 60);
+/// Timeout of the TCP connect and the WebSocket handshake, as long for the same reason.
+const CONNECT_TIMEOUT: Duration = HTTP_TIMEOUT;
 /// First interval between readiness polls.
 const POLL_START: Duration = Duration::from_millis(25);
 /// Largest interval between readiness polls.

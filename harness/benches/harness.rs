@@ -100,6 +100,7 @@ fn nightly_results() -> RunResults {
             harness_version: env!("CARGO_PKG_VERSION").into(),
             host: "bench".into(),
             started_at: "2026-11-29T00:00:00Z".into(),
+            base: None,
             shards: Vec::new(),
         },
         scenarios,

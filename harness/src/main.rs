@@ -1471,11 +1471,12 @@ async fn run(args: RunArgs) -> u8 {
         .chain(report::self_scan::environment_credentials())
         .collect();
     terminal.scrub_with(written_secrets.clone());
-    let provenance = Provenance {
+    let mut provenance = Provenance {
         run_id: run_id.clone(),
         harness_version: env!("CARGO_PKG_VERSION").to_owned(),
         host: host_name(),
         started_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        base: Some(runner.base().base.reference.clone()),
         shards: Vec::new(),
     };
     let cassettes = args
@@ -1587,7 +1588,16 @@ async fn run(args: RunArgs) -> u8 {
     for name in &variant_names {
         let plan = match &docker {
             _ if name != "docker" => None,
-            Ok(p) => Some((Some(p.clone()), runner.prepare(p).await.err())),
+            Ok(p) => {
+                let not_ready = runner.prepare(p).await.err();
+                if let Some(made_from) = p.base_made_from() {
+                    provenance.base = Some(format!(
+                        "{}, made from {made_from}",
+                        runner.base().base.reference
+                    ));
+                }
+                Some((Some(p.clone()), not_ready))
+            }
             Err(e) => Some((None, Some(e.clone()))),
         };
         for (scenario, repetition) in scenarios

@@ -271,6 +271,15 @@ fn the_base_is_made_from_a_pulled_debian_image_by_digest_and_falls_back_to_mmdeb
         String::from_utf8_lossy(&run.stdout),
         String::from_utf8_lossy(&run.stderr)
     );
+    // The run's provenance names the Debian image by digest.
+    let results = std::fs::read_to_string(out.join("latest/results.json")).unwrap();
+    let results: serde_json::Value = serde_json::from_str(&results).unwrap();
+    assert_eq!(
+        results["provenance"]["base"],
+        format!("{BASE}, made from the Debian image {pinned}"),
+        "{}",
+        results["provenance"]
+    );
     let _ = std::fs::remove_dir_all(&out);
     drop(registry);
 

@@ -195,6 +195,7 @@ fn example_results() -> RunResults {
             harness_version: "0.1.0".to_owned(),
             host: "example-host".to_owned(),
             started_at: "2025-11-29T12:13:14Z".to_owned(),
+            base: None,
             shards: Vec::new(),
         },
         scenarios,

@@ -121,6 +121,7 @@ async fn burst(launches: usize, failures: usize) -> (ScenarioResult, stats::Summ
             harness_version: env!("CARGO_PKG_VERSION").into(),
             host: "test".into(),
             started_at: "2026-11-29T00:00:00Z".into(),
+            base: None,
             shards: Vec::new(),
         },
         scenarios: vec![result.clone()],

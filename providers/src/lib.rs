@@ -337,6 +337,13 @@ pub trait Provider: Send + Sync {
         None
     }
 
+    /// How the local base this variant builds on was made, once [`Provider::prepare`]
+    /// made or reused it, for provenance (the docker variant: from the Debian image by
+    /// digest, or by mmdebstrap); `None` for a variant with no local base.
+    fn base_made_from(&self) -> Option<String> {
+        None
+    }
+
     /// Makes the variant ready to build from `base`, the run's base (the docker variant
     /// bootstraps the local base image; a base in a registry is pulled by the build).
     /// Runs once per run, before any scenario, and is not timed as a step.

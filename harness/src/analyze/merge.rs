@@ -109,6 +109,7 @@ fn combine(shards: Vec<RunResults>, run_id: String, host: String) -> RunResults 
         harness_version: env!("CARGO_PKG_VERSION").to_owned(),
         host,
         started_at,
+        base: None,
         shards: Vec::new(),
     };
     let mut scenarios = Vec::new();

@@ -429,6 +429,7 @@ mod tests {
                 harness_version: "0".to_owned(),
                 host: "h".to_owned(),
                 started_at: "2025-01-01T00:00:00Z".to_owned(),
+                base: None,
                 shards: Vec::new(),
             },
             scenarios: vec![

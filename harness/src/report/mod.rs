@@ -149,6 +149,7 @@ pub(crate) mod fixture {
                 harness_version: "0.1.0".to_owned(),
                 host: "ci-runner-07".to_owned(),
                 started_at: "2025-11-29T12:13:14.512+00:00".to_owned(),
+                base: None,
                 shards: Vec::new(),
             },
             scenarios,

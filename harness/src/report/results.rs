@@ -124,6 +124,11 @@ pub struct Provenance {
     pub host: String,
     /// RFC 3339 time the run started.
     pub started_at: String,
+    /// The base the run's environments built from: a registry reference by digest, or the
+    /// local base and how it was made (the Debian image by digest, or mmdebstrap); absent
+    /// when no docker build ran or for results written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
     /// The provenance of each run merged into this one (`sandbox-matrix merge`), in order;
     /// empty for a run that was not merged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -447,11 +452,15 @@ mod tests {
             .map(|e| format!("{e:#}"))
     }
 
-    /// The fixture run (docker live, e2b replayed), with what it lacks: a merged provenance,
-    /// a region, a second repetition with samples (one failed), a replay at recorded pace
+    /// The fixture run (docker live, e2b replayed), with what it lacks: a merged provenance
+    /// with the base it built from, a region, a second repetition with samples (one failed), a replay at recorded pace
     /// from a cassette with no date, a recording, and a variant the runner could not reach.
     fn everything() -> RunResults {
         let mut results = two_variants();
+        results.provenance.base = Some(
+            "sandbox-matrix/contract-base:v1, made from the Debian image debian@sha256:ab"
+                .to_owned(),
+        );
         let shard = results.provenance.clone();
         results.provenance.shards = vec![shard.clone(), shard];
         results.scenarios[0].region = Some("local".to_owned());

@@ -126,6 +126,7 @@ pub fn write_reports(
             harness_version: env!("CARGO_PKG_VERSION").to_owned(),
             host: "test".to_owned(),
             started_at: "2026-11-29T00:00:00Z".to_owned(),
+            base: None,
             shards: Vec::new(),
         },
         scenarios,

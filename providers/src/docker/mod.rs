@@ -83,6 +83,8 @@ pub struct DockerProvider {
     sandboxes: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Sandbox>>>>,
     /// Extra kernels by (sandbox, context), each with its own socket, so they run at once.
     contexts: Mutex<HashMap<(String, String), SharedSocket>>,
+    /// How the local base was made, once [`DockerProvider::ensure_base`] made or reused it.
+    made_from: Mutex<Option<MadeFrom>>,
 }
 
 /// A kernel socket several tasks may take turns on.
@@ -133,6 +135,7 @@ impl DockerProvider {
             engine_version,
             base,
             sandboxes: Mutex::new(HashMap::new()),
+            made_from: Mutex::new(None),
             contexts: Mutex::new(HashMap::new()),
         })
     }
@@ -183,7 +186,9 @@ impl DockerProvider {
     /// Makes sure the local reference base exists (see [`BaseRecipe::ensure`]): reused when
     /// current, else made from a pulled Debian image or by mmdebstrap.
     pub async fn ensure_base(&self, progress: &LogFn) -> Result<base::BaseImage> {
-        self.base.ensure(&self.docker, progress).await
+        let base = self.base.ensure(&self.docker, progress).await?;
+        *self.made_from.lock().expect("made_from lock") = Some(base.made_from.clone());
+        Ok(base)
     }
 
     /// Where a running sandbox's Jupyter Server answers on this host, and its token: what
@@ -413,6 +418,14 @@ pub const CAPABILITIES: Capabilities = Capabilities {
 impl Provider for DockerProvider {
     fn variant(&self) -> &str {
         "docker"
+    }
+
+    fn base_made_from(&self) -> Option<String> {
+        self.made_from
+            .lock()
+            .expect("made_from lock")
+            .as_ref()
+            .map(ToString::to_string)
     }
 
     fn provider_version(&self) -> Option<String> {

@@ -65,9 +65,11 @@ enum Command {
     List(Selection),
     /// Build the docker variant's reference base image if it is missing or out of date.
     ///
-    /// With no registry, the root filesystem comes from Debian's packages through
-    /// mmdebstrap (a few minutes), then the recipe in fixtures/images/contract-base/ is
-    /// built on it. `run` does this on its own when it needs to.
+    /// The root filesystem is the Debian image --base-from names, pulled by digest, with the
+    /// recipe's packages installed by apt; where it cannot be pulled, it is made from
+    /// Debian's packages through mmdebstrap (a few minutes). The recipe in
+    /// fixtures/images/contract-base/ is then built on it. It says which way it used, and
+    /// exits 2 when neither works. `run` does this on its own when it needs to.
     ///
     /// With --push, the base is then pushed to a registry, logging in as
     /// SANDBOX_MATRIX_REGISTRY_AUTH says (`ecr`: a login token from GetAuthorizationToken;
@@ -85,8 +87,9 @@ enum Command {
         #[arg(required = true, value_name = "DOCKERFILE")]
         files: Vec<PathBuf>,
     },
-    /// Remove what a killed run left: every resource carrying its run id, for each variant
-    /// × scenario selected. Run ids are the folder names under reports/.
+    /// Remove what a killed run left: every resource carrying its run label and every one its
+    /// ledger names (--run), or what runs whose process is gone left and old labelled
+    /// resources (no --run). Run ids are the folder names under reports/.
     ///
     /// Cloud variants are asked live, with credentials from the environment; without
     /// --variant, one whose credentials are missing is passed over with a note. Exits 0

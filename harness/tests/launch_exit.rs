@@ -1,30 +1,28 @@
 //! Launch watches the sandbox container: one that exits while Jupyter Server should be
 //! starting fails launch with its exit code and last log lines, not with a readiness poll's
-//! `connection refused`. Needs Docker (required under CI=true).
+//! `connection refused`; one whose server hangs fails at the step's budget, not at a
+//! client timeout. Needs Docker (required under CI=true).
 
 mod common;
 
-use std::process::Command;
+use std::process::{Command, Output};
 
 use sandbox_matrix::report::results::{RunResults, StepStatus};
 
-#[test]
-fn a_sandbox_that_exits_fails_launch_with_its_exit_code_and_last_log_lines() {
-    if !common::docker_or_skip("a_sandbox_that_exits_fails_launch") {
-        return;
-    }
-    let dir = common::out_dir("launch-exit");
+/// Runs, on the docker variant, a scenario named `name` with `steps` over an environment
+/// of `files` (a `Dockerfile` among them) in a fresh folder, which it removes; returns the
+/// command's output and its `results.json`.
+fn run_environment(name: &str, files: &[(&str, &str)], steps: &str) -> (Output, RunResults) {
+    let dir = common::out_dir(name);
     let env = dir.join("environment");
     std::fs::create_dir_all(&env).expect("environment folder");
-    std::fs::write(
-        env.join("Dockerfile"),
-        "ARG BASE_IMAGE=sandbox-matrix/contract-base:v1\nFROM ${BASE_IMAGE}\nENTRYPOINT [\"/bin/sh\", \"-c\", \"sleep 3; echo sm-last-words-before-exit >&2; exit 7\"]\n",
-    )
-    .expect("Dockerfile written");
-    let scenario = dir.join("exits.yaml");
+    for (file, text) in files {
+        std::fs::write(env.join(file), text).expect("environment file written");
+    }
+    let scenario = dir.join("scenario.yaml");
     std::fs::write(
         &scenario,
-        "name: launch-exit\nenvironment: environment\nsteps:\n  - step: build\n    budget: 10m\n  - step: launch\n    budget: 3m\n  - step: cleanup\n    budget: 2m\n",
+        format!("name: {name}\nenvironment: environment\nsteps:\n{steps}"),
     )
     .expect("scenario written");
     let out = dir.join("reports");
@@ -39,14 +37,35 @@ fn a_sandbox_that_exits_fails_launch_with_its_exit_code_and_last_log_lines() {
         .expect("sandbox-matrix runs");
     let text = std::fs::read_to_string(out.join("latest/results.json"));
     let _ = std::fs::remove_dir_all(&dir);
+    let results = match text {
+        Ok(text) => serde_json::from_str(&text).expect("it parses"),
+        Err(e) => panic!(
+            "results.json not written ({e}): {}",
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    };
+    (output, results)
+}
+
+#[test]
+fn a_sandbox_that_exits_fails_launch_with_its_exit_code_and_last_log_lines() {
+    if !common::docker_or_skip("a_sandbox_that_exits_fails_launch") {
+        return;
+    }
+    let (output, results) = run_environment(
+        "launch-exit",
+        &[(
+            "Dockerfile",
+            "ARG BASE_IMAGE=sandbox-matrix/contract-base:v1\nFROM ${BASE_IMAGE}\nENTRYPOINT [\"/bin/sh\", \"-c\", \"sleep 3; echo sm-last-words-before-exit >&2; exit 7\"]\n",
+        )],
+        "  - step: build\n    budget: 10m\n  - step: launch\n    budget: 3m\n  - step: cleanup\n    budget: 2m\n",
+    );
     assert_eq!(
         output.status.code(),
         Some(1),
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let results: RunResults =
-        serde_json::from_str(&text.expect("results.json written")).expect("it parses");
     let scenario = &results.scenarios[0];
     let Some(StepStatus::Failed { reason }) = scenario.step("launch").map(|s| &s.status) else {
         panic!("launch did not fail: {:?}", scenario.step("launch"));
@@ -70,9 +89,6 @@ fn a_hung_kernel_start_fails_first_result_at_the_step_budget() {
     if !common::docker_or_skip("a_hung_kernel_start_fails_first_result_at_the_step_budget") {
         return;
     }
-    let dir = common::out_dir("hung-kernel-start");
-    let env = dir.join("environment");
-    std::fs::create_dir_all(&env).expect("environment folder");
     // A server on Jupyter's port: `GET /api` answers, anything else hangs.
     let server = [
         "import http.server, time",
@@ -85,35 +101,22 @@ fn a_hung_kernel_start_fails_first_result_at_the_step_budget() {
         "    def do_POST(self):",
         "        time.sleep(86400)",
         "http.server.ThreadingHTTPServer(('0.0.0.0', 8888), Handler).serve_forever()",
-    ];
-    std::fs::write(env.join("server.py"), server.join("\n") + "\n").expect("server written");
-    std::fs::write(
-        env.join("Dockerfile"),
-        "ARG BASE_IMAGE=sandbox-matrix/contract-base:v1\nFROM ${BASE_IMAGE}\nCOPY server.py /tmp/server.py\nENTRYPOINT [\"python3\", \"/tmp/server.py\"]\n",
-    )
-    .expect("Dockerfile written");
-    let scenario = dir.join("hung.yaml");
-    std::fs::write(
-        &scenario,
-        "name: hung-kernel-start\nenvironment: environment\nsteps:\n  - step: build\n    budget: 10m\n  - step: launch\n    budget: 3m\n  - step: first-result\n    budget: 65s\n  - step: cleanup\n    budget: 2m\n",
-    )
-    .expect("scenario written");
-    let out = dir.join("reports");
-    let output = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"))
-        .args(["run", "--variant", "docker", "--scenario"])
-        .arg(&scenario)
-        .arg("--root")
-        .arg(common::root())
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("sandbox-matrix runs");
-    let text = std::fs::read_to_string(out.join("latest/results.json"));
-    let _ = std::fs::remove_dir_all(&dir);
+    ]
+    .join("\n")
+        + "\n";
+    let (output, results) = run_environment(
+        "hung-kernel-start",
+        &[
+            ("server.py", &server),
+            (
+                "Dockerfile",
+                "ARG BASE_IMAGE=sandbox-matrix/contract-base:v1\nFROM ${BASE_IMAGE}\nCOPY server.py /tmp/server.py\nENTRYPOINT [\"python3\", \"/tmp/server.py\"]\n",
+            ),
+        ],
+        "  - step: build\n    budget: 10m\n  - step: launch\n    budget: 3m\n  - step: first-result\n    budget: 65s\n  - step: cleanup\n    budget: 2m\n",
+    );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
-    let results: RunResults =
-        serde_json::from_str(&text.expect("results.json written")).expect("it parses");
     let scenario = &results.scenarios[0];
     assert_eq!(
         scenario.step("launch").map(|s| &s.status),

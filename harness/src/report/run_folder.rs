@@ -97,11 +97,7 @@ fn write_files(
         let path = dir.join(name);
         std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         if !forms.is_empty() {
-            leaks.push(format!(
-                "{} held {} (scrubbed)",
-                path.display(),
-                forms.join(", ")
-            ));
+            leaks.push(self_scan::Hit { path, forms }.to_string());
         }
     }
     leaks.extend(

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use bollard::Docker;
-use bollard::query_parameters::{CreateImageOptionsBuilder, ListImagesOptionsBuilder};
+use bollard::query_parameters::CreateImageOptionsBuilder;
 use futures_util::TryStreamExt;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -509,19 +509,10 @@ async fn image_labels(
 
 /// The id of `reference` when it exists and carries `hash` under [`RECIPE_LABEL`].
 async fn image_with_label(docker: &Docker, reference: &str, hash: &str) -> Result<Option<String>> {
-    let filters = HashMap::from([
-        ("reference".to_owned(), vec![reference.to_owned()]),
-        ("label".to_owned(), vec![format!("{RECIPE_LABEL}={hash}")]),
-    ]);
-    let images = docker
-        .list_images(Some(
-            ListImagesOptionsBuilder::default()
-                .filters(&filters)
-                .build(),
-        ))
-        .await
-        .map_err(|e| super::engine_error(e).context("listing images"))?;
-    Ok(images.into_iter().next().map(|i| i.id))
+    Ok(image_labels(docker, reference)
+        .await?
+        .filter(|(_, labels)| labels.get(RECIPE_LABEL).map(String::as_str) == Some(hash))
+        .map(|(id, _)| id))
 }
 
 /// The first Debian mirror in the machine's apt sources.

@@ -77,6 +77,7 @@ fn nightly_results() -> RunResults {
                             timings: Vec::new(),
                             log: vec!["a log line of moderate length, as builds print".into(); 20],
                             data: None,
+                            reused: None,
                         })
                         .collect(),
                     timings: vec![Timing {

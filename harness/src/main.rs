@@ -1603,6 +1603,19 @@ async fn run(args: RunArgs) -> u8 {
             }
             Err(e) => Some((None, Some(e.clone()))),
         };
+        // Live variants build each environment once per run; a cassette holds its own build.
+        if plan.is_some()
+            || (variants::cloud(name).is_some() && matches!(cloud_mode, CloudMode::Live))
+        {
+            runner.plan_shared_builds(
+                name,
+                scenarios
+                    .iter()
+                    .filter(|s| !skip.contains_key(&(name.clone(), s.name.clone())))
+                    .flat_map(|s| std::iter::repeat_n(s, args.repeat as usize)),
+            );
+        }
+        let mut last_provider: Option<Arc<dyn sandbox_providers::Provider>> = None;
         for (scenario, repetition) in scenarios
             .iter()
             .flat_map(|s| (1..=args.repeat).map(move |r| (s, r)))
@@ -1647,6 +1660,7 @@ async fn run(args: RunArgs) -> u8 {
             };
             match provider {
                 Some(p) => {
+                    last_provider = Some(p.clone());
                     runner
                         .run_scenario_checked(p, scenario, not_ready, check, source, repetition)
                         .await;
@@ -1667,6 +1681,11 @@ async fn run(args: RunArgs) -> u8 {
             }
             if cancel.is_cancelled() {
                 break;
+            }
+        }
+        if let Some(p) = &last_provider {
+            for line in runner.release_shared(p).await {
+                eprintln!("{name}: {line}");
             }
         }
         if cancel.is_cancelled() {

@@ -63,6 +63,7 @@ fn step(name: &str, status: StepStatus, millis: u64, budget_s: u64, log: &[&str]
         timings: Vec::new(),
         log: log.iter().map(|l| (*l).to_owned()).collect(),
         data: None,
+        reused: None,
     }
 }
 

@@ -204,6 +204,12 @@ pub fn metrics(results: &RunResults) -> Vec<Metric> {
 /// [`metrics`] counts them; empty when no repetition measured it (a step that never ran).
 pub fn attempts(reps: &[&ScenarioResult], metric: &str) -> Vec<Option<Duration>> {
     if let Some(step) = metric.strip_prefix(STEP_PREFIX) {
+        // A build that reused an earlier scenario's artifact timed no build: not an attempt.
+        let reps: Vec<&ScenarioResult> = reps
+            .iter()
+            .filter(|rep| rep.step(step).is_none_or(|s| s.reused.is_none()))
+            .copied()
+            .collect();
         let ran = reps.iter().any(|rep| {
             rep.step(step)
                 .is_some_and(|s| !matches!(s.status, StepStatus::Skipped { .. }))
@@ -364,6 +370,7 @@ mod tests {
             timings: Vec::new(),
             log: Vec::new(),
             data: None,
+            reused: None,
         }
     }
 

@@ -70,6 +70,7 @@ pub(crate) mod fixture {
             timings,
             log: log.iter().map(|line| (*line).to_owned()).collect(),
             data: None,
+            reused: None,
         }
     }
 

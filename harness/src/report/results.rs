@@ -395,6 +395,19 @@ pub struct StepResult {
     /// What a conformance check's probe answered and measured, when the step is a check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<serde_json::Value>,
+    /// For a `build` step that did not build: the artifact it took from an earlier scenario
+    /// of the run that built the same environment. Its duration times no build.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reused: Option<ReusedArtifact>,
+}
+
+/// An artifact a scenario took from an earlier scenario of the same run instead of building.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReusedArtifact {
+    /// The artifact's immutable id.
+    pub artifact: String,
+    /// The scenario whose build step made it.
+    pub built_in: String,
 }
 
 impl ScenarioResult {

@@ -7,5 +7,6 @@ pub mod ledger;
 pub mod preflight;
 pub mod runner;
 pub mod scenario;
+pub mod shared;
 pub mod terminal;
 pub mod variants;

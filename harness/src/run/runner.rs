@@ -15,11 +15,14 @@ use tokio_util::sync::CancellationToken;
 use crate::checks::conformance::{self, Check, CheckParams};
 use crate::checks::secrets;
 use crate::checks::suite::{self, CheckTarget, check_answer, describe};
-use crate::report::results::{Sample, ScenarioResult, Source, StepResult, StepStatus};
+use crate::report::results::{
+    ReusedArtifact, Sample, ScenarioResult, Source, StepResult, StepStatus,
+};
 use crate::run::base::RunBase;
 use crate::run::events::{EventSink, RunEvent};
 use crate::run::ledger::Ledger;
 use crate::run::scenario::{Expectation, Scenario, Step, StepKind};
+use crate::run::shared::{AtCleanup, SharedArtifact, SharedBuilds};
 
 /// Budget of the cleanup the runner adds when a scenario lists none.
 pub const IMPLICIT_CLEANUP_BUDGET: Duration = Duration::from_secs(120);
@@ -40,6 +43,7 @@ pub struct Runner {
     volatiles: Mutex<Arc<Volatiles>>,
     ledger: OnceLock<Arc<Ledger>>,
     interrupted_by: Arc<OnceLock<String>>,
+    shared: Arc<SharedBuilds>,
 }
 
 /// A check of the transport behind a scenario, run after its cleanup and reported as one
@@ -115,6 +119,7 @@ impl Runner {
             volatiles: Mutex::new(Arc::default()),
             ledger: OnceLock::new(),
             interrupted_by: Arc::default(),
+            shared: Arc::default(),
         };
         runner.scenario_volatiles();
         runner
@@ -154,6 +159,41 @@ impl Runner {
             "interrupted by {}",
             self.interrupted_by.get().map_or("Ctrl-C", String::as_str)
         )
+    }
+
+    /// Plans one build per environment for the scenarios `variant` will run, in order and
+    /// repetitions included: the first builds, the others reuse its artifact, and the last
+    /// removes it (see [`SharedBuilds`]). Only for live variants: a cassette holds its own
+    /// build.
+    pub fn plan_shared_builds<'a>(
+        &self,
+        variant: &str,
+        scenarios: impl IntoIterator<Item = &'a Scenario>,
+    ) {
+        self.shared.plan(variant, scenarios);
+    }
+
+    /// Removes the artifacts `provider`'s variant still shares because the scenarios that
+    /// would have removed them did not run (the run stopped between scenarios); each line
+    /// returned says what was removed or why it could not be.
+    pub async fn release_shared(&self, provider: &Arc<dyn Provider>) -> Vec<String> {
+        let mut lines = Vec::new();
+        for resource in self.shared.drain(provider.variant()) {
+            lines.push(match provider.delete_resource(&resource).await {
+                Ok(()) => format!(
+                    "removed shared {} {} that no scenario after the stop needed",
+                    resource.kind,
+                    short(&resource.id)
+                ),
+                Err(e) => format!(
+                    "could not remove shared {} {}: {e}; `sandbox-matrix sweep --run {}` will",
+                    resource.kind,
+                    short(&resource.id),
+                    self.run_id
+                ),
+            });
+        }
+        lines
     }
 
     /// The base every build uses.
@@ -287,6 +327,9 @@ impl Runner {
                 let mut result = self
                     .run_step(&provider, scenario, &step, &labels, &state)
                     .await;
+                if step.kind == StepKind::Build {
+                    result.reused = state.lock().expect("scenario state lock").reused.take();
+                }
                 if step.kind == StepKind::FirstResult
                     && capabilities.floor
                     && result.status == StepStatus::Passed
@@ -335,6 +378,7 @@ impl Runner {
                 timings: Vec::new(),
                 log,
                 data: None,
+                reused: None,
             };
             self.sink.emit(&RunEvent::StepFinished {
                 variant: variant.clone(),
@@ -395,6 +439,14 @@ impl Runner {
             log: log.clone(),
             volatiles: self.volatiles.lock().expect("volatiles lock").clone(),
             ledger: self.ledger.get().cloned(),
+            sharing: self
+                .shared
+                .planned(&labels.variant, scenario)
+                .then(|| Sharing {
+                    builds: self.shared.clone(),
+                    scenario: scenario.clone(),
+                }),
+            interrupted: self.cancel.is_cancelled(),
         };
         let started = Instant::now();
         let mut task = tokio::spawn(ctx.run());
@@ -440,6 +492,7 @@ impl Runner {
             timings: record.timings,
             log: record.lines,
             data: record.data,
+            reused: None,
         }
     }
 
@@ -474,6 +527,14 @@ struct ScenarioState {
     samples: Vec<Sample>,
     /// What the variant did with the base's credential, once it built.
     base_credential: Option<String>,
+    /// The artifact the build step took from an earlier scenario instead of building.
+    reused: Option<ReusedArtifact>,
+}
+
+/// A scenario that shares its environment's build with others of the run.
+struct Sharing {
+    builds: Arc<SharedBuilds>,
+    scenario: Scenario,
 }
 
 /// Everything a step's task owns.
@@ -491,6 +552,10 @@ struct StepContext {
     log: StepLog,
     volatiles: Arc<Volatiles>,
     ledger: Option<Arc<Ledger>>,
+    /// Set when the scenario shares its build (see [`SharedBuilds`]).
+    sharing: Option<Sharing>,
+    /// The run was interrupted before the step started.
+    interrupted: bool,
 }
 
 impl StepContext {
@@ -573,6 +638,23 @@ impl StepContext {
     }
 
     async fn build(&self) -> Result<(), StepEnd> {
+        if let Some(sharing) = &self.sharing
+            && let Some(shared) = sharing.builds.take(&self.labels.variant, &sharing.scenario)
+        {
+            let reason = format!(
+                "reused {} {} (built in {})",
+                shared.artifact.kind, shared.artifact.id, shared.built_in
+            );
+            self.log.line(&reason);
+            let mut state = self.state();
+            state.base_credential = shared.credential_use;
+            state.reused = Some(ReusedArtifact {
+                artifact: shared.artifact.id.clone(),
+                built_in: shared.built_in,
+            });
+            state.artifact = Some(shared.artifact);
+            return Err(StepEnd::Skipped(reason));
+        }
         let dockerfile = self.environment.join("Dockerfile");
         let findings = crate::checks::lint::lint_file(&dockerfile).map_err(|e| e.to_string())?;
         if !findings.is_empty() {
@@ -603,14 +685,23 @@ impl StepContext {
         let sink = move |line: &str| log.line(line);
         let seq = self.intend("artifact")?;
         let built = self.provider.build(&request, &sink).await;
-        self.state().base_credential = Some(self.provider.credential_use(&request));
+        let credential_use = self.provider.credential_use(&request);
+        self.state().base_credential = Some(credential_use.clone());
         let artifact = built?;
-        self.record_created(
-            seq,
-            self.provider.artifact_resource(&artifact),
-            &artifact.kind,
-            &artifact.id,
-        );
+        let resource = self.provider.artifact_resource(&artifact);
+        self.record_created(seq, resource.clone(), &artifact.kind, &artifact.id);
+        if let (Some(sharing), Some(resource)) = (&self.sharing, resource) {
+            sharing.builds.offer(
+                &self.labels.variant,
+                &sharing.scenario,
+                SharedArtifact {
+                    artifact: artifact.clone(),
+                    resource,
+                    built_in: self.labels.scenario.clone(),
+                    credential_use: Some(credential_use),
+                },
+            );
+        }
         self.log
             .line(&format!("artifact: {} {}", artifact.kind, artifact.id));
         self.state().artifact = Some(artifact);
@@ -1023,9 +1114,41 @@ impl StepContext {
                 Err(e) => self.log.line(&format!("warning: {e}")),
             }
         }
+        let keep = match &self.sharing {
+            Some(sharing) => {
+                sharing
+                    .builds
+                    .finish(&self.labels.variant, &sharing.scenario, self.interrupted)
+            }
+            None => AtCleanup::Nothing,
+        };
+        // A kept artifact stays with what it is made of (a docker image's parent images
+        // carry the same labels): every resource of its kind.
+        let mut released = None;
+        let kept = match keep {
+            AtCleanup::Keep { shared, remaining } => {
+                let kind = shared.resource.kind;
+                found.retain(|r| r.kind != kind);
+                self.log.line(&format!(
+                    "kept {} {}: {remaining} more scenario(s) of this run use it",
+                    kind,
+                    short(&shared.resource.id)
+                ));
+                Some(kind)
+            }
+            AtCleanup::Release(shared) => {
+                if !found.contains(&shared.resource) {
+                    found.push(shared.resource.clone());
+                }
+                released = Some(shared);
+                None
+            }
+            AtCleanup::Nothing => None,
+        };
         // Containers before the images they run.
         found.sort_by_key(|r| r.kind != "container");
         let mut errors = Vec::new();
+        let mut failed = Vec::new();
         for resource in &found {
             match self.provider.delete_resource(resource).await {
                 Ok(()) => self.log.line(&format!(
@@ -1033,10 +1156,32 @@ impl StepContext {
                     resource.kind,
                     short(&resource.id)
                 )),
-                Err(e) => errors.push(format!("{} {}: {e}", resource.kind, short(&resource.id))),
+                Err(e) => {
+                    errors.push(format!("{} {}: {e}", resource.kind, short(&resource.id)));
+                    failed.push(resource.clone());
+                }
             }
         }
-        let left = self.provider.list_resources(&self.labels).await?;
+        let mut left = self.provider.list_resources(&self.labels).await?;
+        left.retain(|r| Some(&r.kind) != kept.as_ref());
+        // A released artifact carries the labels of the scenario that built it: what is
+        // left under those labels, or failed to go, is a leak of this scenario's.
+        if let Some(shared) = released {
+            let builder = RunLabels {
+                scenario: shared.built_in.clone(),
+                ..self.labels.clone()
+            };
+            if shared.built_in != self.labels.scenario {
+                for resource in self.provider.list_resources(&builder).await? {
+                    if resource.kind == shared.resource.kind && !left.contains(&resource) {
+                        left.push(resource);
+                    }
+                }
+            }
+            if failed.contains(&shared.resource) && !left.contains(&shared.resource) {
+                left.push(shared.resource);
+            }
+        }
         self.log.line(&format!(
             "{} resources listed under the run label after cleanup",
             left.len()
@@ -1185,6 +1330,7 @@ fn not_run(step: &Step, status: StepStatus) -> StepResult {
         timings: Vec::new(),
         log: Vec::new(),
         data: None,
+        reused: None,
     }
 }
 

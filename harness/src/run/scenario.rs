@@ -187,6 +187,8 @@ struct ScenarioFile {
     #[serde(default)]
     description: String,
     environment: String,
+    #[serde(default)]
+    fresh: bool,
     steps: Spanned<Vec<Spanned<StepFile>>>,
 }
 
@@ -230,6 +232,9 @@ pub struct Scenario {
     pub description: String,
     /// The environment directory (Dockerfile and context), resolved against the file's folder.
     pub environment: PathBuf,
+    /// `fresh: true`: the scenario builds its own artifact instead of reusing one an
+    /// earlier scenario of the run built from the same environment.
+    pub fresh: bool,
     /// Steps in order.
     pub steps: Vec<Step>,
     /// The file it was read from.
@@ -345,6 +350,7 @@ impl Scenario {
             name: file.name.value,
             description: file.description,
             environment: base.join(file.environment),
+            fresh: file.fresh,
             steps,
             path: path.to_owned(),
             hash: hex(&Sha256::digest(text.as_bytes())),

@@ -438,12 +438,35 @@ fn create_to_first_result<'a>(scenarios: &[&'a ScenarioResult]) -> Timed<'a> {
         let status = scenario.step("first-result").map(|step| &step.status);
         match (status, scenario.timing(CREATE_TO_FIRST_RESULT)) {
             (Some(StepStatus::Failed { .. }), _) => Some(Timed::Text("failed".to_owned())),
-            (_, Some(timing)) => Some(Timed::value(scenario, timing_cell(timing))),
+            (_, Some(timing)) => Some(Timed::Value {
+                from: scenario,
+                value: timing_cell(timing),
+                rest: floor_ratio(scenario, timing),
+            }),
             (Some(StepStatus::Skipped { .. }), None) => Some(Timed::Text("skipped".to_owned())),
             (Some(StepStatus::Passed) | None, None) => None,
         }
     });
     cell.unwrap_or_else(|| Timed::Text(NOTHING.to_owned()))
+}
+
+/// ` · ×1.21 the kernel's floor`: create-to-first over the same scenario's kernel floor
+/// (container create to a bare kernel's first answer), or nothing without one.
+fn floor_ratio(scenario: &ScenarioResult, create_to_first: &Timing) -> String {
+    if !scenario.source.is_measured() {
+        return String::new();
+    }
+    scenario
+        .step("first-result")
+        .and_then(|step| step.timings.iter().find(|t| t.name == "floor-kernel"))
+        .filter(|floor| !floor.duration.is_zero())
+        .map(|floor| {
+            format!(
+                " · ×{:.2} the kernel's floor",
+                create_to_first.duration.as_secs_f64() / floor.duration.as_secs_f64()
+            )
+        })
+        .unwrap_or_default()
 }
 
 /// The first-result step's timing `name`.
@@ -835,7 +858,10 @@ mod tests {
             ),
             ("Build", ["12.3 s", "replayed"]),
             ("Build logs", ["streamed", "polled"]),
-            ("Create to first 1+1", ["2.31 s", "failed"]),
+            (
+                "Create to first 1+1",
+                ["2.31 s · ×1.43 the kernel's floor", "failed"],
+            ),
             ("Floor: python3 in a fresh container", ["0.48 s", "—"]),
             ("Floor: kernel's first answer", ["1.62 s", "—"]),
             ("Restart", ["1.23 s", "skipped"]),
@@ -899,7 +925,10 @@ mod tests {
         assert_eq!(row(&table, "Artifact launched"), ["sha256:0abc"]);
         assert_eq!(row(&table, "Build"), ["4.0 s"]);
         assert_eq!(row(&table, "Build logs"), ["—"]);
-        assert_eq!(row(&table, "Create to first 1+1"), ["2.00 s"]);
+        assert_eq!(
+            row(&table, "Create to first 1+1"),
+            ["2.00 s · ×1.33 the kernel's floor"]
+        );
         assert_eq!(
             row(&table, "Floor: kernel's first answer"),
             ["1.50 s (polled every 100 ms)"]

@@ -48,6 +48,10 @@ const KERNEL_NAME: &str = "python3";
 /// How long launch would wait for Jupyter Server to answer: longer than any step budget,
 /// so that the launch step's budget is what ends a wait for a hung sandbox.
 const READY_DEADLINE: Duration = Duration::from_secs(24 * 60 * 60);
+/// What Jupyter Server prints last when it has started (it binds its port a moment later).
+const SERVER_LINE: &str = "Use Control-C to stop this server";
+/// How long launch waits for [`SERVER_LINE`] before it polls the server instead.
+const SERVER_LINE_WAIT: Duration = Duration::from_secs(5);
 /// How often launch asks the engine whether the sandbox container still runs.
 const EXIT_POLL: Duration = Duration::from_millis(250);
 /// How many of an exited sandbox's last log lines its launch error quotes.
@@ -62,18 +66,40 @@ const CANARY_REGISTRY: &str = "build-secrets.invalid";
 const FLOOR_KERNEL_SCRIPT: &str = r#"
 import json, time
 from jupyter_client.manager import start_new_kernel
-t0 = time.monotonic()
 km, kc = start_new_kernel(kernel_name="python3")
 answers = []
 def hook(msg):
     if msg["msg_type"] == "execute_result":
         answers.append(msg["content"]["data"]["text/plain"])
 kc.execute_interactive("1+1", output_hook=hook, timeout=60)
-elapsed = time.monotonic() - t0
+at = time.time()
 kc.stop_channels()
 km.shutdown_kernel(now=True)
-print(json.dumps({"answer": answers[-1] if answers else None, "ms": elapsed * 1000}))
+print(json.dumps({"answer": answers[-1] if answers else None, "at": at}))
 "#;
+
+/// The python3 floor: bare `print(1+1)`, then the wall clock when it printed.
+const FLOOR_PYTHON_SCRIPT: &str = "import time; print(1+1); print(repr(time.time()))";
+
+/// The span from `created` (the host's clock just before the container was created) to
+/// `at`, the container's wall clock in seconds since the epoch (the same kernel's clock).
+fn since_create(created: std::time::SystemTime, at: f64, what: &str) -> Result<Duration> {
+    let created = created
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    Duration::try_from_secs_f64(at - created)
+        .ok()
+        .filter(|d| *d < Duration::from_secs(3600))
+        .ok_or_else(|| {
+            ProviderError::new(
+                ErrorKind::Protocol,
+                format!(
+                    "{what} answered at {at}, {:.3} s from the container's create: not a span",
+                    at - created
+                ),
+            )
+        })
+}
 
 /// The `docker` variant on the local engine.
 pub struct DockerProvider {
@@ -282,6 +308,34 @@ impl DockerProvider {
         }
     }
 
+    /// Returns once container `id`'s output holds [`SERVER_LINE`], Jupyter Server's last
+    /// line of start-up; never when the stream ends without it (the caller's other waits
+    /// decide then). Only the marker is looked for: the lines, which name the token, are
+    /// not kept.
+    async fn server_line(&self, id: &str) {
+        let mut logs = self.docker.logs(
+            id,
+            Some(
+                LogsOptionsBuilder::default()
+                    .follow(true)
+                    .stdout(true)
+                    .stderr(true)
+                    .build(),
+            ),
+        );
+        let mut window = String::new();
+        while let Some(Ok(chunk)) = logs.next().await {
+            window.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+            if window.contains(SERVER_LINE) {
+                return;
+            }
+            // Keep only what a marker split across two chunks needs.
+            let keep = tail(&window, SERVER_LINE.len()).to_owned();
+            window = keep;
+        }
+        std::future::pending::<()>().await
+    }
+
     /// Returns once container `id` is no longer running: an error with its exit code and
     /// last log lines (or why the engine could not be asked).
     async fn exited(&self, id: &str) -> ProviderError {
@@ -333,7 +387,14 @@ impl DockerProvider {
     }
 
     /// Runs `cmd` in a fresh container of `image` and returns its stdout, removing the container after.
-    async fn run_once(&self, image: &str, cmd: Vec<String>, labels: &RunLabels) -> Result<String> {
+    /// Runs `cmd` in a fresh container of `image` to its end and removes it; returns its
+    /// stdout and the host's wall clock just before the container was created.
+    async fn run_once(
+        &self,
+        image: &str,
+        cmd: Vec<String>,
+        labels: &RunLabels,
+    ) -> Result<(String, std::time::SystemTime)> {
         let config = ContainerCreateBody {
             image: Some(image.to_owned()),
             cmd: Some(cmd),
@@ -344,6 +405,7 @@ impl DockerProvider {
             }),
             ..Default::default()
         };
+        let create_at = std::time::SystemTime::now();
         let created = self
             .docker
             .create_container(None::<CreateContainerOptions>, config)
@@ -395,7 +457,7 @@ impl DockerProvider {
         }
         .await;
         remove_container(&self.docker, &created.id).await?;
-        outcome
+        outcome.map(|stdout| (stdout, create_at))
     }
 }
 
@@ -620,10 +682,20 @@ impl Provider for DockerProvider {
         };
         let server = JupyterServer::new(&format!("http://127.0.0.1:{host_port}"), &token);
         let started = Instant::now();
-        // Watched while it starts: a container that exits fails launch at once, with its
-        // exit code and last log lines, instead of being polled as `connection refused`.
+        // The engine's log stream says when the server has started; a poll or two confirms
+        // it listens (it binds a moment after that line). A server that never prints the
+        // line is polled from SERVER_LINE_WAIT on. Watched while it starts: a container
+        // that exits fails launch at once, with its exit code and last log lines, instead
+        // of being polled as `connection refused`.
+        let heard = async {
+            tokio::select! {
+                () = self.server_line(&id) => {}
+                () = tokio::time::sleep(SERVER_LINE_WAIT) => {}
+            }
+            server.wait_ready(READY_DEADLINE).await
+        };
         let resolution = tokio::select! {
-            ready = server.wait_ready(READY_DEADLINE) => {
+            ready = heard => {
                 ready.map_err(|e| e.context("waiting for Jupyter Server"))?
             }
             exited = self.exited(&id) => return Err(exited),
@@ -849,23 +921,31 @@ impl Provider for DockerProvider {
         Ok(serde_json::to_string_pretty(&metadata).expect("metadata is plain JSON"))
     }
 
+    /// Both floors are timed from the container's create to the answer, as create-to-first
+    /// is: the answer carries the container's wall clock, so the container's exit and
+    /// removal are not counted.
     async fn floor(&self, artifact: &Artifact, labels: &RunLabels) -> Result<Vec<Timing>> {
-        let started = Instant::now();
-        let out = self
+        let (out, created) = self
             .run_once(
                 &artifact.id,
-                vec!["python3".into(), "-c".into(), "print(1+1)".into()],
+                vec!["python3".into(), "-c".into(), FLOOR_PYTHON_SCRIPT.into()],
                 labels,
             )
             .await?;
-        let python3 = started.elapsed();
-        if out.trim() != "2" {
+        let mut lines = out.lines();
+        let (answer, at) = (lines.next().unwrap_or(""), lines.next().unwrap_or(""));
+        if answer.trim() != "2" {
             return Err(ProviderError::new(
                 ErrorKind::Protocol,
                 format!("bare python3 printed {:?}, not 2", tail(&out, 200)),
             ));
         }
-        let out = self
+        let python3 = since_create(
+            created,
+            at.trim().parse().unwrap_or(f64::NAN),
+            "bare python3",
+        )?;
+        let (out, created) = self
             .run_once(
                 &artifact.id,
                 vec!["python3".into(), "-c".into(), FLOOR_KERNEL_SCRIPT.into()],
@@ -885,13 +965,11 @@ impl Provider for DockerProvider {
                 format!("a bare kernel answered {} to 1+1", parsed["answer"]),
             ));
         }
-        let kernel_ms = parsed["ms"].as_f64().unwrap_or(f64::NAN);
-        let kernel = Duration::try_from_secs_f64(kernel_ms / 1000.0).map_err(|_| {
-            ProviderError::new(
-                ErrorKind::Protocol,
-                format!("the kernel floor script reported {kernel_ms} ms"),
-            )
-        })?;
+        let kernel = since_create(
+            created,
+            parsed["at"].as_f64().unwrap_or(f64::NAN),
+            "a bare kernel",
+        )?;
         Ok(vec![
             Timing {
                 name: "floor-python3".into(),
@@ -1383,6 +1461,17 @@ mod tests {
     }
 
     const ONE_LABEL: &str = "LABEL \"sandbox-matrix.run\"=\"20261201T000000Z-abcdef\" \"sandbox-matrix.scenario\"=\"lifecycle\" \"sandbox-matrix.variant\"=\"docker\"";
+
+    #[test]
+    fn a_floor_is_timed_from_the_create_and_refuses_what_is_not_a_span() {
+        let created = std::time::UNIX_EPOCH + Duration::from_secs(1_000);
+        let span = super::since_create(created, 1_001.25, "x").expect("a span");
+        assert_eq!(span, Duration::from_millis(1_250));
+        for at in [999.0, f64::NAN, 1_000.0 + 7_200.0] {
+            let e = super::since_create(created, at, "a bare kernel").expect_err("refused");
+            assert!(e.message.contains("a bare kernel answered at"), "{e}");
+        }
+    }
 
     #[test]
     fn images_come_before_their_parents() {

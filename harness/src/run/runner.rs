@@ -300,68 +300,77 @@ impl Runner {
         }
         let mut results: Vec<StepResult> = Vec::with_capacity(steps.len());
         let mut stop_reason: Option<String> = None;
-        for step in steps {
-            let name = step.name().to_owned();
+        let run = ScenarioRun {
+            provider: &provider,
+            scenario,
+            labels: &labels,
+            state: &state,
+            capabilities: &capabilities,
+            not_ready: not_ready.as_deref(),
+        };
+        let emit_started = |step: &Step| {
             self.sink.emit(&RunEvent::StepStarted {
                 variant: variant.clone(),
                 scenario: scenario.name.clone(),
-                step: name.clone(),
-            });
-            let result = if step.kind != StepKind::Cleanup
-                && let Some(reason) = &stop_reason
-            {
-                skipped(&step, reason.clone())
-            } else if step.kind != StepKind::Cleanup
-                && let Some(reason) = &not_ready
-            {
-                stop_reason = Some("the variant was not ready".to_owned());
-                not_run(
-                    &step,
-                    StepStatus::Failed {
-                        reason: reason.clone(),
-                    },
-                )
-            } else if let Some(reason) = skip_reason(&capabilities, &step) {
-                skipped(&step, reason)
-            } else {
-                let mut result = self
-                    .run_step(&provider, scenario, &step, &labels, &state)
-                    .await;
-                if step.kind == StepKind::Build {
-                    result.reused = state.lock().expect("scenario state lock").reused.take();
-                }
-                if step.kind == StepKind::FirstResult
-                    && capabilities.floor
-                    && result.status == StepStatus::Passed
-                {
-                    let artifact = state.lock().expect("scenario state lock").artifact.clone();
-                    if let Some(artifact) = artifact {
-                        match self.measure_floor(&provider, &artifact, &labels).await {
-                            Ok(timings) => result.timings.extend(timings),
-                            Err(reason) => result.log.push(reason),
-                        }
-                    }
-                }
-                // A failed check is an observation: the next checks still run. A failed
-                // lifecycle step leaves nothing for the steps after it to work on.
-                let is_check = matches!(step.kind, StepKind::Check | StepKind::Doctor);
-                if step.kind != StepKind::Cleanup
-                    && (!is_check || self.cancel.is_cancelled())
-                    && matches!(result.status, StepStatus::Failed { .. })
-                {
-                    stop_reason = Some(if self.cancel.is_cancelled() {
-                        "the run was interrupted".to_owned()
-                    } else {
-                        format!("an earlier step failed: {}", step.name())
-                    });
-                }
-                result
-            };
+                step: step.name().to_owned(),
+            })
+        };
+        let emit_finished = |result: &StepResult| {
             self.sink.emit(&RunEvent::StepFinished {
                 variant: variant.clone(),
                 scenario: scenario.name.clone(),
                 result: result.clone(),
-            });
+            })
+        };
+        // In a block of consecutive checks of a live run, the independent checks run first,
+        // all at once, then the others (restart, shutdown...) one at a time; every result is
+        // reported in the scenario's order. Replayed and recorded sessions keep their
+        // cassettes' order of exchanges, so they run one step at a time.
+        let concurrent = source == Source::Live;
+        let mut at = 0;
+        while at < steps.len() {
+            let block = if concurrent && stop_reason.is_none() && not_ready.is_none() {
+                steps[at..]
+                    .iter()
+                    .take_while(|step| matches!(step.kind, StepKind::Check | StepKind::Doctor))
+                    .count()
+            } else {
+                0
+            };
+            let block = &steps[at..at + block];
+            if block.iter().filter(|step| runs_concurrently(step)).count() > 1 {
+                at += block.len();
+                let early: Vec<&Step> = block.iter().filter(|s| runs_concurrently(s)).collect();
+                early.iter().for_each(|step| emit_started(step));
+                let run = &run;
+                let mut done = futures_util::future::join_all(early.iter().map(|step| {
+                    let mut no_stop = None;
+                    async move { self.one_step(run, step, &mut no_stop).await }
+                }))
+                .await
+                .into_iter();
+                for step in block {
+                    let result = if runs_concurrently(step) {
+                        done.next().expect("one result per concurrent check")
+                    } else {
+                        emit_started(step);
+                        self.one_step(&run, step, &mut stop_reason).await
+                    };
+                    if self.cancel.is_cancelled()
+                        && matches!(result.status, StepStatus::Failed { .. })
+                    {
+                        stop_reason = Some("the run was interrupted".to_owned());
+                    }
+                    emit_finished(&result);
+                    results.push(result);
+                }
+                continue;
+            }
+            let step = &steps[at];
+            at += 1;
+            emit_started(step);
+            let result = self.one_step(&run, step, &mut stop_reason).await;
+            emit_finished(&result);
             results.push(result);
         }
         if let Some(session) = session {
@@ -408,6 +417,76 @@ impl Runner {
         self.sink.emit(&RunEvent::ScenarioFinished {
             result: Box::new(result.clone()),
         });
+        result
+    }
+
+    /// Runs `step` of `run` unless an earlier failure, an unready variant or the variant's
+    /// capabilities say it cannot run (cleanup always runs); sets `stop_reason` when a
+    /// failed lifecycle step leaves nothing for the steps after it.
+    async fn one_step(
+        &self,
+        run: &ScenarioRun<'_>,
+        step: &Step,
+        stop_reason: &mut Option<String>,
+    ) -> StepResult {
+        if step.kind != StepKind::Cleanup
+            && let Some(reason) = stop_reason
+        {
+            return skipped(step, reason.clone());
+        }
+        if step.kind != StepKind::Cleanup
+            && let Some(reason) = run.not_ready
+        {
+            *stop_reason = Some("the variant was not ready".to_owned());
+            return not_run(
+                step,
+                StepStatus::Failed {
+                    reason: reason.to_owned(),
+                },
+            );
+        }
+        if let Some(reason) = skip_reason(run.capabilities, step) {
+            return skipped(step, reason);
+        }
+        let mut result = self
+            .run_step(run.provider, run.scenario, step, run.labels, run.state)
+            .await;
+        if step.kind == StepKind::Build {
+            result.reused = run.state.lock().expect("scenario state lock").reused.take();
+        }
+        if step.kind == StepKind::FirstResult
+            && run.capabilities.floor
+            && result.status == StepStatus::Passed
+        {
+            let artifact = run
+                .state
+                .lock()
+                .expect("scenario state lock")
+                .artifact
+                .clone();
+            if let Some(artifact) = artifact {
+                match self
+                    .measure_floor(run.provider, &artifact, run.labels)
+                    .await
+                {
+                    Ok(timings) => result.timings.extend(timings),
+                    Err(reason) => result.log.push(reason),
+                }
+            }
+        }
+        // A failed check is an observation: the next checks still run. A failed
+        // lifecycle step leaves nothing for the steps after it to work on.
+        let is_check = matches!(step.kind, StepKind::Check | StepKind::Doctor);
+        if step.kind != StepKind::Cleanup
+            && (!is_check || self.cancel.is_cancelled())
+            && matches!(result.status, StepStatus::Failed { .. })
+        {
+            *stop_reason = Some(if self.cancel.is_cancelled() {
+                "the run was interrupted".to_owned()
+            } else {
+                format!("an earlier step failed: {}", step.name())
+            });
+        }
         result
     }
 
@@ -529,6 +608,39 @@ struct ScenarioState {
     base_credential: Option<String>,
     /// The artifact the build step took from an earlier scenario instead of building.
     reused: Option<ReusedArtifact>,
+}
+
+/// Whether `step` is a check that neither changes the sandbox for the others nor is timed
+/// against them, so that it can run at the same time as its neighbours: restart, shutdown,
+/// cold start and concurrent kernels keep their place.
+fn runs_concurrently(step: &Step) -> bool {
+    match (&step.kind, &step.expect) {
+        (StepKind::Doctor, _) => true,
+        (StepKind::Check, Expectation::Check(check, _)) => matches!(
+            check,
+            Check::Doctor
+                | Check::Identity
+                | Check::Python
+                | Check::Kernel
+                | Check::Imports
+                | Check::Filesystem
+                | Check::Secrets
+                | Check::Egress
+                | Check::Gpu
+                | Check::Throughput
+        ),
+        _ => false,
+    }
+}
+
+/// What every step of one scenario's run is given.
+struct ScenarioRun<'a> {
+    provider: &'a Arc<dyn Provider>,
+    scenario: &'a Scenario,
+    labels: &'a RunLabels,
+    state: &'a Arc<Mutex<ScenarioState>>,
+    capabilities: &'a Capabilities,
+    not_ready: Option<&'a str>,
 }
 
 /// A scenario that shares its environment's build with others of the run.

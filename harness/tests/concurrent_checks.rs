@@ -1,0 +1,190 @@
+//! Independent checks of a live run start together; restart waits until they are done;
+//! results keep the scenario's order; a recorded (or replayed) session runs one step at a
+//! time. Shown with a provider that counts the calls in flight (no engine needed).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sandbox_matrix::report::results::Source;
+use sandbox_matrix::run::events::{EventSink, RunEvent};
+use sandbox_matrix::run::runner::{Runner, fake_canary};
+use sandbox_matrix::run::scenario::Scenario;
+use sandbox_providers::{
+    Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, LogFn, Provider,
+    ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId, ShutdownEnding,
+    ShutdownObservation, ShutdownReport, Timing,
+};
+use tokio_util::sync::CancellationToken;
+
+/// Counts the code and exec calls in flight; every call takes a moment, so calls that may
+/// overlap do.
+#[derive(Default)]
+struct Counting {
+    in_flight: AtomicUsize,
+    most: AtomicUsize,
+    /// Calls in flight when restart was asked for.
+    at_restart: Mutex<Vec<usize>>,
+}
+
+impl Counting {
+    async fn call(&self) {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[async_trait]
+impl Provider for Counting {
+    fn variant(&self) -> &str {
+        "counting"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            build: true,
+            restart: RestartKind::Kernel,
+            build_logs: BuildLogMode::Streamed,
+            exec_as_root: true,
+            artifact_metadata: false,
+            floor: false,
+            concurrent_contexts: 1,
+            stateful_code: true,
+            shutdown: ShutdownObservation::Signal,
+            gpus: 0,
+            egress_policy: false,
+        }
+    }
+
+    async fn build(&self, _: &BuildRequest, _: &LogFn) -> Result<Artifact> {
+        Ok(Artifact {
+            id: "img-1".into(),
+            kind: "image-id".into(),
+        })
+    }
+
+    async fn launch(&self, _: &Artifact, _: &RunLabels) -> Result<(SandboxId, Vec<Timing>)> {
+        Ok((SandboxId("box-1".into()), Vec::new()))
+    }
+
+    async fn run_code(&self, _: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)> {
+        self.call().await;
+        // Check 7 keeps a marker before it restarts: answer that it was kept.
+        let result = code.ends_with("in globals()").then(|| "True".to_owned());
+        Ok((
+            CodeOutput {
+                result,
+                ..Default::default()
+            },
+            Vec::new(),
+        ))
+    }
+
+    async fn exec(&self, _: &SandboxId, _: &[String], _: bool) -> Result<CommandOutput> {
+        self.call().await;
+        Ok(CommandOutput {
+            exit_code: Some(1),
+            ..Default::default()
+        })
+    }
+
+    async fn restart(&self, _: &SandboxId) -> Result<Vec<Timing>> {
+        self.at_restart
+            .lock()
+            .unwrap()
+            .push(self.in_flight.load(Ordering::SeqCst));
+        Ok(Vec::new())
+    }
+
+    async fn shutdown(&self, _: &SandboxId, _: Duration) -> Result<ShutdownReport> {
+        Ok(ShutdownReport {
+            ending: ShutdownEnding::ExitedOnSigterm,
+            exit_code: Some(0),
+        })
+    }
+
+    async fn artifact_metadata(&self, _: &Artifact) -> Result<String> {
+        Err(ProviderError::unsupported("read artifact metadata"))
+    }
+
+    async fn list_resources(&self, _: &RunLabels) -> Result<Vec<Resource>> {
+        Ok(Vec::new())
+    }
+
+    async fn delete_resource(&self, _: &Resource) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The names of the finished steps, in the order the runner reported them.
+#[derive(Default)]
+struct Order(Mutex<Vec<String>>);
+
+impl EventSink for Order {
+    fn emit(&self, event: &RunEvent) {
+        if let RunEvent::StepFinished { result, .. } = event {
+            self.0.lock().unwrap().push(result.step.clone());
+        }
+    }
+}
+
+const CHECKS: &str = "name: t\nenvironment: ../fixtures/environments/reference\nsteps:\n  - step: build\n    budget: 5s\n  - step: launch\n    budget: 5s\n  - check: identity\n    budget: 5s\n  - check: python\n    budget: 5s\n  - check: filesystem\n    budget: 5s\n  - check: restart\n    budget: 5s\n  - check: secrets\n    budget: 5s\n  - step: cleanup\n    budget: 5s\n";
+
+const ORDER: [&str; 8] = [
+    "build",
+    "launch",
+    "core-2-identity",
+    "core-3-python",
+    "core-6-filesystem",
+    "core-7-restart",
+    "core-9-secrets",
+    "cleanup",
+];
+
+async fn run(source: Source) -> (Arc<Counting>, Vec<String>, Vec<String>) {
+    let provider = Arc::new(Counting::default());
+    let order = Arc::new(Order::default());
+    // The build step lints the environment's Dockerfile first: give it the project's own.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/t.yaml");
+    let scenario = Scenario::parse(&path, CHECKS).expect("scenario parses");
+    let runner = Runner::new(
+        "run-1".into(),
+        fake_canary(),
+        order.clone(),
+        CancellationToken::new(),
+    );
+    let result = runner
+        .run_scenario_checked(provider.clone(), &scenario, None, None, source, 1)
+        .await;
+    let steps = result.steps.iter().map(|s| s.step.clone()).collect();
+    let reported = order.0.lock().unwrap().clone();
+    (provider, steps, reported)
+}
+
+#[tokio::test]
+async fn live_independent_checks_overlap_and_restart_waits_for_them() {
+    let (provider, steps, reported) = run(Source::Live).await;
+    assert_eq!(steps, ORDER);
+    assert_eq!(reported, ORDER);
+    assert!(
+        provider.most.load(Ordering::SeqCst) >= 2,
+        "independent checks ran one at a time"
+    );
+    let at_restart = provider.at_restart.lock().unwrap().clone();
+    assert!(!at_restart.is_empty(), "restart was asked for");
+    assert!(
+        at_restart.iter().all(|&n| n == 0),
+        "restart ran while {at_restart:?} calls were in flight"
+    );
+}
+
+#[tokio::test]
+async fn a_recorded_session_runs_one_step_at_a_time() {
+    let (provider, steps, reported) = run(Source::Record).await;
+    assert_eq!(steps, ORDER);
+    assert_eq!(reported, ORDER);
+    assert_eq!(provider.most.load(Ordering::SeqCst), 1);
+}

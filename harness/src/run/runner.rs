@@ -354,7 +354,7 @@ impl Runner {
                         done.next().expect("one result per concurrent check")
                     } else {
                         emit_started(step);
-                        self.one_step(&run, step, &mut stop_reason).await
+                        self.one_step(run, step, &mut stop_reason).await
                     };
                     if self.cancel.is_cancelled()
                         && matches!(result.status, StepStatus::Failed { .. })

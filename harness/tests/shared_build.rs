@@ -10,11 +10,17 @@ use std::process::Command;
 
 use sandbox_matrix::report::results::{RunResults, StepStatus};
 
-/// Writes scenario `name` (build, then cleanup, on the reference environment) into `dir`.
-fn scenario(dir: &Path, name: &str, fresh: bool) -> String {
+/// Writes scenario `name` (build, a rebuild when asked, then cleanup, on the reference
+/// environment) into `dir`.
+fn scenario(dir: &Path, name: &str, fresh: bool, rebuild: bool) -> String {
     let path = dir.join(format!("{name}.yaml"));
+    let rebuild = if rebuild {
+        "  - step: rebuild\n    budget: 5m\n"
+    } else {
+        ""
+    };
     let text = format!(
-        "name: {name}\nenvironment: {}\nfresh: {fresh}\nsteps:\n  - step: build\n    budget: 5m\n  - step: cleanup\n    budget: 2m\n",
+        "name: {name}\nenvironment: {}\nfresh: {fresh}\nsteps:\n  - step: build\n    budget: 5m\n{rebuild}  - step: cleanup\n    budget: 2m\n",
         common::root()
             .join("fixtures/environments/reference")
             .display()
@@ -29,9 +35,9 @@ fn scenarios_of_one_environment_build_once_and_the_last_removes_it() {
         return;
     }
     let dir = common::out_dir("shared-build");
-    let first = scenario(&dir, "share-first", false);
-    let second = scenario(&dir, "share-second", false);
-    let own = scenario(&dir, "share-fresh", true);
+    let first = scenario(&dir, "share-first", false, false);
+    let second = scenario(&dir, "share-second", false, true);
+    let own = scenario(&dir, "share-fresh", true, false);
     let out = dir.join("reports");
     let output = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"))
         .args(["run", "--variant", "docker"])
@@ -89,6 +95,24 @@ fn scenarios_of_one_environment_build_once_and_the_last_removes_it() {
         "the fresh scenario built its own image"
     );
 
+    // The second scenario's rebuild had the first build's inputs: the cache served the
+    // same image.
+    let rebuilt = results
+        .scenarios
+        .iter()
+        .find(|s| s.scenario == "share-second")
+        .and_then(|s| s.step("rebuild"))
+        .expect("a rebuild step");
+    assert_eq!(rebuilt.status, StepStatus::Passed);
+    assert!(
+        rebuilt
+            .log
+            .iter()
+            .any(|l| l == &format!("rebuilt the same artifact: image-id {artifact}")),
+        "{:?}",
+        rebuilt.log
+    );
+
     // The first scenario's cleanup kept the image for the second, whose cleanup removed it.
     let cleanup_log = |name: &str| {
         results
@@ -115,11 +139,11 @@ fn scenarios_of_one_environment_build_once_and_the_last_removes_it() {
         "the run left {:?}",
         common::left_by_run(run_id)
     );
-    // Two builds, not three: the ledger recorded two artifacts.
+    // Two builds and a rebuild, not three builds: the ledger recorded three artifacts.
     let ledger = std::fs::read_to_string(out.join(run_id).join("ledger.jsonl")).expect("ledger");
     let artifacts = ledger
         .lines()
         .filter(|l| l.contains(r#""event":"intent""#) && l.contains(r#""kind":"artifact""#))
         .count();
-    assert_eq!(artifacts, 2, "{ledger}");
+    assert_eq!(artifacts, 3, "{ledger}");
 }

@@ -608,6 +608,8 @@ struct ScenarioState {
     base_credential: Option<String>,
     /// The artifact the build step took from an earlier scenario instead of building.
     reused: Option<ReusedArtifact>,
+    /// The scenario whose build made the artifact (this one, or the one it reused from).
+    built_in: Option<String>,
 }
 
 /// Whether `step` is a check that neither changes the sandbox for the others nor is timed
@@ -735,6 +737,7 @@ impl StepContext {
     async fn run(self) -> Result<(), StepEnd> {
         match self.step.kind {
             StepKind::Build => self.build().await,
+            StepKind::Rebuild => self.rebuild().await,
             StepKind::Launch => self.launch().await,
             StepKind::FirstResult => self.first_result().await,
             StepKind::Restart => self.restart().await,
@@ -762,8 +765,9 @@ impl StepContext {
             state.base_credential = shared.credential_use;
             state.reused = Some(ReusedArtifact {
                 artifact: shared.artifact.id.clone(),
-                built_in: shared.built_in,
+                built_in: shared.built_in.clone(),
             });
+            state.built_in = Some(shared.built_in);
             state.artifact = Some(shared.artifact);
             return Err(StepEnd::Skipped(reason));
         }
@@ -786,13 +790,7 @@ impl StepContext {
                 approved.path.display()
             ));
         }
-        let request = BuildRequest {
-            environment_dir: self.environment.clone(),
-            base: self.base.base.clone(),
-            registry_credential: self.base.credential.clone(),
-            build_secrets: vec![self.canary.clone()],
-            labels: self.labels.clone(),
-        };
+        let request = self.build_request(self.labels.clone());
         let log = self.log.clone();
         let sink = move |line: &str| log.line(line);
         let seq = self.intend("artifact")?;
@@ -816,7 +814,54 @@ impl StepContext {
         }
         self.log
             .line(&format!("artifact: {} {}", artifact.kind, artifact.id));
-        self.state().artifact = Some(artifact);
+        let mut state = self.state();
+        state.artifact = Some(artifact);
+        state.built_in = Some(self.labels.scenario.clone());
+        Ok(())
+    }
+
+    /// What a build of this scenario's environment is given, its artifact labelled `labels`.
+    fn build_request(&self, labels: RunLabels) -> BuildRequest {
+        BuildRequest {
+            environment_dir: self.environment.clone(),
+            base: self.base.base.clone(),
+            registry_credential: self.base.credential.clone(),
+            build_secrets: vec![self.canary.clone()],
+            labels,
+        }
+    }
+
+    /// Builds the environment again with the inputs of the build that made the artifact
+    /// (its labels too: they are part of the docker variant's Dockerfile), so the
+    /// provider's cache can serve it, and says whether the same artifact came back.
+    async fn rebuild(&self) -> Result<(), StepEnd> {
+        let first = self.artifact().map_err(|_| {
+            StepEnd::Failed("`rebuild` needs the artifact of a `build` step before it".to_owned())
+        })?;
+        let built_in = self.state().built_in.clone();
+        let labels = RunLabels {
+            scenario: built_in.unwrap_or_else(|| self.labels.scenario.clone()),
+            ..self.labels.clone()
+        };
+        let request = self.build_request(labels);
+        let log = self.log.clone();
+        let sink = move |line: &str| log.line(line);
+        let seq = self.intend("artifact")?;
+        let again = self.provider.build(&request, &sink).await?;
+        self.record_created(
+            seq,
+            self.provider.artifact_resource(&again),
+            &again.kind,
+            &again.id,
+        );
+        self.log.line(&if again == first {
+            format!("rebuilt the same artifact: {} {}", again.kind, again.id)
+        } else {
+            format!(
+                "rebuilt a new artifact: {} {} (the build made {})",
+                again.kind, again.id, first.id
+            )
+        });
         Ok(())
     }
 
@@ -1252,6 +1297,18 @@ impl StepContext {
                 if !found.contains(&shared.resource) {
                     found.push(shared.resource.clone());
                 }
+                // A rebuild of it carries the same labels.
+                if shared.built_in != self.labels.scenario {
+                    let builder = RunLabels {
+                        scenario: shared.built_in.clone(),
+                        ..self.labels.clone()
+                    };
+                    for resource in self.provider.list_resources(&builder).await? {
+                        if resource.kind == shared.resource.kind && !found.contains(&resource) {
+                            found.push(resource);
+                        }
+                    }
+                }
                 released = Some(shared);
                 None
             }
@@ -1372,7 +1429,7 @@ pub fn skip_reason(capabilities: &Capabilities, step: &Step) -> Option<String> {
         return conformance::nothing_to_test(*check, params, capabilities);
     }
     match step.kind {
-        StepKind::Build if !capabilities.build => {
+        StepKind::Build | StepKind::Rebuild if !capabilities.build => {
             Some("this variant does not build artifacts".to_owned())
         }
         StepKind::Restart if capabilities.restart == RestartKind::Unsupported => {

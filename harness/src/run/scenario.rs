@@ -17,6 +17,9 @@ use sha2::{Digest, Sha256};
 pub enum StepKind {
     /// Build the environment artifact; passes when an immutable id comes back.
     Build,
+    /// Build the same environment again, with the inputs of the build that made the
+    /// artifact, so the provider's cache can serve it; passes when an id comes back.
+    Rebuild,
     /// Start a sandbox from the immutable id; passes when it runs.
     Launch,
     /// Run code (default `1+1`) on the code channel; passes when the answer is the expected one.
@@ -41,8 +44,9 @@ pub enum StepKind {
 
 impl StepKind {
     /// Every step a scenario names with `step:`, lifecycle order first.
-    pub const ALL: [StepKind; 9] = [
+    pub const ALL: [StepKind; 10] = [
         StepKind::Build,
+        StepKind::Rebuild,
         StepKind::Launch,
         StepKind::FirstResult,
         StepKind::Restart,
@@ -57,6 +61,7 @@ impl StepKind {
     pub fn name(self) -> &'static str {
         match self {
             StepKind::Build => "build",
+            StepKind::Rebuild => "rebuild",
             StepKind::Launch => "launch",
             StepKind::FirstResult => "first-result",
             StepKind::Restart => "restart",
@@ -408,7 +413,8 @@ impl Scenario {
                     built = true;
                     None
                 }
-                StepKind::Launch | StepKind::Burst if !built => Some("`build`"),
+                StepKind::Launch | StepKind::Burst | StepKind::Rebuild if !built => Some("`build`"),
+                StepKind::Rebuild => None,
                 StepKind::Launch => {
                     launched = true;
                     None

@@ -31,6 +31,10 @@ use serde::{Deserialize, Serialize};
 use super::cassette::{Normalizer, Volatiles};
 use crate::{ErrorKind, ProviderError, Result, Secret};
 
+pub mod record;
+
+pub use record::{GrpcTransport, Recorder};
+
 /// gRPC's `OK`.
 pub const STATUS_OK: i32 = 0;
 /// gRPC's `FAILED_PRECONDITION`, the answer to a call the cassette does not expect.
@@ -141,14 +145,16 @@ impl GrpcCassette {
 }
 
 impl GrpcExchange {
-    /// Checks the exchange against `pool` and writes its request the way a replayed one
-    /// is written (`55` and `55.0` alike, enums by name), so the two compare as JSON.
+    /// Checks the exchange against `pool` and writes its messages the way replayed and
+    /// recorded ones are (`55` and `55.0` alike, enums by name), so they compare as JSON.
     fn check(&mut self, pool: &DescriptorPool) -> Result<()> {
         let method = method(pool, &self.method).map_err(config)?;
         self.request = to_json(&from_json(method.input(), &self.request).map_err(config)?);
-        for (k, response) in self.responses.iter().enumerate() {
-            from_json(method.output(), response)
-                .map_err(|e| config(format!("response {k}: {e}")))?;
+        for (k, response) in self.responses.iter_mut().enumerate() {
+            *response = to_json(
+                &from_json(method.output(), response)
+                    .map_err(|e| config(format!("response {k}: {e}")))?,
+            );
         }
         if !(0..=STATUS_MAX).contains(&self.status) {
             return Err(config(format!(
@@ -238,9 +244,9 @@ pub fn encode_frame(message: &[u8]) -> Bytes {
     out.freeze()
 }
 
-/// How to serve a gRPC cassette.
+/// How gRPC calls are normalized, matched and recorded.
 #[derive(Debug, Clone, Default)]
-pub struct GrpcReplayOptions {
+pub struct GrpcOptions {
     /// Credentials the client sends, compared as their `<redacted:NAME>` placeholders.
     pub credentials: Vec<Secret>,
     /// Run-varying values the client registers as it goes.
@@ -254,7 +260,7 @@ pub struct GrpcReplayOptions {
 struct State {
     cassette: GrpcCassette,
     pool: DescriptorPool,
-    options: GrpcReplayOptions,
+    options: GrpcOptions,
     name: String,
     cursor: usize,
     problems: Vec<String>,
@@ -390,7 +396,7 @@ impl GrpcReplayServer {
     pub async fn start(
         cassette: GrpcCassette,
         pool: DescriptorPool,
-        options: GrpcReplayOptions,
+        options: GrpcOptions,
     ) -> Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -507,7 +513,8 @@ async fn serve(
 }
 
 /// What gRPC percent-encodes in `grpc-message`: controls, `%` and non-ASCII.
-const GRPC_MESSAGE_ESCAPES: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS.add(b'%');
+pub(crate) const GRPC_MESSAGE_ESCAPES: &percent_encoding::AsciiSet =
+    &percent_encoding::CONTROLS.add(b'%');
 
 #[cfg(test)]
 mod tests {
@@ -556,10 +563,10 @@ exchanges:
     ) {
         let pool = descriptors().clone();
         let cassette = GrpcCassette::parse(CASSETTE, &pool).expect("the test cassette parses");
-        let options = GrpcReplayOptions {
+        let options = GrpcOptions {
             credentials: vec![Secret::new("MODAL_TOKEN_SECRET", FAKE_SECRET)],
             matched_metadata: vec!["x-modal-token-secret".to_owned()],
-            ..GrpcReplayOptions::default()
+            ..GrpcOptions::default()
         };
         let server = GrpcReplayServer::start(cassette, pool, options)
             .await
@@ -589,7 +596,13 @@ exchanges:
         }
     }
 
-    async fn join(client: &mut ModalClientClient<tonic::transport::Channel>) -> Vec<String> {
+    async fn join<T>(client: &mut ModalClientClient<T>) -> Vec<String>
+    where
+        T: tonic::client::GrpcService<tonic::body::Body>,
+        T::Error: Into<tonic::codegen::StdError>,
+        T::ResponseBody: hyper::body::Body<Data = Bytes> + Send + 'static,
+        <T::ResponseBody as hyper::body::Body>::Error: Into<tonic::codegen::StdError> + Send,
+    {
         let mut stream = client
             .image_join_streaming(authed(ImageJoinStreamingRequest {
                 image_id: "im-1".to_owned(),
@@ -628,6 +641,51 @@ exchanges:
         assert_eq!(status.code(), tonic::Code::Unavailable);
         assert_eq!(status.message(), "try again: 50% busy");
         server.finish().expect("every exchange served as recorded");
+    }
+
+    #[tokio::test]
+    async fn recording_the_calls_writes_the_cassette_they_came_from() {
+        let (server, _) = server().await;
+        let recorder = Recorder::new(
+            descriptors().clone(),
+            GrpcOptions {
+                credentials: vec![Secret::new("MODAL_TOKEN_SECRET", FAKE_SECRET)],
+                matched_metadata: vec!["x-modal-token-secret".to_owned()],
+                ..GrpcOptions::default()
+            },
+        );
+        let channel = tonic::transport::Channel::from_shared(server.url())
+            .expect("a URL")
+            .connect()
+            .await
+            .expect("connects to the replay server");
+        let mut client =
+            ModalClientClient::new(GrpcTransport::new(channel, Some(recorder.clone())));
+        client
+            .app_get_or_create(authed(app_request("sandbox-matrix")))
+            .await
+            .expect("recorded answer");
+        assert_eq!(join(&mut client).await.len(), 2);
+        client
+            .sandbox_terminate(authed(SandboxTerminateRequest {
+                sandbox_id: "sb-1".to_owned(),
+            }))
+            .await
+            .expect_err("Unavailable");
+        server.finish().expect("the calls went as recorded");
+        let source = GrpcCassette::parse(CASSETTE, descriptors()).expect("parses");
+        let recorded = recorder
+            .cassette(
+                source.origin.clone(),
+                source.written.clone(),
+                "modal",
+                "replay-unit",
+            )
+            .expect("every call ended");
+        let text = serde_saphyr::to_string(&recorded).expect("YAML");
+        assert!(!text.contains(FAKE_SECRET), "{text}");
+        let reread = GrpcCassette::parse(&text, descriptors()).expect("the recording parses");
+        assert_eq!(reread, source);
     }
 
     #[tokio::test]

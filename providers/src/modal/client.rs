@@ -32,9 +32,10 @@ pub const CLIENT_TYPE: &str = "1";
 pub const CLIENT_VERSION: &str = "1.6.4";
 /// The name the auth token is registered under, so cassettes hold a placeholder.
 pub const AUTH_TOKEN_NAME: &str = "MODAL_AUTH_TOKEN";
-/// Request metadata that replay compares (the rest, such as the idempotency key, varies
-/// from run to run).
-pub const MATCHED_METADATA: [&str; 6] = [
+/// Request metadata that replay compares and recordings keep, on the control plane and
+/// the command router (the rest, such as the idempotency key, varies from run to run).
+pub const MATCHED_METADATA: [&str; 7] = [
+    "authorization",
     "x-modal-token-id",
     "x-modal-token-secret",
     "x-modal-client-type",

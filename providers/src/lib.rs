@@ -467,6 +467,41 @@ pub(crate) fn read_dockerfile(dir: &std::path::Path) -> Result<String> {
     })
 }
 
+/// The run id and scenario a resource name holds after its `prefix`, as
+/// `<prefix><run-id>-<scenario>` names them, whatever case the provider folded the name to;
+/// `None` when the name is not one of a run's. A run id is `YYYYMMDDTHHMMSSZ-xxxxxx`.
+pub(crate) fn run_of_name(prefix: &str, name: &str) -> Option<(String, String)> {
+    let rest = name
+        .get(..prefix.len())?
+        .eq_ignore_ascii_case(prefix)
+        .then(|| &name[prefix.len()..])?;
+    let (id, scenario) = (rest.get(..23)?, rest.get(23..)?.strip_prefix('-')?);
+    let b = id.as_bytes();
+    let shaped = b.iter().enumerate().all(|(i, c)| match i {
+        8 => c.eq_ignore_ascii_case(&b'T'),
+        15 => c.eq_ignore_ascii_case(&b'Z'),
+        16 => *c == b'-',
+        17.. => c.is_ascii_hexdigit(),
+        _ => c.is_ascii_digit(),
+    });
+    shaped.then(|| {
+        (
+            format!(
+                "{}T{}Z-{}",
+                &id[..8],
+                &id[9..15],
+                id[17..].to_ascii_lowercase()
+            ),
+            scenario.to_owned(),
+        )
+    })
+}
+
+/// An RFC 3339 time as a provider writes it, if it is one.
+pub(crate) fn parse_time(text: Option<&str>) -> Option<std::time::SystemTime> {
+    humantime::parse_rfc3339_weak(text?).ok()
+}
+
 /// The last `max` bytes of `text` or fewer, starting on a character boundary: how errors
 /// quote a long output.
 pub fn tail(text: &str, max: usize) -> &str {
@@ -479,7 +514,28 @@ pub fn tail(text: &str, max: usize) -> &str {
 
 #[cfg(test)]
 mod tests {
-    use super::tail;
+    use super::{run_of_name, tail};
+
+    #[test]
+    fn run_names_give_back_their_run_id_and_scenario() {
+        assert_eq!(
+            run_of_name("sm-", "sm-20261201t061500z-00abcf-core-tier"),
+            Some(("20261201T061500Z-00abcf".into(), "core-tier".into()))
+        );
+        assert_eq!(
+            run_of_name(
+                "sandbox-matrix-",
+                "sandbox-matrix-20261201T061500Z-00abcf-x"
+            ),
+            Some(("20261201T061500Z-00abcf".into(), "x".into()))
+        );
+        assert_eq!(run_of_name("sm-", "sm-my-own-template"), None);
+        assert_eq!(run_of_name("sm-", "sm-20261201t061500z-00abcf"), None);
+        assert_eq!(run_of_name("sm-", "other"), None);
+        assert!(super::parse_time(Some("2026-01-01T00:00:00.000Z")).is_some());
+        assert!(super::parse_time(Some("2026-01-01T00:00:00Z")).is_some());
+        assert_eq!(super::parse_time(Some("yesterday")), None);
+    }
 
     #[test]
     fn tail_keeps_the_end_on_a_char_boundary() {

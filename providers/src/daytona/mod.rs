@@ -16,7 +16,7 @@
 mod code;
 mod dockerfile;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,8 +28,8 @@ use crate::api::ws::WsMessage;
 use crate::api::{ApiClient, ApiRequest, ApiSettings, Endpoints, Mode, Network, Target, Volatiles};
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, ErrorKind,
-    LogFn, Provider, ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId, Secret,
-    ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
+    Labelled, LogFn, Provider, ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId,
+    Secret, ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
 };
 
 /// The control plane's default base URL, used when `DAYTONA_API_URL` is not set.
@@ -245,6 +245,8 @@ struct SnapshotRecord {
     state: String,
     #[serde(default)]
     error_reason: Option<String>,
+    #[serde(default)]
+    created_at: Option<String>,
 }
 
 /// A page of snapshots (`PaginatedSnapshots`).
@@ -266,6 +268,10 @@ struct SandboxRecord {
     #[serde(default)]
     error_reason: Option<String>,
     toolbox_proxy_url: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    created_at: Option<String>,
 }
 
 /// A page of sandboxes (`ListSandboxesResponse`).
@@ -278,9 +284,12 @@ struct SandboxPage {
 
 /// A docker-registry entry (`DockerRegistry`), the fields this client reads.
 #[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct RegistryRecord {
     id: String,
     name: String,
+    #[serde(default)]
+    created_at: Option<String>,
 }
 
 /// The docker-registry entry a build creates, and why.
@@ -345,8 +354,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// The name of every resource a run's scenario creates that carries no labels.
 fn resource_name(labels: &RunLabels) -> String {
-    format!("sandbox-matrix-{}-{}", labels.run_id, labels.scenario)
+    format!("{RESOURCE_PREFIX}{}-{}", labels.run_id, labels.scenario)
 }
+
+/// How the name of every resource a run creates that carries no labels starts.
+const RESOURCE_PREFIX: &str = "sandbox-matrix-";
 
 /// `path` with `params` as its URL-encoded query.
 fn with_query(path: &str, params: &[(&str, &str)]) -> String {
@@ -708,7 +720,23 @@ impl DaytonaProvider {
 
     /// Lists the run's sandboxes by labels, following the cursor.
     async fn list_sandboxes(&self, labels: &RunLabels) -> Result<Vec<Resource>> {
-        let selector = serde_json::to_string(&labels.to_map()).map_err(|e| {
+        Ok(self
+            .sandboxes_labelled(&labels.to_map())
+            .await?
+            .into_iter()
+            .map(|s| Resource {
+                kind: KIND_SANDBOX.into(),
+                id: s.id,
+            })
+            .collect())
+    }
+
+    /// Every live sandbox carrying all of `labels`, following the cursor.
+    async fn sandboxes_labelled(
+        &self,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Vec<SandboxRecord>> {
+        let selector = serde_json::to_string(labels).map_err(|e| {
             ProviderError::new(
                 ErrorKind::Protocol,
                 format!("cannot encode the labels: {e}"),
@@ -731,11 +759,7 @@ impl DaytonaProvider {
             found.extend(
                 page.items
                     .into_iter()
-                    .filter(|s| !matches!(s.state.as_deref(), Some("destroyed" | "destroying")))
-                    .map(|s| Resource {
-                        kind: KIND_SANDBOX.into(),
-                        id: s.id,
-                    }),
+                    .filter(|s| !matches!(s.state.as_deref(), Some("destroyed" | "destroying"))),
             );
             match page.next_cursor {
                 Some(next) if !next.is_empty() && cursor.as_deref() != Some(next.as_str()) => {
@@ -748,6 +772,21 @@ impl DaytonaProvider {
 
     /// Lists the run's snapshots by name (snapshots carry no labels).
     async fn list_snapshots(&self, name: &str) -> Result<Vec<Resource>> {
+        Ok(self
+            .snapshots_named(name)
+            .await?
+            .into_iter()
+            .filter(|s| s.name == name)
+            .map(|s| Resource {
+                kind: KIND_SNAPSHOT.into(),
+                id: s.id,
+            })
+            .collect())
+    }
+
+    /// The snapshots Daytona lists for the name filter `name` (a prefix), but those being
+    /// removed, following the pages.
+    async fn snapshots_named(&self, name: &str) -> Result<Vec<SnapshotRecord>> {
         let mut found = Vec::new();
         let mut page = 1u32;
         loop {
@@ -762,16 +801,7 @@ impl DaytonaProvider {
                 )
                 .await?
                 .json()?;
-            found.extend(
-                answer
-                    .items
-                    .into_iter()
-                    .filter(|s| s.name == name && s.state != "removing")
-                    .map(|s| Resource {
-                        kind: KIND_SNAPSHOT.into(),
-                        id: s.id,
-                    }),
-            );
+            found.extend(answer.items.into_iter().filter(|s| s.state != "removing"));
             if answer.page >= answer.total_pages || page >= 100 {
                 return Ok(found);
             }
@@ -781,14 +811,9 @@ impl DaytonaProvider {
 
     /// Lists the run's docker-registry entries by name.
     async fn list_registries(&self, name: &str) -> Result<Vec<Resource>> {
-        let entries: Vec<RegistryRecord> = self
-            .call(
-                ApiRequest::get(Target::Api, "/docker-registry")
-                    .what("list docker-registry entries"),
-            )
+        Ok(self
+            .registries()
             .await?
-            .json()?;
-        Ok(entries
             .into_iter()
             .filter(|r| r.name == name)
             .map(|r| Resource {
@@ -796,6 +821,15 @@ impl DaytonaProvider {
                 id: r.id,
             })
             .collect())
+    }
+
+    /// Every docker-registry entry of the organization.
+    async fn registries(&self) -> Result<Vec<RegistryRecord>> {
+        self.call(
+            ApiRequest::get(Target::Api, "/docker-registry").what("list docker-registry entries"),
+        )
+        .await?
+        .json()
     }
 }
 
@@ -1099,6 +1133,77 @@ impl Provider for DaytonaProvider {
         let mut found = self.list_sandboxes(labels).await?;
         found.extend(self.list_snapshots(&name).await?);
         found.extend(self.list_registries(&name).await?);
+        Ok(found)
+    }
+
+    fn artifact_resource(&self, artifact: &Artifact) -> Option<Resource> {
+        Some(Resource {
+            kind: KIND_SNAPSHOT.into(),
+            id: artifact.id.clone(),
+        })
+    }
+
+    fn sandbox_resource(&self, sandbox: &SandboxId) -> Option<Resource> {
+        Some(Resource {
+            kind: KIND_SANDBOX.into(),
+            id: sandbox.0.clone(),
+        })
+    }
+
+    async fn list_labelled(&self, run_id: Option<&str>) -> Result<Vec<Labelled>> {
+        // Sandboxes carry the run label; Daytona filters by key and value, so a listing of
+        // every run's is filtered here.
+        let filter: BTreeMap<String, String> = run_id
+            .map(|id| (crate::RUN_LABEL.to_owned(), id.to_owned()))
+            .into_iter()
+            .collect();
+        let mut found: Vec<Labelled> = self
+            .sandboxes_labelled(&filter)
+            .await?
+            .into_iter()
+            .filter_map(|s| {
+                let run = s.labels.get(crate::RUN_LABEL)?.clone();
+                run_id.is_none_or(|want| want == run).then(|| Labelled {
+                    run_id: run,
+                    scenario: s.labels.get(crate::SCENARIO_LABEL).cloned(),
+                    created: crate::parse_time(s.created_at.as_deref()),
+                    resource: Resource {
+                        kind: KIND_SANDBOX.into(),
+                        id: s.id,
+                    },
+                })
+            })
+            .collect();
+        // Snapshots and registry entries carry no labels: their name holds the run id
+        // (`sandbox-matrix-<run>-<scenario>`).
+        let prefix = match run_id {
+            Some(id) => format!("{RESOURCE_PREFIX}{id}-"),
+            None => RESOURCE_PREFIX.to_owned(),
+        };
+        let named = |name: &str| {
+            crate::run_of_name(RESOURCE_PREFIX, name)
+                .filter(|(run, _)| run_id.is_none_or(|want| want == run))
+        };
+        let labelled =
+            |kind: &str, id: String, (run, scenario), created: Option<String>| Labelled {
+                run_id: run,
+                scenario: Some(scenario),
+                created: crate::parse_time(created.as_deref()),
+                resource: Resource {
+                    kind: kind.into(),
+                    id,
+                },
+            };
+        for s in self.snapshots_named(&prefix).await? {
+            if let Some(run) = named(&s.name) {
+                found.push(labelled(KIND_SNAPSHOT, s.id, run, s.created_at));
+            }
+        }
+        for r in self.registries().await? {
+            if let Some(run) = named(&r.name) {
+                found.push(labelled(KIND_REGISTRY, r.id, run, r.created_at));
+            }
+        }
         Ok(found)
     }
 

@@ -51,8 +51,10 @@ pub const KIND_REGISTRY: &str = "docker-registry";
 /// Registry address under which build secrets are handed to the builder, as a registry
 /// login would be, when the Dockerfile's base names no registry; `.invalid` never resolves.
 const CANARY_REGISTRY: &str = "build-secrets.invalid";
-/// Deadline of one HTTP call unless a call says otherwise.
-const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Deadline of one HTTP call unless a call says otherwise: longer than any step budget (at
+/// most 24 h), so that the step's budget, not a hidden client timeout, ends a call to a hung
+/// or paused service. One timeout source: the budget; a TCP connect still gives up after 10 s.
+const CALL_TIMEOUT: Duration = Duration::from_secs(25 * 60 * 60);
 /// Longest one piece of code or one command may run in the toolbox.
 const RUN_TIMEOUT_SECS: u64 = 300;
 /// Interpreter contexts one sandbox runs at once. The toolbox spec and the SDK set no

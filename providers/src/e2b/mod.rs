@@ -65,8 +65,10 @@ pub const REPLAY_MATCHED_HEADERS: &[&str] = &[
 const KIND_SANDBOX: &str = "sandbox";
 /// Resource kind of a template (with its builds, names and tags).
 const KIND_TEMPLATE: &str = "template";
-/// Default deadline of one HTTP call.
-const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Deadline of one HTTP call unless a call says otherwise: longer than any step budget (at
+/// most 24 h), so that the step's budget, not a hidden client timeout, ends a call to a hung
+/// or paused service. One timeout source: the budget; a TCP connect still gives up after 10 s.
+const CALL_TIMEOUT: Duration = Duration::from_secs(25 * 60 * 60);
 /// How long one piece of code or one command may run.
 const EXECUTE_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long a build may take before the poll gives up (E2B caps builds at an hour).

@@ -413,7 +413,7 @@ impl Runner {
                 Ok(Err(e)) => Err(StepEnd::Failed(format!("the step's task ended abnormally: {e}"))),
                 Err(_) => {
                     task.abort();
-                    Err(StepEnd::Failed(format!("exceeded its budget of {}", humantime::format_duration(step.budget))))
+                    Err(StepEnd::Failed(format!("exceeded its budget of {}{}", humantime::format_duration(step.budget), waited_for(step.kind))))
                 }
             },
             () = cancelled => {
@@ -477,6 +477,16 @@ struct ScenarioState {
 }
 
 /// Everything a step's task owns.
+/// What a step that ran out of budget was waiting for, as its failure names it.
+fn waited_for(kind: StepKind) -> &'static str {
+    match kind {
+        StepKind::Launch => {
+            " waiting for the sandbox to run and its code channel to answer (it neither answered nor exited)"
+        }
+        _ => "",
+    }
+}
+
 struct StepContext {
     provider: Arc<dyn Provider>,
     step: Step,

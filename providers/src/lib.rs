@@ -14,6 +14,7 @@ pub mod yaml;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -314,6 +315,60 @@ pub struct Labelled {
     pub created: Option<std::time::SystemTime>,
 }
 
+/// The run ledger as a provider sees it: where it records what a call creates part-way (an
+/// e2b template before its build, a Daytona registry entry during one), before and after
+/// each create, so a run killed in the middle of the call still names it.
+pub trait CreateLog: Send + Sync {
+    /// Records that `labels.variant` is about to create a `kind` for `labels.scenario`;
+    /// returns the number [`CreateLog::created`] takes. An error means nothing may be made.
+    fn intent(&self, labels: &RunLabels, kind: &str) -> std::result::Result<u64, String>;
+
+    /// Records the provider's id for what intent `seq` created, as its delete takes it.
+    fn created(
+        &self,
+        seq: u64,
+        labels: &RunLabels,
+        resource: &Resource,
+    ) -> std::result::Result<(), String>;
+}
+
+/// The [`CreateLog`] a provider was given by [`Provider::record_creates`], if any.
+#[derive(Default)]
+pub(crate) struct CreateRecorder(Mutex<Option<Arc<dyn CreateLog>>>);
+
+impl CreateRecorder {
+    fn log(&self) -> Option<Arc<dyn CreateLog>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(crate) fn set(&self, log: Arc<dyn CreateLog>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(log);
+    }
+
+    /// [`CreateLog::intent`]; when it cannot be recorded, nothing is to be created.
+    pub(crate) fn intent(&self, labels: &RunLabels, kind: &str) -> Result<Option<u64>> {
+        self.log()
+            .map(|l| l.intent(labels, kind))
+            .transpose()
+            .map_err(|e| ProviderError::new(ErrorKind::Config, format!("{e}: nothing created")))
+    }
+
+    /// [`CreateLog::created`] for intent `seq`; a write that fails is a warning on `log`.
+    pub(crate) fn created(
+        &self,
+        seq: Option<u64>,
+        labels: &RunLabels,
+        resource: &Resource,
+        log: &LogFn,
+    ) {
+        if let (Some(ledger), Some(seq)) = (self.log(), seq)
+            && let Err(e) = ledger.created(seq, labels, resource)
+        {
+            log(&format!("warning: {e}"));
+        }
+    }
+}
+
 /// One sandbox provider variant.
 ///
 /// A provider only knows how to talk to its service: the runner owns timing,
@@ -438,6 +493,11 @@ pub trait Provider: Send + Sync {
     fn sandbox_resource(&self, _sandbox: &SandboxId) -> Option<Resource> {
         None
     }
+
+    /// Hands the variant the run ledger, so that it records what its calls create part-way
+    /// (before and after each create). The default keeps nothing: the runner records what
+    /// each call returns.
+    fn record_creates(&self, _log: Arc<dyn CreateLog>) {}
 
     /// Lists every resource carrying the run label, of run `run_id` or, with `None`, of
     /// any run, whatever its variant and scenario labels (a resource whose build stopped

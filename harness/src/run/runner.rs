@@ -612,6 +612,9 @@ impl StepContext {
         let log = self.log.clone();
         let sink = move |line: &str| log.line(line);
         let seq = self.intend("artifact")?;
+        if let Some(ledger) = &self.ledger {
+            self.provider.record_creates(ledger.clone());
+        }
         let built = self.provider.build(&request, &sink).await;
         self.state().base_credential = Some(self.provider.credential_use(&request));
         let artifact = built?;

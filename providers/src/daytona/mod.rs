@@ -27,9 +27,10 @@ use serde_json::json;
 use crate::api::ws::WsMessage;
 use crate::api::{ApiClient, ApiRequest, ApiSettings, Endpoints, Mode, Network, Target, Volatiles};
 use crate::{
-    Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, ErrorKind,
-    Labelled, LogFn, Provider, ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId,
-    Secret, ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
+    Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, CreateLog,
+    CreateRecorder, ErrorKind, Labelled, LogFn, Provider, ProviderError, Resource, RestartKind,
+    Result, RunLabels, SandboxId, Secret, ShutdownEnding, ShutdownObservation, ShutdownReport,
+    Timing,
 };
 
 /// The control plane's default base URL, used when `DAYTONA_API_URL` is not set.
@@ -104,6 +105,11 @@ pub struct DaytonaProvider {
     contexts: Mutex<HashMap<(String, String), String>>,
     /// What became of the last build's registry entry, for the credential row.
     registry_entry: Mutex<Option<&'static str>>,
+    /// The run ledger: a registry entry is recorded as soon as it exists.
+    creates: CreateRecorder,
+    /// Registry entries this client deleted after their build: the run's cleanup, which
+    /// also deletes what the ledger names, does not delete them again.
+    deleted: Mutex<std::collections::HashSet<String>>,
 }
 
 impl std::fmt::Debug for DaytonaProvider {
@@ -234,6 +240,8 @@ impl DaytonaProvider {
             toolboxes: Mutex::new(HashMap::new()),
             contexts: Mutex::new(HashMap::new()),
             registry_entry: Mutex::new(None),
+            creates: CreateRecorder::default(),
+            deleted: Mutex::default(),
         })
     }
 }
@@ -911,7 +919,15 @@ impl Provider for DaytonaProvider {
         *self.registry_entry.lock().expect("registry entry lock") = None;
         let registry = match registry_entry(request, &dockerfile) {
             Some(entry) => {
+                let seq = self.creates.intent(&request.labels, KIND_REGISTRY)?;
                 let created = self.create_registry(&name, &entry, log).await;
+                if let Ok(id) = &created {
+                    let resource = Resource {
+                        kind: KIND_REGISTRY.into(),
+                        id: id.clone(),
+                    };
+                    self.creates.created(seq, &request.labels, &resource, log);
+                }
                 if created.is_err() {
                     *self.registry_entry.lock().expect("registry entry lock") =
                         Some("the registry entry could not be created");
@@ -933,6 +949,7 @@ impl Provider for DaytonaProvider {
             {
                 Ok(()) => {
                     log(&format!("docker-registry entry {id} deleted"));
+                    lock(&self.deleted).insert(id);
                     *self.registry_entry.lock().expect("registry entry lock") =
                         Some("registry entry, deleted after the build");
                 }
@@ -1152,6 +1169,10 @@ impl Provider for DaytonaProvider {
         })
     }
 
+    fn record_creates(&self, log: Arc<dyn CreateLog>) {
+        self.creates.set(log);
+    }
+
     async fn list_labelled(&self, run_id: Option<&str>) -> Result<Vec<Labelled>> {
         // Sandboxes carry the run label; Daytona filters by key and value, so a listing of
         // every run's is filtered here.
@@ -1220,6 +1241,7 @@ impl Provider for DaytonaProvider {
                 self.delete(format!("/snapshots/{id}"), "delete snapshot")
                     .await
             }
+            KIND_REGISTRY if lock(&self.deleted).contains(id) => Ok(()),
             KIND_REGISTRY => {
                 self.delete(
                     format!("/docker-registry/{id}"),

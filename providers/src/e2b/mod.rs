@@ -32,9 +32,10 @@ use crate::api::{
     Target, Volatiles,
 };
 use crate::{
-    Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, ErrorKind,
-    Labelled, LogFn, Provider, ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId,
-    Secret, ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
+    Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, CreateLog,
+    CreateRecorder, ErrorKind, Labelled, LogFn, Provider, ProviderError, Resource, RestartKind,
+    Result, RunLabels, SandboxId, Secret, ShutdownEnding, ShutdownObservation, ShutdownReport,
+    Timing,
 };
 
 /// The spec versions this client was written against.
@@ -136,6 +137,8 @@ pub struct E2bProvider {
     /// Sandboxes this client killed and then saw gone (E2B answered 404): the run's
     /// cleanup, which also deletes what the ledger names, does not delete them again.
     gone: Mutex<HashSet<String>>,
+    /// The run ledger: the template is recorded as soon as it exists, before its build.
+    creates: CreateRecorder,
 }
 
 impl E2bProvider {
@@ -222,6 +225,7 @@ impl E2bProvider {
             sandboxes: Mutex::new(HashMap::new()),
             sockets: Mutex::new(HashMap::new()),
             gone: Mutex::new(HashSet::new()),
+            creates: CreateRecorder::default(),
         }
     }
 
@@ -806,6 +810,7 @@ impl Provider for E2bProvider {
             ));
         }
         let name = self.template_name(&request.labels);
+        let seq = self.creates.intent(&request.labels, KIND_TEMPLATE)?;
         let created: TemplateCreated = self
             .client
             .call(
@@ -816,6 +821,11 @@ impl Provider for E2bProvider {
             .await?
             .json()?;
         let (tid, bid) = (&created.template_id, &created.build_id);
+        let template = Resource {
+            kind: KIND_TEMPLATE.into(),
+            id: tid.clone(),
+        };
+        self.creates.created(seq, &request.labels, &template, log);
         log(&format!("template {tid}, build {bid}"));
         for upload in &plan.uploads {
             let link: FileUpload = self
@@ -1177,6 +1187,10 @@ impl Provider for E2bProvider {
             kind: KIND_SANDBOX.into(),
             id: sandbox.0.clone(),
         })
+    }
+
+    fn record_creates(&self, log: Arc<dyn CreateLog>) {
+        self.creates.set(log);
     }
 
     async fn list_labelled(&self, run_id: Option<&str>) -> Result<Vec<Labelled>> {

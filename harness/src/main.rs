@@ -1539,7 +1539,7 @@ async fn run(args: RunArgs) -> u8 {
                     };
                     if path.is_file() {
                         // A cassette that does not parse is bad input: say where, run nothing.
-                        if let Err(e) = variants::load_cassette(&path, name) {
+                        if let Err(e) = variants::load_cassette(&path, name, &scenario.name) {
                             eprintln!("error: {e}");
                             return EXIT_BAD_INPUT;
                         }

@@ -204,7 +204,7 @@ async fn a_hung_step_fails_at_its_budget_and_cleanup_still_runs() {
     assert_eq!(
         status(&result, "launch"),
         &StepStatus::Failed {
-            reason: "exceeded its budget of 1s".into()
+            reason: "exceeded its budget of 1s waiting for the sandbox to run and its code channel to answer (it neither answered nor exited)".into()
         }
     );
     assert!(

@@ -15,6 +15,7 @@ pub mod yaml;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -315,6 +316,60 @@ pub struct Labelled {
     pub created: Option<std::time::SystemTime>,
 }
 
+/// The run ledger as a provider sees it: where it records what a call creates part-way (an
+/// e2b template before its build, a Daytona registry entry during one), before and after
+/// each create, so a run killed in the middle of the call still names it.
+pub trait CreateLog: Send + Sync {
+    /// Records that `labels.variant` is about to create a `kind` for `labels.scenario`;
+    /// returns the number [`CreateLog::created`] takes. An error means nothing may be made.
+    fn intent(&self, labels: &RunLabels, kind: &str) -> std::result::Result<u64, String>;
+
+    /// Records the provider's id for what intent `seq` created, as its delete takes it.
+    fn created(
+        &self,
+        seq: u64,
+        labels: &RunLabels,
+        resource: &Resource,
+    ) -> std::result::Result<(), String>;
+}
+
+/// The [`CreateLog`] a provider was given by [`Provider::record_creates`], if any.
+#[derive(Default)]
+pub(crate) struct CreateRecorder(Mutex<Option<Arc<dyn CreateLog>>>);
+
+impl CreateRecorder {
+    fn log(&self) -> Option<Arc<dyn CreateLog>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(crate) fn set(&self, log: Arc<dyn CreateLog>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(log);
+    }
+
+    /// [`CreateLog::intent`]; when it cannot be recorded, nothing is to be created.
+    pub(crate) fn intent(&self, labels: &RunLabels, kind: &str) -> Result<Option<u64>> {
+        self.log()
+            .map(|l| l.intent(labels, kind))
+            .transpose()
+            .map_err(|e| ProviderError::new(ErrorKind::Config, format!("{e}: nothing created")))
+    }
+
+    /// [`CreateLog::created`] for intent `seq`; a write that fails is a warning on `log`.
+    pub(crate) fn created(
+        &self,
+        seq: Option<u64>,
+        labels: &RunLabels,
+        resource: &Resource,
+        log: &LogFn,
+    ) {
+        if let (Some(ledger), Some(seq)) = (self.log(), seq)
+            && let Err(e) = ledger.created(seq, labels, resource)
+        {
+            log(&format!("warning: {e}"));
+        }
+    }
+}
+
 /// One sandbox provider variant.
 ///
 /// A provider only knows how to talk to its service: the runner owns timing,
@@ -440,6 +495,11 @@ pub trait Provider: Send + Sync {
         None
     }
 
+    /// Hands the variant the run ledger, so that it records what its calls create part-way
+    /// (before and after each create). The default keeps nothing: the runner records what
+    /// each call returns.
+    fn record_creates(&self, _log: Arc<dyn CreateLog>) {}
+
     /// Lists every resource carrying the run label, of run `run_id` or, with `None`, of
     /// any run, whatever its variant and scenario labels (a resource whose build stopped
     /// part-way, or of a scenario loaded from anywhere). Variants that can only list by all
@@ -468,6 +528,41 @@ pub(crate) fn read_dockerfile(dir: &std::path::Path) -> Result<String> {
     })
 }
 
+/// The run id and scenario a resource name holds after its `prefix`, as
+/// `<prefix><run-id>-<scenario>` names them, whatever case the provider folded the name to;
+/// `None` when the name is not one of a run's. A run id is `YYYYMMDDTHHMMSSZ-xxxxxx`.
+pub(crate) fn run_of_name(prefix: &str, name: &str) -> Option<(String, String)> {
+    let rest = name
+        .get(..prefix.len())?
+        .eq_ignore_ascii_case(prefix)
+        .then(|| &name[prefix.len()..])?;
+    let (id, scenario) = (rest.get(..23)?, rest.get(23..)?.strip_prefix('-')?);
+    let b = id.as_bytes();
+    let shaped = b.iter().enumerate().all(|(i, c)| match i {
+        8 => c.eq_ignore_ascii_case(&b'T'),
+        15 => c.eq_ignore_ascii_case(&b'Z'),
+        16 => *c == b'-',
+        17.. => c.is_ascii_hexdigit(),
+        _ => c.is_ascii_digit(),
+    });
+    shaped.then(|| {
+        (
+            format!(
+                "{}T{}Z-{}",
+                &id[..8],
+                &id[9..15],
+                id[17..].to_ascii_lowercase()
+            ),
+            scenario.to_owned(),
+        )
+    })
+}
+
+/// An RFC 3339 time as a provider writes it, if it is one.
+pub(crate) fn parse_time(text: Option<&str>) -> Option<std::time::SystemTime> {
+    humantime::parse_rfc3339_weak(text?).ok()
+}
+
 /// The last `max` bytes of `text` or fewer, starting on a character boundary: how errors
 /// quote a long output.
 pub fn tail(text: &str, max: usize) -> &str {
@@ -480,7 +575,28 @@ pub fn tail(text: &str, max: usize) -> &str {
 
 #[cfg(test)]
 mod tests {
-    use super::tail;
+    use super::{run_of_name, tail};
+
+    #[test]
+    fn run_names_give_back_their_run_id_and_scenario() {
+        assert_eq!(
+            run_of_name("sm-", "sm-20261201t061500z-00abcf-core-tier"),
+            Some(("20261201T061500Z-00abcf".into(), "core-tier".into()))
+        );
+        assert_eq!(
+            run_of_name(
+                "sandbox-matrix-",
+                "sandbox-matrix-20261201T061500Z-00abcf-x"
+            ),
+            Some(("20261201T061500Z-00abcf".into(), "x".into()))
+        );
+        assert_eq!(run_of_name("sm-", "sm-my-own-template"), None);
+        assert_eq!(run_of_name("sm-", "sm-20261201t061500z-00abcf"), None);
+        assert_eq!(run_of_name("sm-", "other"), None);
+        assert!(super::parse_time(Some("2026-01-01T00:00:00.000Z")).is_some());
+        assert!(super::parse_time(Some("2026-01-01T00:00:00Z")).is_some());
+        assert_eq!(super::parse_time(Some("yesterday")), None);
+    }
 
     #[test]
     fn tail_keeps_the_end_on_a_char_boundary() {

@@ -164,6 +164,16 @@ impl Ledger {
     }
 }
 
+impl sandbox_providers::CreateLog for Ledger {
+    fn intent(&self, labels: &RunLabels, kind: &str) -> Result<u64, String> {
+        Ledger::intent(self, labels, kind)
+    }
+
+    fn created(&self, seq: u64, labels: &RunLabels, resource: &Resource) -> Result<(), String> {
+        Ledger::created(self, seq, labels, resource, true)
+    }
+}
+
 /// A ledger as read back.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LedgerView {

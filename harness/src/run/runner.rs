@@ -544,7 +544,7 @@ impl Runner {
                 Ok(Err(e)) => Err(StepEnd::Failed(format!("the step's task ended abnormally: {e}"))),
                 Err(_) => {
                     task.abort();
-                    Err(StepEnd::Failed(format!("exceeded its budget of {}", humantime::format_duration(step.budget))))
+                    Err(StepEnd::Failed(format!("exceeded its budget of {}{}", humantime::format_duration(step.budget), waited_for(step.kind))))
                 }
             },
             () = cancelled => {
@@ -652,6 +652,16 @@ struct Sharing {
 }
 
 /// Everything a step's task owns.
+/// What a step that ran out of budget was waiting for, as its failure names it.
+fn waited_for(kind: StepKind) -> &'static str {
+    match kind {
+        StepKind::Launch => {
+            " waiting for the sandbox to run and its code channel to answer (it neither answered nor exited)"
+        }
+        _ => "",
+    }
+}
+
 struct StepContext {
     provider: Arc<dyn Provider>,
     step: Step,
@@ -794,6 +804,9 @@ impl StepContext {
         let log = self.log.clone();
         let sink = move |line: &str| log.line(line);
         let seq = self.intend("artifact")?;
+        if let Some(ledger) = &self.ledger {
+            self.provider.record_creates(ledger.clone());
+        }
         let built = self.provider.build(&request, &sink).await;
         let credential_use = self.provider.credential_use(&request);
         self.state().base_credential = Some(credential_use.clone());

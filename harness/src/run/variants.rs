@@ -130,19 +130,31 @@ pub fn checked_cassette_path(dir: &Path, variant: &str, scenario: &str) -> Resul
         .map_err(|e| format!("no cassette path for {variant} × {scenario}: {e}"))
 }
 
-/// Reads the cassette at `path` for `variant` to replay, refusing one recorded for another
-/// variant (its `variant:` names a different one), located at that line.
-pub fn load_cassette(path: &Path, variant: &str) -> Result<Cassette, String> {
+/// Reads the cassette at `path` for `variant` to replay in scenario `scenario`, refusing
+/// one recorded for another variant or scenario (its `variant:` or `scenario:` names a
+/// different one), located at that line.
+pub fn load_cassette(path: &Path, variant: &str, scenario: &str) -> Result<Cassette, String> {
     let cassette = Cassette::load(path).map_err(|e| e.to_string())?;
-    if cassette.variant != variant {
-        let line = std::fs::read_to_string(path)
+    let line_of = |field: &str| {
+        std::fs::read_to_string(path)
             .ok()
-            .and_then(|text| text.lines().position(|l| l.starts_with("variant:")))
-            .map_or(1, |i| i + 1);
+            .and_then(|text| text.lines().position(|l| l.starts_with(field)))
+            .map_or(1, |i| i + 1)
+    };
+    if cassette.variant != variant {
         return Err(format!(
-            "{}:{line}:1: the cassette is for the `{}` variant, and the {variant} variant cannot replay it",
+            "{}:{}:1: the cassette is for the `{}` variant, and the {variant} variant cannot replay it",
             path.display(),
+            line_of("variant:"),
             crate::paths::cut(&cassette.variant)
+        ));
+    }
+    if cassette.scenario != scenario {
+        return Err(format!(
+            "{}:{}:1: scenario: the cassette is for the `{}` scenario, and the `{scenario}` scenario cannot replay it",
+            path.display(),
+            line_of("scenario:"),
+            crate::paths::cut(&cassette.scenario)
         ));
     }
     Ok(cassette)
@@ -232,7 +244,7 @@ pub async fn open_cloud(
                     path.display()
                 ));
             }
-            let cassette = load_cassette(&path, name)?;
+            let cassette = load_cassette(&path, name, scenario)?;
             let source = replay_source(dir, &path, *pace, Some(&cassette));
             let server = ReplayServer::start(
                 cassette,

@@ -16,7 +16,7 @@
 mod code;
 mod dockerfile;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,9 +27,10 @@ use serde_json::json;
 use crate::api::ws::WsMessage;
 use crate::api::{ApiClient, ApiRequest, ApiSettings, Endpoints, Mode, Network, Target, Volatiles};
 use crate::{
-    Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, ErrorKind,
-    LogFn, Provider, ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId, Secret,
-    ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
+    Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, CreateLog,
+    CreateRecorder, ErrorKind, Labelled, LogFn, Provider, ProviderError, Resource, RestartKind,
+    Result, RunLabels, SandboxId, Secret, ShutdownEnding, ShutdownObservation, ShutdownReport,
+    Timing,
 };
 
 /// The control plane's default base URL, used when `DAYTONA_API_URL` is not set.
@@ -51,8 +52,10 @@ pub const KIND_REGISTRY: &str = "docker-registry";
 /// Registry address under which build secrets are handed to the builder, as a registry
 /// login would be, when the Dockerfile's base names no registry; `.invalid` never resolves.
 const CANARY_REGISTRY: &str = "build-secrets.invalid";
-/// Deadline of one HTTP call unless a call says otherwise.
-const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Deadline of one HTTP call unless a call says otherwise: longer than any step budget (at
+/// most 24 h), so that the step's budget, not a hidden client timeout, ends a call to a hung
+/// or paused service. One timeout source: the budget; a TCP connect still gives up after 10 s.
+const CALL_TIMEOUT: Duration = Duration::from_secs(25 * 60 * 60);
 /// Longest one piece of code or one command may run in the toolbox.
 const RUN_TIMEOUT_SECS: u64 = 300;
 /// Interpreter contexts one sandbox runs at once. The toolbox spec and the SDK set no
@@ -102,6 +105,11 @@ pub struct DaytonaProvider {
     contexts: Mutex<HashMap<(String, String), String>>,
     /// What became of the last build's registry entry, for the credential row.
     registry_entry: Mutex<Option<&'static str>>,
+    /// The run ledger: a registry entry is recorded as soon as it exists.
+    creates: CreateRecorder,
+    /// Registry entries this client deleted after their build: the run's cleanup, which
+    /// also deletes what the ledger names, does not delete them again.
+    deleted: Mutex<std::collections::HashSet<String>>,
 }
 
 impl std::fmt::Debug for DaytonaProvider {
@@ -232,6 +240,8 @@ impl DaytonaProvider {
             toolboxes: Mutex::new(HashMap::new()),
             contexts: Mutex::new(HashMap::new()),
             registry_entry: Mutex::new(None),
+            creates: CreateRecorder::default(),
+            deleted: Mutex::default(),
         })
     }
 }
@@ -245,6 +255,8 @@ struct SnapshotRecord {
     state: String,
     #[serde(default)]
     error_reason: Option<String>,
+    #[serde(default)]
+    created_at: Option<String>,
 }
 
 /// A page of snapshots (`PaginatedSnapshots`).
@@ -266,6 +278,10 @@ struct SandboxRecord {
     #[serde(default)]
     error_reason: Option<String>,
     toolbox_proxy_url: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    created_at: Option<String>,
 }
 
 /// A page of sandboxes (`ListSandboxesResponse`).
@@ -278,9 +294,12 @@ struct SandboxPage {
 
 /// A docker-registry entry (`DockerRegistry`), the fields this client reads.
 #[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct RegistryRecord {
     id: String,
     name: String,
+    #[serde(default)]
+    created_at: Option<String>,
 }
 
 /// The docker-registry entry a build creates, and why.
@@ -345,8 +364,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// The name of every resource a run's scenario creates that carries no labels.
 fn resource_name(labels: &RunLabels) -> String {
-    format!("sandbox-matrix-{}-{}", labels.run_id, labels.scenario)
+    format!("{RESOURCE_PREFIX}{}-{}", labels.run_id, labels.scenario)
 }
+
+/// How the name of every resource a run creates that carries no labels starts.
+const RESOURCE_PREFIX: &str = "sandbox-matrix-";
 
 /// `path` with `params` as its URL-encoded query.
 fn with_query(path: &str, params: &[(&str, &str)]) -> String {
@@ -708,7 +730,23 @@ impl DaytonaProvider {
 
     /// Lists the run's sandboxes by labels, following the cursor.
     async fn list_sandboxes(&self, labels: &RunLabels) -> Result<Vec<Resource>> {
-        let selector = serde_json::to_string(&labels.to_map()).map_err(|e| {
+        Ok(self
+            .sandboxes_labelled(&labels.to_map())
+            .await?
+            .into_iter()
+            .map(|s| Resource {
+                kind: KIND_SANDBOX.into(),
+                id: s.id,
+            })
+            .collect())
+    }
+
+    /// Every live sandbox carrying all of `labels`, following the cursor.
+    async fn sandboxes_labelled(
+        &self,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Vec<SandboxRecord>> {
+        let selector = serde_json::to_string(labels).map_err(|e| {
             ProviderError::new(
                 ErrorKind::Protocol,
                 format!("cannot encode the labels: {e}"),
@@ -731,11 +769,7 @@ impl DaytonaProvider {
             found.extend(
                 page.items
                     .into_iter()
-                    .filter(|s| !matches!(s.state.as_deref(), Some("destroyed" | "destroying")))
-                    .map(|s| Resource {
-                        kind: KIND_SANDBOX.into(),
-                        id: s.id,
-                    }),
+                    .filter(|s| !matches!(s.state.as_deref(), Some("destroyed" | "destroying"))),
             );
             match page.next_cursor {
                 Some(next) if !next.is_empty() && cursor.as_deref() != Some(next.as_str()) => {
@@ -748,6 +782,21 @@ impl DaytonaProvider {
 
     /// Lists the run's snapshots by name (snapshots carry no labels).
     async fn list_snapshots(&self, name: &str) -> Result<Vec<Resource>> {
+        Ok(self
+            .snapshots_named(name)
+            .await?
+            .into_iter()
+            .filter(|s| s.name == name)
+            .map(|s| Resource {
+                kind: KIND_SNAPSHOT.into(),
+                id: s.id,
+            })
+            .collect())
+    }
+
+    /// The snapshots Daytona lists for the name filter `name` (a prefix), but those being
+    /// removed, following the pages.
+    async fn snapshots_named(&self, name: &str) -> Result<Vec<SnapshotRecord>> {
         let mut found = Vec::new();
         let mut page = 1u32;
         loop {
@@ -762,16 +811,7 @@ impl DaytonaProvider {
                 )
                 .await?
                 .json()?;
-            found.extend(
-                answer
-                    .items
-                    .into_iter()
-                    .filter(|s| s.name == name && s.state != "removing")
-                    .map(|s| Resource {
-                        kind: KIND_SNAPSHOT.into(),
-                        id: s.id,
-                    }),
-            );
+            found.extend(answer.items.into_iter().filter(|s| s.state != "removing"));
             if answer.page >= answer.total_pages || page >= 100 {
                 return Ok(found);
             }
@@ -781,14 +821,9 @@ impl DaytonaProvider {
 
     /// Lists the run's docker-registry entries by name.
     async fn list_registries(&self, name: &str) -> Result<Vec<Resource>> {
-        let entries: Vec<RegistryRecord> = self
-            .call(
-                ApiRequest::get(Target::Api, "/docker-registry")
-                    .what("list docker-registry entries"),
-            )
+        Ok(self
+            .registries()
             .await?
-            .json()?;
-        Ok(entries
             .into_iter()
             .filter(|r| r.name == name)
             .map(|r| Resource {
@@ -796,6 +831,15 @@ impl DaytonaProvider {
                 id: r.id,
             })
             .collect())
+    }
+
+    /// Every docker-registry entry of the organization.
+    async fn registries(&self) -> Result<Vec<RegistryRecord>> {
+        self.call(
+            ApiRequest::get(Target::Api, "/docker-registry").what("list docker-registry entries"),
+        )
+        .await?
+        .json()
     }
 }
 
@@ -875,7 +919,15 @@ impl Provider for DaytonaProvider {
         *self.registry_entry.lock().expect("registry entry lock") = None;
         let registry = match registry_entry(request, &dockerfile) {
             Some(entry) => {
+                let seq = self.creates.intent(&request.labels, KIND_REGISTRY)?;
                 let created = self.create_registry(&name, &entry, log).await;
+                if let Ok(id) = &created {
+                    let resource = Resource {
+                        kind: KIND_REGISTRY.into(),
+                        id: id.clone(),
+                    };
+                    self.creates.created(seq, &request.labels, &resource, log);
+                }
                 if created.is_err() {
                     *self.registry_entry.lock().expect("registry entry lock") =
                         Some("the registry entry could not be created");
@@ -897,6 +949,7 @@ impl Provider for DaytonaProvider {
             {
                 Ok(()) => {
                     log(&format!("docker-registry entry {id} deleted"));
+                    lock(&self.deleted).insert(id);
                     *self.registry_entry.lock().expect("registry entry lock") =
                         Some("registry entry, deleted after the build");
                 }
@@ -1102,6 +1155,81 @@ impl Provider for DaytonaProvider {
         Ok(found)
     }
 
+    fn artifact_resource(&self, artifact: &Artifact) -> Option<Resource> {
+        Some(Resource {
+            kind: KIND_SNAPSHOT.into(),
+            id: artifact.id.clone(),
+        })
+    }
+
+    fn sandbox_resource(&self, sandbox: &SandboxId) -> Option<Resource> {
+        Some(Resource {
+            kind: KIND_SANDBOX.into(),
+            id: sandbox.0.clone(),
+        })
+    }
+
+    fn record_creates(&self, log: Arc<dyn CreateLog>) {
+        self.creates.set(log);
+    }
+
+    async fn list_labelled(&self, run_id: Option<&str>) -> Result<Vec<Labelled>> {
+        // Sandboxes carry the run label; Daytona filters by key and value, so a listing of
+        // every run's is filtered here.
+        let filter: BTreeMap<String, String> = run_id
+            .map(|id| (crate::RUN_LABEL.to_owned(), id.to_owned()))
+            .into_iter()
+            .collect();
+        let mut found: Vec<Labelled> = self
+            .sandboxes_labelled(&filter)
+            .await?
+            .into_iter()
+            .filter_map(|s| {
+                let run = s.labels.get(crate::RUN_LABEL)?.clone();
+                run_id.is_none_or(|want| want == run).then(|| Labelled {
+                    run_id: run,
+                    scenario: s.labels.get(crate::SCENARIO_LABEL).cloned(),
+                    created: crate::parse_time(s.created_at.as_deref()),
+                    resource: Resource {
+                        kind: KIND_SANDBOX.into(),
+                        id: s.id,
+                    },
+                })
+            })
+            .collect();
+        // Snapshots and registry entries carry no labels: their name holds the run id
+        // (`sandbox-matrix-<run>-<scenario>`).
+        let prefix = match run_id {
+            Some(id) => format!("{RESOURCE_PREFIX}{id}-"),
+            None => RESOURCE_PREFIX.to_owned(),
+        };
+        let named = |name: &str| {
+            crate::run_of_name(RESOURCE_PREFIX, name)
+                .filter(|(run, _)| run_id.is_none_or(|want| want == run))
+        };
+        let labelled =
+            |kind: &str, id: String, (run, scenario), created: Option<String>| Labelled {
+                run_id: run,
+                scenario: Some(scenario),
+                created: crate::parse_time(created.as_deref()),
+                resource: Resource {
+                    kind: kind.into(),
+                    id,
+                },
+            };
+        for s in self.snapshots_named(&prefix).await? {
+            if let Some(run) = named(&s.name) {
+                found.push(labelled(KIND_SNAPSHOT, s.id, run, s.created_at));
+            }
+        }
+        for r in self.registries().await? {
+            if let Some(run) = named(&r.name) {
+                found.push(labelled(KIND_REGISTRY, r.id, run, r.created_at));
+            }
+        }
+        Ok(found)
+    }
+
     async fn delete_resource(&self, resource: &Resource) -> Result<()> {
         let id = &resource.id;
         match resource.kind.as_str() {
@@ -1113,6 +1241,7 @@ impl Provider for DaytonaProvider {
                 self.delete(format!("/snapshots/{id}"), "delete snapshot")
                     .await
             }
+            KIND_REGISTRY if lock(&self.deleted).contains(id) => Ok(()),
             KIND_REGISTRY => {
                 self.delete(
                     format!("/docker-registry/{id}"),

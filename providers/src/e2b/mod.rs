@@ -13,7 +13,7 @@
 pub mod kernel;
 mod template;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,9 +32,10 @@ use crate::api::{
     Target, Volatiles,
 };
 use crate::{
-    Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, ErrorKind,
-    LogFn, Provider, ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId, Secret,
-    ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
+    Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, CreateLog,
+    CreateRecorder, ErrorKind, Labelled, LogFn, Provider, ProviderError, Resource, RestartKind,
+    Result, RunLabels, SandboxId, Secret, ShutdownEnding, ShutdownObservation, ShutdownReport,
+    Timing,
 };
 
 /// The spec versions this client was written against.
@@ -65,8 +66,10 @@ pub const REPLAY_MATCHED_HEADERS: &[&str] = &[
 const KIND_SANDBOX: &str = "sandbox";
 /// Resource kind of a template (with its builds, names and tags).
 const KIND_TEMPLATE: &str = "template";
-/// Default deadline of one HTTP call.
-const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Deadline of one HTTP call unless a call says otherwise: longer than any step budget (at
+/// most 24 h), so that the step's budget, not a hidden client timeout, ends a call to a hung
+/// or paused service. One timeout source: the budget; a TCP connect still gives up after 10 s.
+const CALL_TIMEOUT: Duration = Duration::from_secs(25 * 60 * 60);
 /// How long one piece of code or one command may run.
 const EXECUTE_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long a build may take before the poll gives up (E2B caps builds at an hour).
@@ -131,6 +134,11 @@ pub struct E2bProvider {
     sandboxes: Mutex<HashMap<String, SandboxState>>,
     /// Sockets opened so far to each kernel: the next one's session number.
     sockets: Mutex<HashMap<String, usize>>,
+    /// Sandboxes this client killed and then saw gone (E2B answered 404): the run's
+    /// cleanup, which also deletes what the ledger names, does not delete them again.
+    gone: Mutex<HashSet<String>>,
+    /// The run ledger: the template is recorded as soon as it exists, before its build.
+    creates: CreateRecorder,
 }
 
 impl E2bProvider {
@@ -216,6 +224,8 @@ impl E2bProvider {
             ready_deadline: READY_DEADLINE,
             sandboxes: Mutex::new(HashMap::new()),
             sockets: Mutex::new(HashMap::new()),
+            gone: Mutex::new(HashSet::new()),
+            creates: CreateRecorder::default(),
         }
     }
 
@@ -713,6 +723,8 @@ struct ListedSandbox {
     sandbox_id: String,
     #[serde(default)]
     metadata: BTreeMap<String, String>,
+    #[serde(default, rename = "startedAt")]
+    started_at: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -723,6 +735,8 @@ struct TemplateListed {
     names: Vec<String>,
     #[serde(default)]
     aliases: Vec<String>,
+    #[serde(default, rename = "createdAt")]
+    created_at: Option<String>,
 }
 
 /// What the e2b variant can do.
@@ -796,6 +810,7 @@ impl Provider for E2bProvider {
             ));
         }
         let name = self.template_name(&request.labels);
+        let seq = self.creates.intent(&request.labels, KIND_TEMPLATE)?;
         let created: TemplateCreated = self
             .client
             .call(
@@ -806,6 +821,11 @@ impl Provider for E2bProvider {
             .await?
             .json()?;
         let (tid, bid) = (&created.template_id, &created.build_id);
+        let template = Resource {
+            kind: KIND_TEMPLATE.into(),
+            id: tid.clone(),
+        };
+        self.creates.created(seq, &request.labels, &template, log);
         log(&format!("template {tid}, build {bid}"));
         for upload in &plan.uploads {
             let link: FileUpload = self
@@ -1072,6 +1092,10 @@ impl Provider for E2bProvider {
                 }
             })
             .await?;
+        self.gone
+            .lock()
+            .map_err(|_| poisoned())?
+            .insert(sandbox.0.clone());
         Ok(ShutdownReport {
             ending: ShutdownEnding::NotObservable,
             exit_code: None,
@@ -1150,9 +1174,90 @@ impl Provider for E2bProvider {
             .collect())
     }
 
+    fn artifact_resource(&self, artifact: &Artifact) -> Option<Resource> {
+        let (template, _build) = artifact.id.split_once(':')?;
+        Some(Resource {
+            kind: KIND_TEMPLATE.into(),
+            id: template.to_owned(),
+        })
+    }
+
+    fn sandbox_resource(&self, sandbox: &SandboxId) -> Option<Resource> {
+        Some(Resource {
+            kind: KIND_SANDBOX.into(),
+            id: sandbox.0.clone(),
+        })
+    }
+
+    fn record_creates(&self, log: Arc<dyn CreateLog>) {
+        self.creates.set(log);
+    }
+
+    async fn list_labelled(&self, run_id: Option<&str>) -> Result<Vec<Labelled>> {
+        // Sandboxes carry the run label in their metadata; E2B filters by key and value, so
+        // a listing of every run's is filtered here.
+        let path = match run_id {
+            Some(id) => {
+                let query = format!("{}={}", encode(crate::RUN_LABEL), encode(id));
+                format!("/v2/sandboxes?metadata={}", encode(&query))
+            }
+            None => "/v2/sandboxes".to_owned(),
+        };
+        let sandboxes: Vec<ListedSandbox> =
+            self.list_all(&path, "list sandboxes by run label").await?;
+        let mut found: Vec<Labelled> = sandboxes
+            .into_iter()
+            .filter_map(|s| {
+                let run = s.metadata.get(crate::RUN_LABEL)?.clone();
+                run_id.is_none_or(|want| want == run).then(|| Labelled {
+                    run_id: run,
+                    scenario: s.metadata.get(crate::SCENARIO_LABEL).cloned(),
+                    created: crate::parse_time(s.started_at.as_deref()),
+                    resource: Resource {
+                        kind: KIND_SANDBOX.into(),
+                        id: s.sandbox_id,
+                    },
+                })
+            })
+            .collect();
+        // Templates carry no metadata: their name holds the run id (`sm-<run>-<scenario>`).
+        let templates: Vec<TemplateListed> =
+            self.list_all("/v2/templates", "list templates").await?;
+        for t in templates {
+            let run = t
+                .names
+                .iter()
+                .chain(&t.aliases)
+                .filter_map(|n| crate::run_of_name("sm-", n.rsplit('/').next()?))
+                .find(|(run, _)| run_id.is_none_or(|want| want.eq_ignore_ascii_case(run)));
+            if let Some((run, scenario)) = run {
+                found.push(Labelled {
+                    run_id: run_id.map_or(run, str::to_owned),
+                    scenario: Some(scenario),
+                    created: crate::parse_time(t.created_at.as_deref()),
+                    resource: Resource {
+                        kind: KIND_TEMPLATE.into(),
+                        id: t.template_id,
+                    },
+                });
+            }
+        }
+        Ok(found)
+    }
+
     async fn delete_resource(&self, resource: &Resource) -> Result<()> {
         match resource.kind.as_str() {
-            KIND_SANDBOX => self.kill(&resource.id).await,
+            KIND_SANDBOX => {
+                if self
+                    .gone
+                    .lock()
+                    .map_err(|_| poisoned())?
+                    .contains(&resource.id)
+                {
+                    return Ok(());
+                }
+                self.kill(&resource.id).await
+            }
             KIND_TEMPLATE => gone_is_fine(
                 self.client
                     .call(

@@ -248,8 +248,7 @@ fn env_pairs(instruction: &Instruction) -> std::result::Result<Vec<String>, &'st
 fn archive(dir: &Path, source: &str) -> std::result::Result<Upload, String> {
     crate::context::resolve(dir, source).map_err(|e| format!("COPY source {e}"))?;
     let relative = Path::new(source);
-    let mut files = Vec::new();
-    collect(dir, relative, &mut files)?;
+    let mut files = crate::context::files(dir, relative)?;
     files.sort();
     let mut builder = tar::Builder::new(Vec::new());
     for file in &files {
@@ -276,29 +275,6 @@ fn archive(dir: &Path, source: &str) -> std::result::Result<Upload, String> {
         .map(|b| format!("{b:02x}"))
         .collect();
     Ok(Upload { hash, tar })
-}
-
-fn collect(
-    dir: &Path,
-    relative: &Path,
-    files: &mut Vec<std::path::PathBuf>,
-) -> std::result::Result<(), String> {
-    let full = dir.join(relative);
-    // Every file and folder on the way, not only the one COPY names, stays inside.
-    crate::context::check(dir, &full, &relative.display().to_string())?;
-    let meta =
-        std::fs::metadata(&full).map_err(|e| format!("cannot read {}: {e}", full.display()))?;
-    if meta.is_dir() {
-        let entries =
-            std::fs::read_dir(&full).map_err(|e| format!("cannot list {}: {e}", full.display()))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| format!("cannot list {}: {e}", full.display()))?;
-            collect(dir, &relative.join(entry.file_name()), files)?;
-        }
-    } else {
-        files.push(relative.to_path_buf());
-    }
-    Ok(())
 }
 
 #[cfg(unix)]
@@ -393,6 +369,23 @@ mod tests {
         assert_eq!(plan.ignored, vec!["CMD"]);
         // Deterministic: the same context gives the same archive.
         assert_eq!(super::plan(&dir).unwrap().uploads, plan.uploads);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_symlink_loop_in_a_copied_folder_is_refused_with_the_copy_line() {
+        let dir = dir_with("FROM a\nCOPY looped /looped\n");
+        let looped = dir.join("looped");
+        let _ = std::fs::remove_dir_all(&looped);
+        std::fs::create_dir_all(looped.join("sub")).unwrap();
+        std::os::unix::fs::symlink("..", looped.join("sub/back")).unwrap();
+        let e = plan(&dir).unwrap_err();
+        assert!(
+            e.message.contains("Dockerfile:2:")
+                && e.message.contains("`looped/sub/back` is a symlink loop"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[cfg(unix)]

@@ -3,7 +3,8 @@
 //! attestation manifest, read back with plain HTTP calls (the layout BuildKit uses, an SBOM
 //! listing python3 and jupyter_server, a provenance naming the base's digest and the build
 //! arguments by name, no build secret in any blob), then launched: the local copy removed,
-//! pulled by digest as a read-only user who cannot push, `1+1` through Jupyter. Needs Docker.
+//! pulled by digest as a read-only user who cannot push, `1+1` through Jupyter; cleanup
+//! deletes the index and its manifests from the registry. Needs Docker.
 
 mod common;
 
@@ -297,4 +298,31 @@ async fn pushes_an_index_with_attestations_and_launches_it_pulled_by_the_reader(
         provider.delete_resource(&resource).await.unwrap();
     }
     assert!(common::left_by_run(&labels.run_id).is_empty());
+
+    // Cleanup deletes the index and its manifests by digest, with the push credential.
+    let resource = provider
+        .artifact_resource(&artifact)
+        .expect("the artifact's resource");
+    assert_eq!(resource.kind, "manifest");
+    provider.delete_resource(&resource).await.expect("deleted");
+    provider
+        .delete_resource(&resource)
+        .await
+        .expect("deleting it again is not an error");
+    for digest in [index_digest, &pushed.image_manifest] {
+        let answer = reqwest::Client::new()
+            .get(format!(
+                "http://{}/v2/{REPOSITORY}/manifests/{digest}",
+                registry.host
+            ))
+            .basic_auth("puller", Some(&pull_password))
+            .header(
+                "accept",
+                format!("{}, {}", oci::INDEX_TYPE, oci::MANIFEST_TYPE),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 404, "{digest} is still served");
+    }
 }

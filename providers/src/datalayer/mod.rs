@@ -7,7 +7,8 @@
 //! `<registry>/<repository>@sha256:<index digest>`. Launch removes the local copy, pulls by
 //! digest with the separate read-only pull credential, checks the pulled image is the one
 //! pushed, and starts it with the runtime pod's command (Jupyter Server with a token) as
-//! the docker variant does; code runs through the same Jupyter client.
+//! the docker variant does; code runs through the same Jupyter client. The artifact's
+//! resource is the index in the registry: deleting it deletes the index and its manifests.
 
 pub mod attest;
 pub mod oci;
@@ -39,6 +40,8 @@ pub const PULL_USER_VAR: &str = "SANDBOX_MATRIX_DATALAYER_PULL_USER";
 pub const PULL_PASSWORD_VAR: &str = "SANDBOX_MATRIX_DATALAYER_PULL_PASSWORD";
 /// The artifact kind: an OCI index by digest in a registry.
 pub const ARTIFACT_KIND: &str = "oci-index-digest";
+/// The resource kind of a pushed index in the registry.
+pub const MANIFEST_RESOURCE: &str = "manifest";
 /// The builder, as the provenance names it beside the engine's version: the docker
 /// variant's build goes through bollard without its BuildKit session.
 pub const BUILDER: &str = "classic builder (bollard without its BuildKit session)";
@@ -434,8 +437,21 @@ impl Provider for DatalayerProvider {
         self.docker.list_resources(labels).await
     }
 
+    /// A `manifest` (an index pushed by digest, with the manifests it lists) is deleted
+    /// from the registry with the push credential; anything else is the engine's.
     async fn delete_resource(&self, resource: &Resource) -> Result<()> {
+        if resource.kind == MANIFEST_RESOURCE {
+            let reference = DigestReference::parse(&resource.id)?;
+            return oci::delete(&reference, &self.settings.push).await;
+        }
         self.docker.delete_resource(resource).await
+    }
+
+    fn artifact_resource(&self, artifact: &Artifact) -> Option<Resource> {
+        (artifact.kind == ARTIFACT_KIND).then(|| Resource {
+            kind: MANIFEST_RESOURCE.into(),
+            id: artifact.id.clone(),
+        })
     }
 
     fn sandbox_resource(&self, sandbox: &SandboxId) -> Option<Resource> {

@@ -384,6 +384,98 @@ pub async fn push(
     Ok(repository.at(&artifact.index.digest))
 }
 
+/// Whether the registry said the manifest is not there.
+fn manifest_unknown(e: &oci_client::errors::OciDistributionError) -> bool {
+    use oci_client::errors::{OciDistributionError as E, OciErrorCode};
+    match e {
+        E::ImageManifestNotFoundError(_) => true,
+        E::RegistryError { envelope, .. } => envelope
+            .errors
+            .iter()
+            .any(|e| e.code == OciErrorCode::ManifestUnknown),
+        _ => false,
+    }
+}
+
+/// Longest the delete's own request may take.
+const DELETE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Deletes the index `reference` names and every manifest it lists, by digest, with
+/// `credential` (the registry must allow deletes); an index already gone is not an error.
+pub async fn delete(reference: &DigestReference, credential: &RegistryCredential) -> Result<()> {
+    let repository = &reference.repository;
+    let registry = &repository.registry;
+    let client = client(registry)?;
+    let at = |digest: &str| {
+        Reference::with_digest(registry.clone(), repository.path.clone(), digest.to_owned())
+    };
+    let failed = |what: &str, e: oci_client::errors::OciDistributionError| {
+        ProviderError::new(
+            ErrorKind::Api,
+            format!("{what} {reference} at registry {registry}: {e}"),
+        )
+    };
+    let login = auth(credential);
+    let index = match client
+        .pull_manifest_raw(&at(&reference.digest), &login, &[INDEX_TYPE])
+        .await
+    {
+        Ok((body, _)) => body,
+        Err(e) if manifest_unknown(&e) => return Ok(()),
+        Err(e) => return Err(failed("reading the index", e)),
+    };
+    let index: Value = serde_json::from_slice(&index).map_err(|e| {
+        ProviderError::new(
+            ErrorKind::Protocol,
+            format!("the index {reference} is not JSON: {e}"),
+        )
+    })?;
+    let token = client
+        .auth(&at(&reference.digest), &login, RegistryOperation::Push)
+        .await
+        .map_err(|e| failed("logging in to delete", e))?;
+    let http = reqwest::Client::builder()
+        .timeout(DELETE_TIMEOUT)
+        .build()
+        .map_err(|e| ProviderError::new(ErrorKind::Config, format!("an HTTP client: {e}")))?;
+    let listed = index["manifests"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["digest"].as_str());
+    // The listed manifests first: the index is what a sweep finds them by.
+    for digest in listed.chain(std::iter::once(reference.digest.as_str())) {
+        let url = format!(
+            "{}://{registry}/v2/{}/manifests/{digest}",
+            crate::registry::check::scheme(registry),
+            repository.path
+        );
+        let request = match &token {
+            Some(token) => http.delete(&url).bearer_auth(token),
+            None => http
+                .delete(&url)
+                .basic_auth(&credential.username, Some(credential.password.expose())),
+        };
+        let answer = request.send().await.map_err(|e| {
+            ProviderError::retryable(
+                ErrorKind::Transport,
+                format!("cannot reach registry {registry} to delete {digest}: {e}"),
+            )
+        })?;
+        let status = answer.status();
+        if !(status.is_success() || status == reqwest::StatusCode::NOT_FOUND) {
+            return Err(ProviderError::new(
+                ErrorKind::Api,
+                format!(
+                    "registry {registry} answered {status} to DELETE of manifest {digest} in {}",
+                    repository.path
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

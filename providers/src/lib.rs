@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod context;
+pub mod datalayer;
 pub mod daytona;
 pub mod docker;
 pub mod e2b;

@@ -166,6 +166,11 @@ impl DockerProvider {
         })
     }
 
+    /// The engine client, for variants that run on this engine (datalayer).
+    pub(crate) fn engine(&self) -> &Docker {
+        &self.docker
+    }
+
     fn sandbox(&self, id: &SandboxId) -> Result<Arc<tokio::sync::Mutex<Sandbox>>> {
         self.sandboxes
             .lock()
@@ -1123,7 +1128,7 @@ fn children_first(images: Vec<bollard::models::ImageSummary>) -> Vec<String> {
 }
 
 /// `credential` as the engine takes a registry login.
-fn docker_credentials(credential: &RegistryCredential) -> DockerCredentials {
+pub(crate) fn docker_credentials(credential: &RegistryCredential) -> DockerCredentials {
     DockerCredentials {
         username: Some(credential.username.clone()),
         password: Some(credential.password.expose().to_owned()),

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use bollard::Docker;
+use bollard::auth::DockerCredentials;
 use bollard::query_parameters::CreateImageOptionsBuilder;
 use futures_util::StreamExt;
 
@@ -19,12 +20,22 @@ pub const TOTAL: Duration = Duration::from_secs(15 * 60);
 /// digest as `name@sha256:<hex>`: what the tag resolved to, for a later pull by digest.
 /// `progress` gets the engine's status lines, but not the per-layer byte counts.
 pub async fn pull(docker: &Docker, reference: &str, progress: &LogFn) -> Result<String> {
+    pull_as(docker, reference, None, progress).await
+}
+
+/// [`pull`], logging in to the registry with `credentials` when given.
+pub async fn pull_as(
+    docker: &Docker,
+    reference: &str,
+    credentials: Option<DockerCredentials>,
+    progress: &LogFn,
+) -> Result<String> {
     let (name, tag) = split_reference(reference);
     let options = CreateImageOptionsBuilder::default()
         .from_image(name)
         .tag(tag)
         .build();
-    let mut stream = docker.create_image(Some(options), None, None);
+    let mut stream = docker.create_image(Some(options), None, credentials);
     let deadline = tokio::time::Instant::now() + TOTAL;
     loop {
         let next = tokio::time::timeout(STALL, stream.next());

@@ -202,7 +202,7 @@ fn transport(registry: &str, during: &str, e: &reqwest::Error) -> ProviderError 
 }
 
 /// `http` for a loopback registry, `https` for any other.
-fn scheme(registry: &str) -> &'static str {
+pub(crate) fn scheme(registry: &str) -> &'static str {
     let host = match registry.rsplit_once(':') {
         Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
         _ => registry,

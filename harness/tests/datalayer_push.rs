@@ -1,0 +1,328 @@
+//! The datalayer variant's artifact on real parts: the reference environment built on the
+//! local engine, pushed by digest to a local authenticated registry as an OCI index with an
+//! attestation manifest, read back with plain HTTP calls (the layout BuildKit uses, an SBOM
+//! listing python3 and jupyter_server, a provenance naming the base's digest and the build
+//! arguments by name, no build secret in any blob), then launched: the local copy removed,
+//! pulled by digest as a read-only user who cannot push, `1+1` through Jupyter; cleanup
+//! deletes the index and its manifests from the registry. Needs Docker.
+
+mod common;
+
+use std::io::Read;
+
+use common::registry::LocalRegistry;
+use sandbox_providers::datalayer::{DatalayerProvider, Settings, attest, oci};
+use sandbox_providers::registry::Repository;
+use sandbox_providers::{
+    BaseImage, BuildRequest, CredentialSource, Provider, RegistryCredential, RunLabels, Secret,
+};
+use serde_json::Value;
+
+const REPOSITORY: &str = "sandbox-matrix/environment";
+
+/// A deliberate fake, made up per run: a password the test's own registry is its only taker.
+fn fake(what: &str) -> String {
+    use std::hash::{BuildHasher, RandomState};
+    let n = RandomState::new().hash_one(std::time::SystemTime::now());
+    format!("sm-fake-{what}-{n:016x}")
+}
+
+fn credential(registry: &str, user: &str, password: &str, name: &str) -> RegistryCredential {
+    RegistryCredential {
+        registry: registry.to_owned(),
+        username: user.to_owned(),
+        password: Secret::new(name, password),
+        source: CredentialSource::Static,
+    }
+}
+
+/// A GET of `path` on the registry as `user`, answered 200, with `accept`.
+async fn get(
+    registry: &LocalRegistry,
+    (user, password): (&str, &str),
+    path: &str,
+    accept: &str,
+) -> bytes::Bytes {
+    let answer = reqwest::Client::new()
+        .get(format!("http://{}/v2/{REPOSITORY}/{path}", registry.host))
+        .basic_auth(user, Some(password))
+        .header("accept", accept)
+        .send()
+        .await
+        .expect("the registry answers");
+    assert_eq!(answer.status(), 200, "GET {path}");
+    answer.bytes().await.expect("a body")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pushes_an_index_with_attestations_and_launches_it_pulled_by_the_reader() {
+    if !common::docker_or_skip("datalayer_push") {
+        return;
+    }
+    let (push_password, pull_password) = (fake("push"), fake("pull"));
+    // A deliberate fake canary, handed to the build as a registry token would be.
+    let canary = Secret::new("REGISTRY_TOKEN", fake("canary"));
+    let registry =
+        LocalRegistry::start_with_puller(("pusher", &push_password), ("puller", &pull_password));
+    let repository = Repository::parse(&format!("{}/{REPOSITORY}", registry.host)).unwrap();
+    let settings = Settings {
+        push: credential(
+            &registry.host,
+            "pusher",
+            &push_password,
+            "SANDBOX_MATRIX_DATALAYER_PUSH_PASSWORD",
+        ),
+        pull: credential(
+            &registry.host,
+            "puller",
+            &pull_password,
+            "SANDBOX_MATRIX_DATALAYER_PULL_PASSWORD",
+        ),
+        repository: repository.clone(),
+    };
+    let docker = sandbox_matrix::run::variants::docker_provider(
+        &common::root(),
+        std::path::Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
+    )
+    .await
+    .expect("the docker variant connects");
+    let provider = DatalayerProvider::new(docker, settings.clone());
+    let base = BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE);
+    provider
+        .prepare(&base, &|_| {})
+        .await
+        .expect("the local base is ready");
+    let labels = RunLabels {
+        run_id: format!("datalayer-push-{}", std::process::id()),
+        variant: "datalayer".into(),
+        scenario: "push".into(),
+    };
+    let request = BuildRequest {
+        environment_dir: common::root().join("fixtures/environments/reference"),
+        base: base.clone(),
+        registry_credential: None,
+        build_secrets: vec![canary.clone()],
+        labels: labels.clone(),
+    };
+    let artifact = provider
+        .build(&request, &|line| eprintln!("build: {line}"))
+        .await
+        .expect("built and pushed");
+    let pushed = provider.pushed(&artifact).expect("pushed by this provider");
+    let (_, index_digest) = artifact.id.split_once('@').expect("a reference by digest");
+    assert_eq!(artifact.id, format!("{repository}@{index_digest}"));
+
+    // The index and the attestation, read back as the puller with plain HTTP.
+    let reader = ("puller", pull_password.as_str());
+    let index_bytes = get(
+        &registry,
+        reader,
+        &format!("manifests/{index_digest}"),
+        oci::INDEX_TYPE,
+    )
+    .await;
+    assert_eq!(oci::sha256(&index_bytes), index_digest);
+    let index: Value = serde_json::from_slice(&index_bytes).unwrap();
+    assert_eq!(index["mediaType"], oci::INDEX_TYPE);
+    let manifests = index["manifests"].as_array().unwrap();
+    assert_eq!(manifests.len(), 2, "{index}");
+    assert_eq!(manifests[0]["platform"]["os"], "linux");
+    assert_eq!(manifests[0]["digest"], pushed.image_manifest.as_str());
+    let entry = &manifests[1];
+    assert_eq!(entry["platform"]["os"], "unknown");
+    assert_eq!(entry["platform"]["architecture"], "unknown");
+    assert_eq!(
+        entry["annotations"]["vnd.docker.reference.type"],
+        "attestation-manifest"
+    );
+    assert_eq!(
+        entry["annotations"]["vnd.docker.reference.digest"],
+        pushed.image_manifest.as_str()
+    );
+    let attestation: Value = serde_json::from_slice(
+        &get(
+            &registry,
+            reader,
+            &format!("manifests/{}", entry["digest"].as_str().unwrap()),
+            oci::MANIFEST_TYPE,
+        )
+        .await,
+    )
+    .unwrap();
+    let mut statements = std::collections::HashMap::new();
+    for layer in attestation["layers"].as_array().unwrap() {
+        assert_eq!(layer["mediaType"], "application/vnd.in-toto+json");
+        let predicate = layer["annotations"]["in-toto.io/predicate-type"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let blob = get(
+            &registry,
+            reader,
+            &format!("blobs/{}", layer["digest"].as_str().unwrap()),
+            "*/*",
+        )
+        .await;
+        let statement: Value = serde_json::from_slice(&blob).unwrap();
+        assert_eq!(statement["predicateType"], predicate.as_str());
+        assert_eq!(
+            statement["subject"][0]["digest"]["sha256"],
+            pushed.image_manifest.trim_start_matches("sha256:")
+        );
+        statements.insert(predicate, statement);
+    }
+    let sbom = &statements[attest::SPDX_PREDICATE]["predicate"];
+    let names: Vec<&str> = sbom["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    for wanted in ["python3", "jupyter_server"] {
+        assert!(
+            names.iter().any(|n| n.eq_ignore_ascii_case(wanted)),
+            "the SBOM lists no {wanted}: {} packages",
+            names.len()
+        );
+    }
+    let provenance = &statements[attest::SLSA_PREDICATE]["predicate"];
+    let base_id = bollard::Docker::connect_with_local_defaults()
+        .unwrap()
+        .inspect_image(&base.reference)
+        .await
+        .unwrap()
+        .id
+        .unwrap();
+    assert_eq!(
+        provenance["materials"][0]["digest"]["sha256"],
+        base_id.trim_start_matches("sha256:")
+    );
+    let args = provenance["invocation"]["parameters"]["buildArgNames"].to_string();
+    assert!(
+        args.contains("REGISTRY_TOKEN") && args.contains("BASE_IMAGE"),
+        "{args}"
+    );
+
+    // No secret in any pushed blob, the layers searched gunzipped.
+    let image: Value = serde_json::from_slice(
+        &get(
+            &registry,
+            reader,
+            &format!("manifests/{}", pushed.image_manifest),
+            oci::MANIFEST_TYPE,
+        )
+        .await,
+    )
+    .unwrap();
+    let mut blobs = vec![index_bytes.to_vec()];
+    for descriptor in image["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain([&image["config"], &attestation["config"]])
+        .chain(attestation["layers"].as_array().unwrap())
+    {
+        let blob = get(
+            &registry,
+            reader,
+            &format!("blobs/{}", descriptor["digest"].as_str().unwrap()),
+            "*/*",
+        )
+        .await;
+        if descriptor["mediaType"] == oci::LAYER_TYPE {
+            let mut plain = Vec::new();
+            flate2::read::GzDecoder::new(&blob[..])
+                .read_to_end(&mut plain)
+                .expect("a gzipped layer");
+            blobs.push(plain);
+        } else {
+            blobs.push(blob.to_vec());
+        }
+    }
+    for secret in [canary.expose(), &push_password, &pull_password] {
+        let needle = secret.as_bytes();
+        assert!(
+            !blobs
+                .iter()
+                .any(|b| b.windows(needle.len()).any(|w| w == needle)),
+            "a secret is in a pushed blob"
+        );
+    }
+
+    // The puller cannot push: the same push as the reader is refused.
+    let exported = oci::export(
+        &bollard::Docker::connect_with_local_defaults().unwrap(),
+        &pushed.image_id,
+    )
+    .await
+    .expect("exported");
+    let (manifest, blobs) = oci::image_manifest(&exported).unwrap();
+    let refused = oci::push(
+        &repository,
+        &settings.pull,
+        &oci::assemble(
+            manifest,
+            blobs,
+            oci::platform(&exported.config).unwrap(),
+            &[],
+        ),
+    )
+    .await
+    .expect_err("the puller may not push");
+    assert!(refused.message.contains("403"), "{refused}");
+    assert!(!refused.message.contains(&pull_password), "{refused}");
+
+    // Launched from the pull by digest, as the reader: only the puller fetched the index.
+    let from = registry.gate_log().len();
+    let (sandbox, timings) = provider.launch(&artifact, &labels).await.expect("launched");
+    assert!(timings.iter().any(|t| t.name == "pull"), "{timings:?}");
+    // The gate saw who made each request: the index was fetched by the puller alone.
+    let wanted = format!("GET /v2/{REPOSITORY}/manifests/{index_digest} 200");
+    let index_gets: Vec<String> = registry.gate_log()[from..]
+        .iter()
+        .filter(|l| l.ends_with(&wanted))
+        .cloned()
+        .collect();
+    assert!(!index_gets.is_empty(), "the engine did not GET the index");
+    assert!(
+        index_gets.iter().all(|l| l.starts_with("puller ")),
+        "{index_gets:?}"
+    );
+    let (output, _) = provider.run_code(&sandbox, "1+1").await.expect("ran");
+    assert_eq!(output.result.as_deref(), Some("2"));
+    provider
+        .shutdown(&sandbox, std::time::Duration::from_secs(5))
+        .await
+        .expect("stopped");
+    for resource in provider.list_resources(&labels).await.unwrap() {
+        provider.delete_resource(&resource).await.unwrap();
+    }
+    assert!(common::left_by_run(&labels.run_id).is_empty());
+
+    // Cleanup deletes the index and its manifests by digest, with the push credential.
+    let resource = provider
+        .artifact_resource(&artifact)
+        .expect("the artifact's resource");
+    assert_eq!(resource.kind, "manifest");
+    provider.delete_resource(&resource).await.expect("deleted");
+    provider
+        .delete_resource(&resource)
+        .await
+        .expect("deleting it again is not an error");
+    for digest in [index_digest, &pushed.image_manifest] {
+        let answer = reqwest::Client::new()
+            .get(format!(
+                "http://{}/v2/{REPOSITORY}/manifests/{digest}",
+                registry.host
+            ))
+            .basic_auth("puller", Some(&pull_password))
+            .header(
+                "accept",
+                format!("{}, {}", oci::INDEX_TYPE, oci::MANIFEST_TYPE),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 404, "{digest} is still served");
+    }
+}

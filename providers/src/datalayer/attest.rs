@@ -1,0 +1,348 @@
+//! The attestations pushed beside the image, as in-toto statements: an SPDX SBOM of what is
+//! installed, read from the image's own layers (the Debian packages in dpkg's status file
+//! and the Python distributions' `*.dist-info/METADATA`), and an SLSA-style provenance
+//! (the Dockerfile's digest, the base's digest, build arguments by name only, the builder).
+
+use std::collections::BTreeMap;
+use std::io::Read;
+
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use serde_json::{Value, json};
+
+use crate::{ErrorKind, ProviderError, Result};
+
+/// The in-toto statement type BuildKit writes.
+pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v0.1";
+/// The predicate type of an SPDX document, as BuildKit names its SBOM.
+pub const SPDX_PREDICATE: &str = "https://spdx.dev/Document";
+/// The predicate type of the provenance, as BuildKit names its own.
+pub const SLSA_PREDICATE: &str = "https://slsa.dev/provenance/v0.2";
+/// dpkg's database of installed packages.
+const DPKG_STATUS: &str = "var/lib/dpkg/status";
+
+/// What a purl's version keeps as is; everything else is percent-encoded.
+const PURL_VERSION: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'.')
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'~');
+
+/// One installed package.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Package {
+    /// Its name.
+    pub name: String,
+    /// Its version.
+    pub version: String,
+    /// Its architecture (Debian packages).
+    pub arch: Option<String>,
+}
+
+/// What the image has installed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Installed {
+    /// Debian packages dpkg says are installed.
+    pub debian: Vec<Package>,
+    /// Python distributions with a `.dist-info` folder in a `site-packages` or
+    /// `dist-packages` folder.
+    pub python: Vec<Package>,
+}
+
+/// The image the statements are about: its name as a purl and its manifest's digest.
+#[derive(Debug, Clone)]
+pub struct Subject {
+    /// `pkg:docker/<registry>/<repository>@<digest>?platform=<os>%2F<arch>`.
+    pub name: String,
+    /// The image manifest's `sha256:<hex>` digest.
+    pub digest: String,
+}
+
+/// What the provenance states about a build.
+#[derive(Debug, Clone)]
+pub struct Provenance {
+    /// `sha256:<hex>` of the Dockerfile as the environment holds it.
+    pub dockerfile_digest: String,
+    /// The base as the build named it (a reference by digest, or a local tag).
+    pub base_reference: String,
+    /// The base's `sha256:` digest: its manifest's in a registry, its image id when local.
+    pub base_digest: String,
+    /// The build arguments' names; never their values.
+    pub build_arg_names: Vec<String>,
+    /// The builder that made the image.
+    pub builder: String,
+    /// When the build started and finished, RFC 3339.
+    pub started: String,
+    /// When the push was prepared, RFC 3339.
+    pub finished: String,
+}
+
+/// Reads what is installed from an image's layers (uncompressed tars, lowest first),
+/// applying each layer's whiteouts to the layers below it.
+pub fn installed(layers: &[impl AsRef<[u8]>]) -> Result<Installed> {
+    let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for (index, layer) in layers.iter().enumerate() {
+        let bad = |e: std::io::Error| {
+            ProviderError::new(
+                ErrorKind::Protocol,
+                format!("layer {index} of the exported image is not a readable tar: {e}"),
+            )
+        };
+        let mut added = Vec::new();
+        let mut archive = tar::Archive::new(layer.as_ref());
+        for entry in archive.entries().map_err(bad)? {
+            let mut entry = entry.map_err(bad)?;
+            let path = entry.path().map_err(bad)?.to_string_lossy().into_owned();
+            let path = path.trim_start_matches("./").trim_start_matches('/');
+            let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+            if name == ".wh..wh..opq" {
+                let prefix = format!("{dir}/");
+                files.retain(|p, _| !p.starts_with(&prefix));
+            } else if let Some(gone) = name.strip_prefix(".wh.") {
+                let gone = if dir.is_empty() {
+                    gone.to_owned()
+                } else {
+                    format!("{dir}/{gone}")
+                };
+                let prefix = format!("{gone}/");
+                files.retain(|p, _| p != &gone && !p.starts_with(&prefix));
+            } else if entry.header().entry_type().is_file() && wanted(path) {
+                let mut data = Vec::new();
+                entry.read_to_end(&mut data).map_err(bad)?;
+                added.push((path.to_owned(), data));
+            }
+        }
+        // Whiteouts hide what the layers below hold, never what this layer adds.
+        files.extend(added);
+    }
+    let mut found = Installed::default();
+    if let Some(status) = files.get(DPKG_STATUS) {
+        found.debian = dpkg_installed(&String::from_utf8_lossy(status));
+    }
+    for (path, data) in &files {
+        if path.ends_with(".dist-info/METADATA")
+            && let Some(package) = python_metadata(&String::from_utf8_lossy(data))
+        {
+            found.python.push(package);
+        }
+    }
+    found.python.sort();
+    found.python.dedup();
+    Ok(found)
+}
+
+/// The files [`installed`] reads.
+fn wanted(path: &str) -> bool {
+    path == DPKG_STATUS
+        || (path.ends_with(".dist-info/METADATA")
+            && (path.contains("/site-packages/") || path.contains("/dist-packages/")))
+}
+
+/// The packages dpkg's status file says are installed (`Status: install ok installed`).
+fn dpkg_installed(status: &str) -> Vec<Package> {
+    let mut packages = Vec::new();
+    for paragraph in status.split("\n\n") {
+        let field = |key: &str| {
+            paragraph.lines().find_map(|line| {
+                line.strip_prefix(key)
+                    .and_then(|rest| rest.strip_prefix(':'))
+                    .map(|v| v.trim().to_owned())
+            })
+        };
+        if field("Status").is_some_and(|s| s.ends_with(" installed"))
+            && let (Some(name), Some(version)) = (field("Package"), field("Version"))
+        {
+            packages.push(Package {
+                name,
+                version,
+                arch: field("Architecture"),
+            });
+        }
+    }
+    packages.sort();
+    packages
+}
+
+/// The `Name` and `Version` of a distribution's core metadata (its header, before the
+/// first blank line).
+fn python_metadata(metadata: &str) -> Option<Package> {
+    let header = metadata.split("\n\n").next().unwrap_or_default();
+    let field = |key: &str| {
+        header.lines().find_map(|line| {
+            line.strip_prefix(key)
+                .and_then(|rest| rest.strip_prefix(':'))
+                .map(|v| v.trim().to_owned())
+        })
+    };
+    Some(Package {
+        name: field("Name")?,
+        version: field("Version")?,
+        arch: None,
+    })
+}
+
+/// A distribution name as a Python package index normalises it (PEP 503).
+fn pep503(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if matches!(c, '-' | '_' | '.') {
+            if !out.ends_with('-') {
+                out.push('-');
+            }
+        } else {
+            out.push(c.to_ascii_lowercase());
+        }
+    }
+    out
+}
+
+fn statement(subject: &Subject, predicate_type: &str, predicate: Value) -> Value {
+    json!({
+        "_type": STATEMENT_TYPE,
+        "predicateType": predicate_type,
+        "subject": [{
+            "name": subject.name,
+            "digest": { "sha256": subject.digest.trim_start_matches("sha256:") },
+        }],
+        "predicate": predicate,
+    })
+}
+
+/// The SBOM statement: an SPDX 2.3 document listing `installed`, made at `created`
+/// (RFC 3339).
+pub fn sbom(subject: &Subject, installed: &Installed, created: &str, tool: &str) -> Value {
+    let purl = |kind: &str, p: &Package| {
+        let version = utf8_percent_encode(&p.version, PURL_VERSION);
+        match (kind, &p.arch) {
+            ("deb", Some(arch)) => format!("pkg:deb/debian/{}@{version}?arch={arch}", p.name),
+            ("deb", None) => format!("pkg:deb/debian/{}@{version}", p.name),
+            _ => format!("pkg:pypi/{}@{version}", pep503(&p.name)),
+        }
+    };
+    let packages: Vec<Value> = installed
+        .debian
+        .iter()
+        .map(|p| ("deb", p))
+        .chain(installed.python.iter().map(|p| ("pypi", p)))
+        .enumerate()
+        .map(|(i, (kind, p))| {
+            json!({
+                "name": p.name,
+                "SPDXID": format!("SPDXRef-Package-{kind}-{i}"),
+                "versionInfo": p.version,
+                "downloadLocation": "NOASSERTION",
+                "filesAnalyzed": false,
+                "externalRefs": [{
+                    "referenceCategory": "PACKAGE-MANAGER",
+                    "referenceType": "purl",
+                    "referenceLocator": purl(kind, p),
+                }],
+            })
+        })
+        .collect();
+    let document = json!({
+        "spdxVersion": "SPDX-2.3",
+        "dataLicense": "CC0-1.0",
+        "SPDXID": "SPDXRef-DOCUMENT",
+        "name": subject.name,
+        "documentNamespace": format!("urn:sandbox-matrix:sbom:{}", subject.digest),
+        "creationInfo": { "created": created, "creators": [format!("Tool: {tool}")] },
+        "packages": packages,
+    });
+    statement(subject, SPDX_PREDICATE, document)
+}
+
+/// The provenance statement, SLSA v0.2 as BuildKit writes it: the Dockerfile as the
+/// config source, the base as the one material, the build arguments by name.
+pub fn provenance(subject: &Subject, facts: &Provenance) -> Value {
+    let hex = |d: &str| d.trim_start_matches("sha256:").to_owned();
+    let predicate = json!({
+        "builder": { "id": facts.builder },
+        "buildType": "urn:sandbox-matrix:docker-engine-build:v1",
+        "invocation": {
+            "configSource": {
+                "entryPoint": "Dockerfile",
+                "digest": { "sha256": hex(&facts.dockerfile_digest) },
+            },
+            "parameters": { "buildArgNames": facts.build_arg_names },
+        },
+        "materials": [{
+            "uri": format!("pkg:docker/{}", facts.base_reference),
+            "digest": { "sha256": hex(&facts.base_digest) },
+        }],
+        "metadata": {
+            "buildStartedOn": facts.started,
+            "buildFinishedOn": facts.finished,
+            "completeness": { "parameters": false, "environment": false, "materials": true },
+            "reproducible": false,
+        },
+    });
+    statement(subject, SLSA_PREDICATE, predicate)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layer(files: &[(&str, &str)]) -> Vec<u8> {
+        let mut builder = tar::Builder::new(Vec::new());
+        for (path, text) in files {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(text.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            builder
+                .append_data(&mut header, path, text.as_bytes())
+                .expect("tar entry");
+        }
+        builder.into_inner().expect("tar")
+    }
+
+    const STATUS: &str = "Package: python3\nStatus: install ok installed\nArchitecture: amd64\nVersion: 3.13.5-1\n\nPackage: gone\nStatus: deinstall ok config-files\nVersion: 1\n";
+
+    #[test]
+    fn reads_packages_through_whiteouts() {
+        let lower = layer(&[
+            ("var/lib/dpkg/status", STATUS),
+            (
+                "usr/lib/python3/dist-packages/jupyter_server-2.17.0.dist-info/METADATA",
+                "Metadata-Version: 2.1\nName: jupyter_server\nVersion: 2.17.0\n\nName: not-this\n",
+            ),
+            (
+                "usr/lib/python3/dist-packages/removed-1.dist-info/METADATA",
+                "Name: removed\nVersion: 1\n",
+            ),
+        ]);
+        let upper = layer(&[("usr/lib/python3/dist-packages/.wh.removed-1.dist-info", "")]);
+        let found = installed(&[lower, upper]).unwrap();
+        assert_eq!(
+            found.debian,
+            [Package {
+                name: "python3".into(),
+                version: "3.13.5-1".into(),
+                arch: Some("amd64".into())
+            }]
+        );
+        assert_eq!(found.python.len(), 1, "{found:?}");
+        assert_eq!(found.python[0].name, "jupyter_server");
+        let subject = Subject {
+            name: "pkg:docker/x".into(),
+            digest: format!("sha256:{}", "0".repeat(64)),
+        };
+        let sbom = sbom(&subject, &found, "2026-12-01T00:00:00Z", "test");
+        let text = sbom.to_string();
+        assert!(text.contains("pkg:pypi/jupyter-server@2.17.0"), "{text}");
+        assert!(
+            text.contains("pkg:deb/debian/python3@3.13.5-1?arch=amd64"),
+            "{text}"
+        );
+        assert_eq!(sbom["predicateType"], SPDX_PREDICATE);
+    }
+
+    #[test]
+    fn an_opaque_whiteout_hides_the_folder_below() {
+        let lower = layer(&[("var/lib/dpkg/status", STATUS)]);
+        let upper = layer(&[("var/lib/dpkg/.wh..wh..opq", "")]);
+        assert!(installed(&[lower, upper]).unwrap().debian.is_empty());
+        assert!(installed(&[b"not a tar".to_vec()]).is_err());
+    }
+}

@@ -1,0 +1,515 @@
+//! The built image as an OCI index with its attestations, pushed by digest.
+//!
+//! The layers and config come from the engine (`docker save`); the layers are gzipped. The
+//! index holds the image manifest (its platform from the config) and an attestation
+//! manifest laid out as BuildKit lays out its own: platform `unknown/unknown`, annotated
+//! `vnd.docker.reference.type: attestation-manifest` and `vnd.docker.reference.digest`
+//! naming the image manifest, its layers in-toto statements
+//! (`application/vnd.in-toto+json`, annotated `in-toto.io/predicate-type`). Every blob and
+//! manifest is pushed by digest with oci-client; nothing is tagged.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+
+use bollard::Docker;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference, RegistryOperation};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::registry::{DigestReference, Repository};
+use crate::{ErrorKind, ProviderError, RegistryCredential, Result};
+
+/// An OCI image index.
+pub const INDEX_TYPE: &str = "application/vnd.oci.image.index.v1+json";
+/// An OCI image manifest.
+pub const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+/// An OCI image config.
+pub const CONFIG_TYPE: &str = "application/vnd.oci.image.config.v1+json";
+/// A gzipped layer.
+pub const LAYER_TYPE: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+/// An in-toto statement, as an attestation layer.
+pub const IN_TOTO_TYPE: &str = "application/vnd.in-toto+json";
+/// The annotation naming an attestation's predicate type.
+pub const PREDICATE_ANNOTATION: &str = "in-toto.io/predicate-type";
+/// The index annotation saying what an entry refers to.
+pub const REFERENCE_TYPE_ANNOTATION: &str = "vnd.docker.reference.type";
+/// The index annotation naming the manifest an attestation is about.
+pub const REFERENCE_DIGEST_ANNOTATION: &str = "vnd.docker.reference.digest";
+/// The value of [`REFERENCE_TYPE_ANNOTATION`] for an attestation manifest.
+pub const ATTESTATION_MANIFEST: &str = "attestation-manifest";
+
+/// Content with its media type and digest.
+#[derive(Debug, Clone)]
+pub struct Blob {
+    /// Its media type.
+    pub media_type: &'static str,
+    /// `sha256:<hex>` of `data`.
+    pub digest: String,
+    /// The bytes.
+    pub data: Bytes,
+}
+
+impl Blob {
+    /// `data` of `media_type`, digested.
+    pub fn new(media_type: &'static str, data: impl Into<Bytes>) -> Self {
+        let data = data.into();
+        Self {
+            media_type,
+            digest: sha256(&data),
+            data,
+        }
+    }
+
+    /// Its OCI descriptor.
+    pub fn descriptor(&self) -> Value {
+        json!({ "mediaType": self.media_type, "digest": self.digest, "size": self.data.len() })
+    }
+}
+
+/// `sha256:<hex>` of `data`.
+pub fn sha256(data: &[u8]) -> String {
+    let hash = Sha256::digest(data);
+    let mut out = String::with_capacity(71);
+    out.push_str("sha256:");
+    for b in hash {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// An image as the engine exports it: its config and its layers, uncompressed, lowest first.
+pub struct Exported {
+    /// The config JSON; its digest is the engine's image id.
+    pub config: Bytes,
+    /// The layer tars.
+    pub layers: Vec<Bytes>,
+}
+
+/// Exports image `id` from the engine (`docker save`) and reads its config and layers.
+pub async fn export(docker: &Docker, id: &str) -> Result<Exported> {
+    let mut stream = docker.export_image(id);
+    let mut tarball = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| {
+            super::super::docker::engine_error(e).context(format!("exporting image {id}"))
+        })?;
+        tarball.extend_from_slice(&chunk);
+    }
+    let id = id.to_owned();
+    tokio::task::spawn_blocking(move || read_saved(&tarball, &id))
+        .await
+        .map_err(|e| ProviderError::new(ErrorKind::Protocol, format!("reading the export: {e}")))?
+}
+
+/// The config and layers of the one image in a `docker save` tarball.
+fn read_saved(tarball: &[u8], id: &str) -> Result<Exported> {
+    let bad = |why: String| {
+        ProviderError::new(
+            ErrorKind::Protocol,
+            format!("the engine's export of {id} {why}"),
+        )
+    };
+    let mut files: HashMap<String, Vec<u8>> = HashMap::new();
+    let mut archive = tar::Archive::new(tarball);
+    for entry in archive
+        .entries()
+        .map_err(|e| bad(format!("is not a tar: {e}")))?
+    {
+        let mut entry = entry.map_err(|e| bad(format!("is not a tar: {e}")))?;
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let path = entry
+            .path()
+            .map_err(|e| bad(format!("has a bad path: {e}")))?
+            .to_string_lossy()
+            .into_owned();
+        let mut data = Vec::new();
+        entry
+            .read_to_end(&mut data)
+            .map_err(|e| bad(format!("cannot be read: {e}")))?;
+        files.insert(path, data);
+    }
+    let manifest: Value = files
+        .get("manifest.json")
+        .and_then(|m| serde_json::from_slice(m).ok())
+        .ok_or_else(|| bad("has no readable manifest.json".into()))?;
+    let entry = manifest
+        .as_array()
+        .filter(|a| a.len() == 1)
+        .map(|a| &a[0])
+        .ok_or_else(|| bad("does not hold exactly one image".into()))?;
+    let mut take = |path: &Value| {
+        path.as_str()
+            .and_then(|p| files.remove(p))
+            .map(Bytes::from)
+            .ok_or_else(|| {
+                bad(format!(
+                    "names {path} in manifest.json but does not hold it"
+                ))
+            })
+    };
+    let config = take(&entry["Config"])?;
+    let layers = entry["Layers"]
+        .as_array()
+        .ok_or_else(|| bad("lists no layers".into()))?
+        .iter()
+        .map(&mut take)
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Exported { config, layers })
+}
+
+/// An index, its manifests and every blob they name, ready to push.
+pub struct OciArtifact {
+    /// Layers and configs, of the image and of the attestation manifest.
+    pub blobs: Vec<Blob>,
+    /// The image manifest.
+    pub image_manifest: Blob,
+    /// The attestation manifest.
+    pub attestation_manifest: Blob,
+    /// The index holding both.
+    pub index: Blob,
+}
+
+impl OciArtifact {
+    /// Bytes of everything pushed: blobs, manifests and index.
+    pub fn size(&self) -> u64 {
+        let blobs: usize = self.blobs.iter().map(|b| b.data.len()).sum();
+        (blobs
+            + self.image_manifest.data.len()
+            + self.attestation_manifest.data.len()
+            + self.index.data.len()) as u64
+    }
+}
+
+/// The image's manifest from `exported`, gzipping its layers (fast level), and the blobs it
+/// names.
+pub fn image_manifest(exported: &Exported) -> Result<(Blob, Vec<Blob>)> {
+    let mut blobs = Vec::new();
+    for (i, layer) in exported.layers.iter().enumerate() {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(layer)
+            .and_then(|()| gz.finish())
+            .map(|data| blobs.push(Blob::new(LAYER_TYPE, data)))
+            .map_err(|e| {
+                ProviderError::new(ErrorKind::Protocol, format!("gzipping layer {i}: {e}"))
+            })?;
+    }
+    let config = Blob::new(CONFIG_TYPE, exported.config.clone());
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": MANIFEST_TYPE,
+        "config": config.descriptor(),
+        "layers": blobs.iter().map(Blob::descriptor).collect::<Vec<_>>(),
+    });
+    blobs.push(config);
+    Ok((Blob::new(MANIFEST_TYPE, manifest.to_string()), blobs))
+}
+
+/// The image's platform from its config: `os`, `architecture` and `variant` when given.
+pub fn platform(config: &[u8]) -> Result<Value> {
+    let config: Value = serde_json::from_slice(config).map_err(|e| {
+        ProviderError::new(
+            ErrorKind::Protocol,
+            format!("the image config is not JSON: {e}"),
+        )
+    })?;
+    let field = |k: &str| config[k].as_str().filter(|v| !v.is_empty());
+    let (Some(os), Some(architecture)) = (field("os"), field("architecture")) else {
+        return Err(ProviderError::new(
+            ErrorKind::Protocol,
+            "the image config names no os and architecture",
+        ));
+    };
+    let mut platform = json!({ "architecture": architecture, "os": os });
+    if let Some(variant) = field("variant") {
+        platform["variant"] = json!(variant);
+    }
+    Ok(platform)
+}
+
+/// The whole artifact: the image manifest and its blobs, an attestation manifest of
+/// `statements` (in-toto statements, each with its predicate type) about it, and the index.
+pub fn assemble(
+    image_manifest: Blob,
+    mut blobs: Vec<Blob>,
+    platform: Value,
+    statements: &[(&str, Value)],
+) -> OciArtifact {
+    let layers: Vec<Blob> = statements
+        .iter()
+        .map(|(_, s)| Blob::new(IN_TOTO_TYPE, s.to_string()))
+        .collect();
+    let config = Blob::new(
+        CONFIG_TYPE,
+        json!({
+            "architecture": "unknown",
+            "os": "unknown",
+            "config": {},
+            "rootfs": {
+                "type": "layers",
+                "diff_ids": layers.iter().map(|l| l.digest.clone()).collect::<Vec<_>>(),
+            },
+        })
+        .to_string(),
+    );
+    let attestation = json!({
+        "schemaVersion": 2,
+        "mediaType": MANIFEST_TYPE,
+        "config": config.descriptor(),
+        "layers": layers.iter().zip(statements).map(|(layer, (predicate, _))| {
+            let mut d = layer.descriptor();
+            d["annotations"] = json!({ PREDICATE_ANNOTATION: predicate });
+            d
+        }).collect::<Vec<_>>(),
+    });
+    let attestation_manifest = Blob::new(MANIFEST_TYPE, attestation.to_string());
+    let mut image_entry = image_manifest.descriptor();
+    image_entry["platform"] = platform;
+    let mut attestation_entry = attestation_manifest.descriptor();
+    attestation_entry["platform"] = json!({ "architecture": "unknown", "os": "unknown" });
+    attestation_entry["annotations"] = json!({
+        REFERENCE_DIGEST_ANNOTATION: image_manifest.digest,
+        REFERENCE_TYPE_ANNOTATION: ATTESTATION_MANIFEST,
+    });
+    let index = json!({
+        "schemaVersion": 2,
+        "mediaType": INDEX_TYPE,
+        "manifests": [image_entry, attestation_entry],
+    });
+    blobs.extend(layers);
+    blobs.push(config);
+    OciArtifact {
+        blobs,
+        image_manifest,
+        attestation_manifest,
+        index: Blob::new(INDEX_TYPE, index.to_string()),
+    }
+}
+
+/// An oci-client for `registry`: HTTPS, or plain HTTP on loopback.
+fn client(registry: &str) -> Result<Client> {
+    // oci-client's rustls is built without a provider: the project's (ring) is the default.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let protocol = if crate::registry::check::scheme(registry) == "http" {
+        ClientProtocol::HttpsExcept(vec![registry.to_owned()])
+    } else {
+        ClientProtocol::Https
+    };
+    Client::try_from(ClientConfig {
+        protocol,
+        use_monolithic_push: true,
+        ..ClientConfig::default()
+    })
+    .map_err(|e| {
+        ProviderError::new(
+            ErrorKind::Config,
+            format!("cannot make a registry client for {registry}: {e}"),
+        )
+    })
+}
+
+fn auth(credential: &RegistryCredential) -> RegistryAuth {
+    RegistryAuth::Basic(
+        credential.username.clone(),
+        credential.password.expose().to_owned(),
+    )
+}
+
+/// Pushes `artifact` to `repository` by digest with `credential`: blobs, the two manifests,
+/// then the index. Returns the index by digest.
+pub async fn push(
+    repository: &Repository,
+    credential: &RegistryCredential,
+    artifact: &OciArtifact,
+) -> Result<DigestReference> {
+    let client = client(&repository.registry)?;
+    let at = |digest: &str| {
+        Reference::with_digest(
+            repository.registry.clone(),
+            repository.path.clone(),
+            digest.to_owned(),
+        )
+    };
+    let failed = |what: String| {
+        move |e: oci_client::errors::OciDistributionError| {
+            ProviderError::new(
+                ErrorKind::Api,
+                format!(
+                    "pushing {what} to registry {} as {}: {e}",
+                    repository.registry, credential.username
+                ),
+            )
+        }
+    };
+    let index = at(&artifact.index.digest);
+    client
+        .auth(&index, &auth(credential), RegistryOperation::Push)
+        .await
+        .map_err(failed("nothing yet (the login)".into()))?;
+    for blob in &artifact.blobs {
+        if client
+            .blob_exists(&index, &blob.digest)
+            .await
+            .map_err(failed(format!("blob {}", blob.digest)))?
+        {
+            continue;
+        }
+        client
+            .push_blob(&index, blob.data.clone(), &blob.digest)
+            .await
+            .map_err(failed(format!("blob {}", blob.digest)))?;
+    }
+    for manifest in [
+        &artifact.image_manifest,
+        &artifact.attestation_manifest,
+        &artifact.index,
+    ] {
+        client
+            .push_manifest_raw(
+                &at(&manifest.digest),
+                manifest.data.clone(),
+                manifest
+                    .media_type
+                    .parse()
+                    .expect("media types are header values"),
+            )
+            .await
+            .map_err(failed(format!("manifest {}", manifest.digest)))?;
+    }
+    Ok(repository.at(&artifact.index.digest))
+}
+
+/// Whether the registry said the manifest is not there.
+fn manifest_unknown(e: &oci_client::errors::OciDistributionError) -> bool {
+    use oci_client::errors::{OciDistributionError as E, OciErrorCode};
+    match e {
+        E::ImageManifestNotFoundError(_) => true,
+        E::RegistryError { envelope, .. } => envelope
+            .errors
+            .iter()
+            .any(|e| e.code == OciErrorCode::ManifestUnknown),
+        _ => false,
+    }
+}
+
+/// Longest the delete's own request may take.
+const DELETE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Deletes the index `reference` names and every manifest it lists, by digest, with
+/// `credential` (the registry must allow deletes); an index already gone is not an error.
+pub async fn delete(reference: &DigestReference, credential: &RegistryCredential) -> Result<()> {
+    let repository = &reference.repository;
+    let registry = &repository.registry;
+    let client = client(registry)?;
+    let at = |digest: &str| {
+        Reference::with_digest(registry.clone(), repository.path.clone(), digest.to_owned())
+    };
+    let failed = |what: &str, e: oci_client::errors::OciDistributionError| {
+        ProviderError::new(
+            ErrorKind::Api,
+            format!("{what} {reference} at registry {registry}: {e}"),
+        )
+    };
+    let login = auth(credential);
+    let index = match client
+        .pull_manifest_raw(&at(&reference.digest), &login, &[INDEX_TYPE])
+        .await
+    {
+        Ok((body, _)) => body,
+        Err(e) if manifest_unknown(&e) => return Ok(()),
+        Err(e) => return Err(failed("reading the index", e)),
+    };
+    let index: Value = serde_json::from_slice(&index).map_err(|e| {
+        ProviderError::new(
+            ErrorKind::Protocol,
+            format!("the index {reference} is not JSON: {e}"),
+        )
+    })?;
+    let token = client
+        .auth(&at(&reference.digest), &login, RegistryOperation::Push)
+        .await
+        .map_err(|e| failed("logging in to delete", e))?;
+    let http = reqwest::Client::builder()
+        .timeout(DELETE_TIMEOUT)
+        .build()
+        .map_err(|e| ProviderError::new(ErrorKind::Config, format!("an HTTP client: {e}")))?;
+    let listed = index["manifests"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["digest"].as_str());
+    // The listed manifests first: the index is what a sweep finds them by.
+    for digest in listed.chain(std::iter::once(reference.digest.as_str())) {
+        let url = format!(
+            "{}://{registry}/v2/{}/manifests/{digest}",
+            crate::registry::check::scheme(registry),
+            repository.path
+        );
+        let request = match &token {
+            Some(token) => http.delete(&url).bearer_auth(token),
+            None => http
+                .delete(&url)
+                .basic_auth(&credential.username, Some(credential.password.expose())),
+        };
+        let answer = request.send().await.map_err(|e| {
+            ProviderError::retryable(
+                ErrorKind::Transport,
+                format!("cannot reach registry {registry} to delete {digest}: {e}"),
+            )
+        })?;
+        let status = answer.status();
+        if !(status.is_success() || status == reqwest::StatusCode::NOT_FOUND) {
+            return Err(ProviderError::new(
+                ErrorKind::Api,
+                format!(
+                    "registry {registry} answered {status} to DELETE of manifest {digest} in {}",
+                    repository.path
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_index_holds_the_image_and_its_attestation_as_buildkit_lays_them_out() {
+        let exported = Exported {
+            config: Bytes::from_static(br#"{"os":"linux","architecture":"amd64"}"#),
+            layers: vec![Bytes::from_static(b"layer")],
+        };
+        let (manifest, blobs) = image_manifest(&exported).unwrap();
+        let platform = platform(&exported.config).unwrap();
+        let artifact = assemble(
+            manifest,
+            blobs,
+            platform,
+            &[("https://spdx.dev/Document", json!({"_type": "x"}))],
+        );
+        let index: Value = serde_json::from_slice(&artifact.index.data).unwrap();
+        assert_eq!(index["manifests"][0]["platform"]["os"], "linux");
+        let entry = &index["manifests"][1];
+        assert_eq!(entry["platform"]["os"], "unknown");
+        assert_eq!(
+            entry["annotations"][REFERENCE_TYPE_ANNOTATION],
+            ATTESTATION_MANIFEST
+        );
+        assert_eq!(
+            entry["annotations"][REFERENCE_DIGEST_ANNOTATION],
+            artifact.image_manifest.digest
+        );
+        let attestation: Value =
+            serde_json::from_slice(&artifact.attestation_manifest.data).unwrap();
+        assert_eq!(attestation["layers"][0]["mediaType"], IN_TOTO_TYPE);
+        assert_eq!(artifact.blobs.len(), 4, "layer, config, statement, config");
+        assert!(super::platform(b"{}").is_err());
+    }
+}

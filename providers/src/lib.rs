@@ -8,6 +8,7 @@ pub mod docker;
 pub mod e2b;
 pub mod error;
 pub mod jupyter;
+pub mod modal;
 pub mod registry;
 mod secret;
 pub mod yaml;

@@ -10,6 +10,7 @@
 
 pub mod daytona;
 pub mod e2b;
+pub mod modal;
 pub mod tls;
 
 use std::net::SocketAddr;

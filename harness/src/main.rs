@@ -202,6 +202,14 @@ enum Command {
         /// short one makes a client's JWT expire mid-run.
         #[arg(long, value_name = "SECONDS")]
         router_jwt_ttl: Option<u64>,
+        /// modal: the first call of this control-plane RPC (such as SandboxCreate) answers
+        /// Unavailable, as a live control plane may (repeatable).
+        #[arg(long, value_name = "RPC")]
+        unavailable_once: Vec<String>,
+        /// modal: sandboxes never get a task (their container is never launched), as when
+        /// Modal cannot schedule them.
+        #[arg(long)]
+        no_task: bool,
         /// daytona: build this environment (a folder of fixtures/environments, such as
         /// `reference`) into a snapshot before serving, and print its name
         /// (DAYTONA_SNAPSHOT) and id (DAYTONA_SNAPSHOT_ID); a sandbox is created from either.
@@ -420,6 +428,8 @@ fn main() -> ExitCode {
                 start_cmd,
                 snapshot,
                 router_jwt_ttl,
+                unavailable_once,
+                no_task,
                 root,
             } => {
                 let options = EmulateArgs {
@@ -430,6 +440,8 @@ fn main() -> ExitCode {
                     start_cmd,
                     snapshot,
                     router_jwt_ttl,
+                    unavailable_once,
+                    no_task,
                 };
                 emulate(provider, options, &root.root).await
             }
@@ -812,6 +824,8 @@ struct EmulateArgs {
     start_cmd: Option<String>,
     snapshot: Option<String>,
     router_jwt_ttl: Option<u64>,
+    unavailable_once: Vec<String>,
+    no_task: bool,
 }
 
 async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> u8 {
@@ -823,6 +837,8 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
         start_cmd,
         snapshot,
         router_jwt_ttl,
+        unavailable_once,
+        no_task,
     } = args;
     use sandbox_matrix::emulate;
     use sandbox_providers::api::network::{CA_FILE_VAR, RESOLVE_VAR};
@@ -839,8 +855,10 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
             );
             return EXIT_BAD_INPUT;
         }
-        EmulatedProvider::E2b | EmulatedProvider::Daytona if router_jwt_ttl.is_some() => {
-            eprintln!("error: --router-jwt-ttl is modal's");
+        EmulatedProvider::E2b | EmulatedProvider::Daytona
+            if router_jwt_ttl.is_some() || !unavailable_once.is_empty() || no_task =>
+        {
+            eprintln!("error: --router-jwt-ttl, --unavailable-once and --no-task are modal's");
             return EXIT_BAD_INPUT;
         }
         EmulatedProvider::Daytona if template.is_some() || start_cmd.is_some() => {
@@ -959,9 +977,15 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
                     emulate::modal::ROUTER_JWT_TTL,
                     std::time::Duration::from_secs,
                 ),
+                unavailable_once,
+                no_task,
             };
             let emulator = match emulate::modal::Emulator::start(docker, options).await {
                 Ok(e) => e,
+                Err(emulate::EmulateError::Config(e)) => {
+                    eprintln!("error: {e}");
+                    return EXIT_BAD_INPUT;
+                }
                 Err(e) => {
                     eprintln!("error: cannot start the modal emulator: {e}");
                     return EXIT_FAILED;

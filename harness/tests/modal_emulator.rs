@@ -5,6 +5,10 @@
 //! and that has not expired (`--router-jwt-ttl 2`: a client must fetch a fresh one, as on
 //! `Unauthenticated` it does). Terminate is idempotent, and nothing of the run is left.
 //!
+//! Its faults: `--unavailable-once SandboxCreate` answers the first create Unavailable and
+//! the next one normally; with `--no-task` a sandbox never gets a task (nor a result) until
+//! terminated; an option naming an RPC it does not serve is bad input (exit 2).
+//!
 //! Needs Docker (required under CI=true). `cargo test -p sandbox-matrix --test modal_emulator`.
 
 mod common;
@@ -364,6 +368,170 @@ async fn emulate_modal_checks_tokens_requests_and_router_jwts() {
     let left = common::left_by_run(&run_id);
     assert!(left.is_empty(), "terminated, yet {left:?} is left");
 
+    let builds = emulate.get("SANDBOX_MATRIX_EMULATOR_RUN").to_owned();
+    emulate.stop();
+    let left = common::left_by_run(&builds);
+    assert!(left.is_empty(), "emulate modal left {left:?}");
+}
+
+/// An image of the reference base, built: its id.
+async fn base_image(control: &mut ModalClientClient<Channel>, token: (&str, &str)) -> String {
+    let base = format!("FROM {}", sandbox_providers::docker::base::BASE_IMAGE);
+    let image_id = control
+        .image_get_or_create(signed(
+            api::ImageGetOrCreateRequest {
+                image: Some(api::Image {
+                    dockerfile_commands: vec![base],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            token,
+        ))
+        .await
+        .expect("an image")
+        .into_inner()
+        .image_id;
+    let mut joined = control
+        .image_join_streaming(signed(
+            api::ImageJoinStreamingRequest {
+                image_id: image_id.clone(),
+                timeout: 55.0,
+                ..Default::default()
+            },
+            token,
+        ))
+        .await
+        .expect("the build's stream")
+        .into_inner();
+    while let Some(message) = joined.message().await.expect("a build message") {
+        if let Some(result) = message.result {
+            assert_eq!(
+                result.status(),
+                api::generic_result::GenericStatus::Success,
+                "{result:?}"
+            );
+            return image_id;
+        }
+    }
+    panic!("the build's stream ended without its result");
+}
+
+#[tokio::test]
+async fn emulate_modal_injects_unavailable_once_and_sandboxes_without_a_task() {
+    if !common::docker_or_skip("modal_emulator") {
+        return;
+    }
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"))
+        .args([
+            "emulate",
+            "modal",
+            "--unavailable-once",
+            "SandboxCreat",
+            "--root",
+        ])
+        .arg(common::root())
+        .output()
+        .expect("the binary runs");
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("SandboxCreat: not an RPC"),
+        "{bad:?}"
+    );
+
+    let run_id = sandbox_matrix::run::runner::new_run_id();
+    let emulate = Emulate::start(
+        "modal",
+        &[
+            "--port",
+            "0",
+            "--unavailable-once",
+            "SandboxCreate",
+            "--no-task",
+        ],
+    );
+    let token = (
+        emulate.get("MODAL_TOKEN_ID").to_owned(),
+        emulate.get("MODAL_TOKEN_SECRET").to_owned(),
+    );
+    let token = (token.0.as_str(), token.1.as_str());
+    let channel = Endpoint::from_shared(emulate.get("MODAL_SERVER_URL").to_owned())
+        .expect("a valid URL")
+        .connect()
+        .await
+        .expect("plain gRPC on loopback");
+    let mut control = ModalClientClient::new(channel);
+    let image_id = base_image(&mut control, token).await;
+    let create = api::SandboxCreateRequest {
+        definition: Some(api::Sandbox {
+            image_id,
+            ..Default::default()
+        }),
+        tags: vec![api::SandboxTag {
+            tag_name: "sandbox-matrix.run".into(),
+            tag_value: run_id.clone(),
+        }],
+        ..Default::default()
+    };
+    let unavailable = control
+        .sandbox_create(signed(create.clone(), token))
+        .await
+        .expect_err("the first create, injected");
+    assert_eq!(unavailable.code(), Code::Unavailable, "{unavailable:?}");
+    let sandbox_id = control
+        .sandbox_create(signed(create, token))
+        .await
+        .expect("the second create")
+        .into_inner()
+        .sandbox_id;
+    let waited = control
+        .sandbox_get_task_id(signed(
+            api::SandboxGetTaskIdRequest {
+                sandbox_id: sandbox_id.clone(),
+                timeout: Some(1.0),
+                ..Default::default()
+            },
+            token,
+        ))
+        .await
+        .expect("an answer within its timeout")
+        .into_inner();
+    assert_eq!(
+        waited,
+        api::SandboxGetTaskIdResponse::default(),
+        "no task, and no result"
+    );
+    assert!(
+        common::left_by_run(&run_id).is_empty(),
+        "a sandbox without a task has no container"
+    );
+    let terminated = control
+        .sandbox_terminate(signed(
+            api::SandboxTerminateRequest {
+                sandbox_id: sandbox_id.clone(),
+            },
+            token,
+        ))
+        .await
+        .expect("terminating a sandbox without a task")
+        .into_inner();
+    assert_eq!(terminated.existing_result, None);
+    let ended = control
+        .sandbox_get_task_id(signed(
+            api::SandboxGetTaskIdRequest {
+                sandbox_id,
+                ..Default::default()
+            },
+            token,
+        ))
+        .await
+        .expect("the task id of a terminated sandbox")
+        .into_inner();
+    assert_eq!(ended.task_id, None);
+    assert_eq!(
+        ended.task_result.map(|r| r.status()),
+        Some(api::generic_result::GenericStatus::Terminated)
+    );
     let builds = emulate.get("SANDBOX_MATRIX_EMULATOR_RUN").to_owned();
     emulate.stop();
     let left = common::left_by_run(&builds);

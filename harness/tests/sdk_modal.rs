@@ -4,9 +4,10 @@
 //! MODAL_TOKEN_SECRET; plain gRPC on loopback, as the client allows there):
 //! a token the emulator did not issue is refused; `App.lookup`; a sandbox from
 //! `Image.from_registry(<the reference base>)` with a Dockerfile step (a docker build the
-//! client follows through `ImageJoinStreaming`); `exec("python", "-c", "print(1+1)")`
-//! prints 2 through the task command router; an exec runs as root in the workdir asked
-//! for; `terminate`, then `wait` reports the end, and `terminate` again is a no-op; a
+//! client follows through `ImageJoinStreaming`), its first `SandboxCreate` answered
+//! `Unavailable` (`--unavailable-once`), which the client retries;
+//! `exec("python", "-c", "print(1+1)")` prints 2 through the task command router; an exec
+//! runs as root in the workdir asked for; `terminate`, then `wait` reports the end, and `terminate` again is a no-op; a
 //! sandbox from an image whose build fails raises `ImageBuildError` quoting the failing
 //! step's output.
 //!
@@ -36,7 +37,12 @@ fn the_modal_client_runs_its_sandbox_flow_against_emulate_modal() {
     }
     let dir = common::out_dir("sdk-modal");
     let run_id = sandbox_matrix::run::runner::new_run_id();
-    let emulate = Emulate::start("modal", &["--port", "0"]);
+    // The first SandboxCreate answers Unavailable, as a live control plane may: the client
+    // retries it (modal_emulator shows the emulator does inject it).
+    let emulate = Emulate::start(
+        "modal",
+        &["--port", "0", "--unavailable-once", "SandboxCreate"],
+    );
     let builds = emulate.get("SANDBOX_MATRIX_EMULATOR_RUN").to_owned();
     common::sdk::run_flow(
         &python,

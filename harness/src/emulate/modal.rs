@@ -46,6 +46,11 @@
 //! command says otherwise (Modal's default), in the requested workdir with the requested
 //! environment. It answers over plain HTTP/2 on one port (what the official client uses),
 //! and through a TLS front with a test CA on another, naming the same router.
+//!
+//! Faults, for cassettes and tests: a router JWT lifetime short enough to expire mid-run,
+//! an RPC whose first call answers `Unavailable`, and sandboxes that never get a task. A
+//! build that fails and a terminate of an ended sandbox need none: a failing Dockerfile
+//! step fails the docker build, and terminating twice answers the first ending.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -93,6 +98,24 @@ const STDIO_CHUNK: usize = 64 * 1024;
 /// How long PID 1 of a terminated sandbox gets after SIGTERM.
 const TERMINATE_GRACE: Duration = Duration::from_secs(10);
 
+/// The control-plane RPCs it serves, by method name.
+pub const CONTROL_RPCS: [&str; 14] = [
+    "AppGetOrCreate",
+    "AuthTokenGet",
+    "ClientHello",
+    "EnvironmentGetOrCreate",
+    "ImageGetOrCreate",
+    "ImageJoinStreaming",
+    "SandboxCreate",
+    "SandboxGetTaskId",
+    "SandboxList",
+    "SandboxTerminate",
+    "SandboxWait",
+    "SecretDelete",
+    "SecretGetOrCreate",
+    "TaskGetCommandRouterAccess",
+];
+
 /// Where the emulator serves.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -103,6 +126,11 @@ pub struct Options {
     /// How long a command router JWT it issues lives (a short one makes a client's JWT
     /// expire mid-run).
     pub router_jwt_ttl: Duration,
+    /// Control-plane RPCs (of [`CONTROL_RPCS`]) whose first call answers `Unavailable`,
+    /// as a live control plane may; a client retries it.
+    pub unavailable_once: Vec<String>,
+    /// Sandboxes never get a task: their container is never launched.
+    pub no_task: bool,
 }
 
 /// A docker build of an image's Dockerfile commands.
@@ -170,6 +198,9 @@ struct Inner {
     /// The run label of its builds and of sandboxes created without one.
     run_id: String,
     router_jwt_ttl: Duration,
+    /// RPCs whose next call answers `Unavailable`, each once.
+    unavailable_once: Mutex<Vec<String>>,
+    no_task: bool,
     plain: SocketAddr,
     tls: SocketAddr,
     domain: String,
@@ -194,6 +225,16 @@ impl Emulator {
         docker: Arc<DockerProvider>,
         options: Options,
     ) -> Result<Self, EmulateError> {
+        if let Some(unknown) = options
+            .unavailable_once
+            .iter()
+            .find(|m| !CONTROL_RPCS.contains(&m.as_str()))
+        {
+            return Err(EmulateError::Config(format!(
+                "--unavailable-once {unknown}: not an RPC the emulator serves ({})",
+                CONTROL_RPCS.join(", ")
+            )));
+        }
         let engine = Docker::connect_with_local_defaults()
             .map_err(|e| EmulateError::Backend(format!("cannot reach the Docker engine: {e}")))?;
         let domain = super::Site::normalise(&options.domain);
@@ -217,6 +258,8 @@ impl Emulator {
                     rand::random::<u32>() >> 8
                 ),
                 router_jwt_ttl: options.router_jwt_ttl,
+                unavailable_once: Mutex::new(options.unavailable_once),
+                no_task: options.no_task,
                 plain,
                 tls,
                 domain,
@@ -345,6 +388,21 @@ impl Emulator {
             Err(Status::unauthenticated(
                 "x-modal-token-id and x-modal-token-secret do not name a token of this emulator",
             ))
+        }
+    }
+
+    /// `Unavailable` when `method`'s next call is to fail once (and not again).
+    #[allow(clippy::result_large_err)]
+    fn fault(&self, method: &str) -> Result<(), Status> {
+        let mut once = lock(&self.inner.unavailable_once);
+        match once.iter().position(|m| m == method) {
+            Some(at) => {
+                once.remove(at);
+                Err(Status::unavailable(format!(
+                    "{method}: Unavailable, injected once (--unavailable-once)"
+                )))
+            }
+            None => Ok(()),
         }
     }
 
@@ -697,6 +755,7 @@ impl ModalClient for Control {
         &self,
         request: Request<api::AppGetOrCreateRequest>,
     ) -> Result<Response<api::AppGetOrCreateResponse>, Status> {
+        self.emulator.fault("AppGetOrCreate")?;
         let name = request.into_inner().app_name;
         if name.is_empty() {
             return Err(Status::invalid_argument("AppGetOrCreate names no app"));
@@ -714,6 +773,7 @@ impl ModalClient for Control {
         &self,
         _request: Request<api::AuthTokenGetRequest>,
     ) -> Result<Response<api::AuthTokenGetResponse>, Status> {
+        self.emulator.fault("AuthTokenGet")?;
         let token = jwt(&serde_json::json!({
             "sub": self.emulator.inner.token_id,
             "exp": now_secs() as u64 + AUTH_TOKEN_TTL.as_secs(),
@@ -725,6 +785,7 @@ impl ModalClient for Control {
         &self,
         _request: Request<()>,
     ) -> Result<Response<api::ClientHelloResponse>, Status> {
+        self.emulator.fault("ClientHello")?;
         Ok(Response::new(api::ClientHelloResponse::default()))
     }
 
@@ -732,6 +793,7 @@ impl ModalClient for Control {
         &self,
         request: Request<api::EnvironmentGetOrCreateRequest>,
     ) -> Result<Response<api::EnvironmentGetOrCreateResponse>, Status> {
+        self.emulator.fault("EnvironmentGetOrCreate")?;
         let name = request.into_inner().deployment_name;
         Ok(Response::new(api::EnvironmentGetOrCreateResponse {
             environment_id: "en-emulator".into(),
@@ -749,6 +811,7 @@ impl ModalClient for Control {
         &self,
         request: Request<api::ImageGetOrCreateRequest>,
     ) -> Result<Response<api::ImageGetOrCreateResponse>, Status> {
+        self.emulator.fault("ImageGetOrCreate")?;
         let request = request.into_inner();
         let image = request
             .image
@@ -787,6 +850,7 @@ impl ModalClient for Control {
         &self,
         request: Request<api::ImageJoinStreamingRequest>,
     ) -> Result<Response<Self::ImageJoinStreamingStream>, Status> {
+        self.emulator.fault("ImageJoinStreaming")?;
         let request = request.into_inner();
         let build = self.emulator.image(&request.image_id)?;
         let next: usize = request.last_entry_id.parse().unwrap_or(0);
@@ -849,6 +913,7 @@ impl ModalClient for Control {
         &self,
         request: Request<api::SandboxCreateRequest>,
     ) -> Result<Response<api::SandboxCreateResponse>, Status> {
+        self.emulator.fault("SandboxCreate")?;
         let request = request.into_inner();
         let definition = request
             .definition
@@ -901,8 +966,10 @@ impl ModalClient for Control {
             }
             world.sandboxes.insert(id.clone(), sandbox.clone());
         }
-        self.emulator
-            .start_sandbox(id.clone(), sandbox, artifact, labels);
+        if !self.emulator.inner.no_task {
+            self.emulator
+                .start_sandbox(id.clone(), sandbox, artifact, labels);
+        }
         Ok(Response::new(api::SandboxCreateResponse { sandbox_id: id }))
     }
 
@@ -910,6 +977,7 @@ impl ModalClient for Control {
         &self,
         request: Request<api::SandboxGetTaskIdRequest>,
     ) -> Result<Response<api::SandboxGetTaskIdResponse>, Status> {
+        self.emulator.fault("SandboxGetTaskId")?;
         let request = request.into_inner();
         let sandbox = self.emulator.sandbox(&request.sandbox_id)?;
         let deadline = Instant::now() + request.timeout.map_or(Duration::ZERO, long_poll);
@@ -942,6 +1010,7 @@ impl ModalClient for Control {
         &self,
         request: Request<api::SandboxListRequest>,
     ) -> Result<Response<api::SandboxListResponse>, Status> {
+        self.emulator.fault("SandboxList")?;
         let request = request.into_inner();
         let world = self.emulator.world();
         let mut sandboxes: Vec<api::SandboxInfo> = world
@@ -981,6 +1050,7 @@ impl ModalClient for Control {
         &self,
         request: Request<api::SandboxTerminateRequest>,
     ) -> Result<Response<api::SandboxTerminateResponse>, Status> {
+        self.emulator.fault("SandboxTerminate")?;
         let sandbox = self.emulator.sandbox(&request.into_inner().sandbox_id)?;
         let existing_result = self.emulator.end(&sandbox, terminated()).await;
         Ok(Response::new(api::SandboxTerminateResponse {
@@ -992,6 +1062,7 @@ impl ModalClient for Control {
         &self,
         request: Request<api::SandboxWaitRequest>,
     ) -> Result<Response<api::SandboxWaitResponse>, Status> {
+        self.emulator.fault("SandboxWait")?;
         let request = request.into_inner();
         let sandbox = self.emulator.sandbox(&request.sandbox_id)?;
         let deadline = Instant::now() + long_poll(request.timeout);
@@ -1022,6 +1093,7 @@ impl ModalClient for Control {
         &self,
         request: Request<api::SecretDeleteRequest>,
     ) -> Result<Response<()>, Status> {
+        self.emulator.fault("SecretDelete")?;
         let id = request.into_inner().secret_id;
         let mut world = self.emulator.world();
         if world.secrets.remove(&id).is_none() {
@@ -1035,6 +1107,7 @@ impl ModalClient for Control {
         &self,
         request: Request<api::SecretGetOrCreateRequest>,
     ) -> Result<Response<api::SecretGetOrCreateResponse>, Status> {
+        self.emulator.fault("SecretGetOrCreate")?;
         let request = request.into_inner();
         let mut world = self.emulator.world();
         if !request.deployment_name.is_empty()
@@ -1068,6 +1141,7 @@ impl ModalClient for Control {
         &self,
         request: Request<api::TaskGetCommandRouterAccessRequest>,
     ) -> Result<Response<api::TaskGetCommandRouterAccessResponse>, Status> {
+        self.emulator.fault("TaskGetCommandRouterAccess")?;
         let task_id = request.into_inner().task_id;
         self.emulator.task(&task_id)?;
         let exp = now_secs() as u64 + self.emulator.inner.router_jwt_ttl.as_secs();

@@ -6,6 +6,7 @@
 //! retried with backoff, 5xx and resets only when the call is idempotent.
 
 pub mod cassette;
+pub mod grpc;
 pub mod network;
 mod poll;
 pub mod replay;

@@ -1,0 +1,442 @@
+//! Modal's control plane as the variant calls it: the credentials, the metadata every
+//! call carries, the auth token from `AuthTokenGet` (refreshed halfway to its expiry) and
+//! retries of retryable statuses under one idempotency key.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use backon::BackoffBuilder as _;
+use base64::Engine as _;
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+
+use super::proto::client::AuthTokenGetRequest;
+use super::proto::client::modal_client_client::ModalClientClient;
+use crate::api::Volatiles;
+use crate::api::grpc::{GrpcTransport, Recorder};
+use crate::{ErrorKind, ProviderError, Result, Secret};
+
+/// The variable holding the token id.
+pub const TOKEN_ID_VAR: &str = "MODAL_TOKEN_ID";
+/// The variable holding the token secret.
+pub const TOKEN_SECRET_VAR: &str = "MODAL_TOKEN_SECRET";
+/// The variable that points the variant at another control plane (an emulator).
+pub const URL_VAR: &str = "SANDBOX_MATRIX_MODAL_URL";
+/// Modal's control plane.
+pub const DEFAULT_URL: &str = "https://api.modal.com:443";
+/// `x-modal-client-type`: `CLIENT_TYPE_CLIENT`, as the official Python client sends.
+pub const CLIENT_TYPE: &str = "1";
+/// `x-modal-client-version`: the `modal` release the protos were written from.
+pub const CLIENT_VERSION: &str = "1.6.4";
+/// The name the auth token is registered under, so cassettes hold a placeholder.
+pub const AUTH_TOKEN_NAME: &str = "MODAL_AUTH_TOKEN";
+/// Request metadata that replay compares (the rest, such as the idempotency key, varies
+/// from run to run).
+pub const MATCHED_METADATA: [&str; 6] = [
+    "x-modal-token-id",
+    "x-modal-token-secret",
+    "x-modal-client-type",
+    "x-modal-client-version",
+    "x-modal-auth-token",
+    "x-retry-attempt",
+];
+/// Most attempts of one call, the first included.
+const MAX_ATTEMPTS: usize = 4;
+/// How long a token without `exp` is used, as the official client does.
+const DEFAULT_TOKEN_LIFETIME: Duration = Duration::from_secs(20 * 60);
+/// The deadline of `AuthTokenGet`.
+const AUTH_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A Modal token: its id and secret, both kept out of logs and cassettes.
+#[derive(Debug, Clone)]
+pub struct Credentials {
+    /// `MODAL_TOKEN_ID`.
+    pub token_id: Secret,
+    /// `MODAL_TOKEN_SECRET`.
+    pub token_secret: Secret,
+}
+
+impl Credentials {
+    /// The token from the environment: `None` when neither variable is set, an error
+    /// naming the missing one when only one is.
+    pub fn from_env() -> Result<Option<Self>> {
+        let read = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        match (read(TOKEN_ID_VAR), read(TOKEN_SECRET_VAR)) {
+            (None, None) => Ok(None),
+            (Some(id), Some(secret)) => Ok(Some(Self {
+                token_id: Secret::new(TOKEN_ID_VAR, id),
+                token_secret: Secret::new(TOKEN_SECRET_VAR, secret),
+            })),
+            (Some(_), None) => Err(missing(TOKEN_SECRET_VAR, TOKEN_ID_VAR)),
+            (None, Some(_)) => Err(missing(TOKEN_ID_VAR, TOKEN_SECRET_VAR)),
+        }
+    }
+
+    /// Both values, for normalizing cassettes.
+    pub fn secrets(&self) -> Vec<Secret> {
+        vec![self.token_id.clone(), self.token_secret.clone()]
+    }
+}
+
+fn missing(absent: &str, present: &str) -> ProviderError {
+    ProviderError::new(
+        ErrorKind::Config,
+        format!("{present} is set but {absent} is not: a Modal token needs both"),
+    )
+}
+
+/// The channel every control-plane call goes through.
+pub type Transport = GrpcTransport<Channel>;
+
+/// A channel to `url` (`https://` with the web PKI roots, `http://` in clear for an
+/// emulator or a replay server), recorded by `recorder` when there is one. It connects on
+/// the first call.
+pub fn connect(url: &str, recorder: Option<Recorder>) -> Result<Transport> {
+    let bad = |e: &dyn std::fmt::Display| {
+        ProviderError::new(ErrorKind::Config, format!("Modal URL `{url}`: {e}"))
+    };
+    let mut endpoint = Endpoint::from_shared(url.to_owned())
+        .map_err(|e| bad(&e))?
+        .connect_timeout(Duration::from_secs(10));
+    if url.starts_with("https://") {
+        endpoint = endpoint
+            .tls_config(ClientTlsConfig::new().with_webpki_roots())
+            .map_err(|e| bad(&e))?;
+    }
+    Ok(GrpcTransport::new(endpoint.connect_lazy(), recorder))
+}
+
+struct AuthToken {
+    token: Secret,
+    refresh_at: SystemTime,
+}
+
+/// The control plane: `ModalClient` calls with Modal's metadata, auth token and retries.
+pub struct ControlPlane {
+    client: ModalClientClient<Transport>,
+    credentials: Credentials,
+    volatiles: Arc<Volatiles>,
+    auth: tokio::sync::Mutex<Option<AuthToken>>,
+}
+
+impl std::fmt::Debug for ControlPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlPlane")
+            .field("credentials", &self.credentials)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether Modal's client retries a call that ended with `code`.
+pub fn retryable(code: tonic::Code) -> bool {
+    matches!(
+        code,
+        tonic::Code::Unavailable
+            | tonic::Code::DeadlineExceeded
+            | tonic::Code::Internal
+            | tonic::Code::Unknown
+    )
+}
+
+/// A failed call as a provider error naming the method.
+pub fn status_error(method: &str, status: &tonic::Status) -> ProviderError {
+    let kind = match status.code() {
+        tonic::Code::NotFound => ErrorKind::NotFound,
+        tonic::Code::DeadlineExceeded => ErrorKind::Timeout,
+        tonic::Code::Unavailable => ErrorKind::Transport,
+        tonic::Code::InvalidArgument | tonic::Code::Unauthenticated => ErrorKind::Config,
+        _ => ErrorKind::Api,
+    };
+    let message = format!("{method}: {:?}: {}", status.code(), status.message());
+    if retryable(status.code()) {
+        ProviderError::retryable(kind, message)
+    } else {
+        ProviderError::new(kind, message)
+    }
+}
+
+/// When a JWT's `exp` says it expires, read without verifying it.
+fn jwt_expiry(token: &str) -> Option<SystemTime> {
+    let payload = token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let exp = claims.get("exp")?.as_f64()?;
+    UNIX_EPOCH.checked_add(Duration::try_from_secs_f64(exp).ok()?)
+}
+
+impl ControlPlane {
+    /// Calls go through `transport` with `credentials`; the auth token is registered in
+    /// `volatiles` as a credential, so cassettes hold its placeholder.
+    pub fn new(transport: Transport, credentials: Credentials, volatiles: Arc<Volatiles>) -> Self {
+        Self {
+            client: ModalClientClient::new(transport),
+            credentials,
+            volatiles,
+            auth: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    fn request<T>(
+        &self,
+        message: T,
+        auth: Option<&Secret>,
+        key: &str,
+        attempt: usize,
+        deadline: Duration,
+    ) -> Result<tonic::Request<T>> {
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(deadline);
+        let pairs = [
+            ("x-modal-token-id", Some(self.credentials.token_id.expose())),
+            (
+                "x-modal-token-secret",
+                Some(self.credentials.token_secret.expose()),
+            ),
+            ("x-modal-client-type", Some(CLIENT_TYPE)),
+            ("x-modal-client-version", Some(CLIENT_VERSION)),
+            ("x-modal-auth-token", auth.map(Secret::expose)),
+            ("x-idempotency-key", Some(key)),
+            ("x-retry-attempt", Some(&attempt.to_string())),
+        ];
+        for (name, value) in pairs {
+            let Some(value) = value else { continue };
+            let value = value.parse().map_err(|_| {
+                ProviderError::new(
+                    ErrorKind::Config,
+                    format!("the value for metadata `{name}` is not printable ASCII"),
+                )
+            })?;
+            request.metadata_mut().insert(name, value);
+        }
+        Ok(request)
+    }
+
+    /// The auth token, fetched with `AuthTokenGet` when there is none or it is past half
+    /// its lifetime.
+    async fn auth_token(&self) -> Result<Secret> {
+        let mut auth = self.auth.lock().await;
+        if let Some(token) = auth.as_ref()
+            && SystemTime::now() < token.refresh_at
+        {
+            return Ok(token.token.clone());
+        }
+        let response = self
+            .attempts(
+                "AuthTokenGet",
+                AuthTokenGetRequest {},
+                None,
+                AUTH_DEADLINE,
+                |mut client, request| async move { client.auth_token_get(request).await },
+            )
+            .await?;
+        if response.token.is_empty() {
+            return Err(ProviderError::new(
+                ErrorKind::Protocol,
+                "AuthTokenGet answered an empty token",
+            ));
+        }
+        let token = Secret::new(AUTH_TOKEN_NAME, response.token);
+        self.volatiles.register_secret(&token);
+        let now = SystemTime::now();
+        let lifetime = jwt_expiry(token.expose()).map_or(DEFAULT_TOKEN_LIFETIME, |exp| {
+            exp.duration_since(now).unwrap_or_default()
+        });
+        *auth = Some(AuthToken {
+            token: token.clone(),
+            refresh_at: now + lifetime / 2,
+        });
+        Ok(token)
+    }
+
+    /// One `ModalClient` call: `call` (a generated client method) with the metadata, the
+    /// auth token and `deadline` per attempt, retried on retryable statuses.
+    pub async fn call<Req, Resp, F, Fut>(
+        &self,
+        method: &str,
+        message: Req,
+        deadline: Duration,
+        call: F,
+    ) -> Result<Resp>
+    where
+        Req: Clone,
+        F: Fn(ModalClientClient<Transport>, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        let token = self.auth_token().await?;
+        self.attempts(method, message, Some(&token), deadline, call)
+            .await
+    }
+
+    async fn attempts<Req, Resp, F, Fut>(
+        &self,
+        method: &str,
+        message: Req,
+        auth: Option<&Secret>,
+        deadline: Duration,
+        call: F,
+    ) -> Result<Resp>
+    where
+        Req: Clone,
+        F: Fn(ModalClientClient<Transport>, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        let key = format!("{:032x}", rand::random::<u128>());
+        let mut backoff = backon::ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(100))
+            .with_max_delay(Duration::from_secs(5))
+            .with_max_times(MAX_ATTEMPTS - 1)
+            .with_jitter()
+            .build();
+        let mut attempt = 0;
+        loop {
+            let request = self.request(message.clone(), auth, &key, attempt, deadline)?;
+            match call(self.client.clone(), request).await {
+                Ok(response) => return Ok(response.into_inner()),
+                Err(status) if retryable(status.code()) => match backoff.next() {
+                    Some(delay) => {
+                        tracing::debug!(method, code = ?status.code(), "retrying");
+                        tokio::time::sleep(delay).await;
+                        attempt += 1;
+                    }
+                    None => {
+                        return Err(status_error(method, &status)
+                            .context(format!("{} attempts", attempt + 1)));
+                    }
+                },
+                Err(status) => return Err(status_error(method, &status)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::grpc::{GrpcCassette, GrpcOptions, GrpcReplayServer};
+    use crate::modal::proto::client::AppGetOrCreateRequest;
+    use crate::modal::proto::descriptors;
+
+    // Fake credentials, never real ones.
+    const FAKE_ID: &str = "sm-fake-token-id";
+    const FAKE_SECRET: &str = "sm-fake-token-secret";
+    // A fake auth token: a JWT-shaped value whose payload is {"exp":4102444800}.
+    const FAKE_AUTH: &str = "sm-fake-header.eyJleHAiOjQxMDI0NDQ4MDB9.sm-fake-signature";
+
+    fn cassette(retried_status: i32) -> String {
+        format!(
+            r#"
+origin: authored by hand from the subset api.proto, for the control plane's tests
+variant: modal
+scenario: control-plane-unit
+exchanges:
+- method: /modal.client.ModalClient/AuthTokenGet
+  metadata:
+    x-modal-token-id: <redacted:MODAL_TOKEN_ID>
+    x-modal-token-secret: <redacted:MODAL_TOKEN_SECRET>
+    x-modal-client-type: "1"
+    x-modal-client-version: "1.6.4"
+    x-retry-attempt: "0"
+  request: {{}}
+  responses: [{{token: "<redacted:MODAL_AUTH_TOKEN>"}}]
+  grpc-status: 0
+- method: /modal.client.ModalClient/AppGetOrCreate
+  metadata:
+    x-modal-token-id: <redacted:MODAL_TOKEN_ID>
+    x-modal-token-secret: <redacted:MODAL_TOKEN_SECRET>
+    x-modal-client-type: "1"
+    x-modal-client-version: "1.6.4"
+    x-modal-auth-token: <redacted:MODAL_AUTH_TOKEN>
+    x-retry-attempt: "0"
+  request: {{app_name: sandbox-matrix}}
+  grpc-status: {retried_status}
+  grpc-message: the scheduler is busy
+- method: /modal.client.ModalClient/AppGetOrCreate
+  metadata:
+    x-modal-token-id: <redacted:MODAL_TOKEN_ID>
+    x-modal-token-secret: <redacted:MODAL_TOKEN_SECRET>
+    x-modal-client-type: "1"
+    x-modal-client-version: "1.6.4"
+    x-modal-auth-token: <redacted:MODAL_AUTH_TOKEN>
+    x-retry-attempt: "1"
+  request: {{app_name: sandbox-matrix}}
+  responses: [{{app_id: ap-1}}]
+  grpc-status: 0
+"#
+        )
+    }
+
+    async fn plane(text: &str) -> (GrpcReplayServer, ControlPlane) {
+        let credentials = Credentials {
+            token_id: Secret::new(TOKEN_ID_VAR, FAKE_ID),
+            token_secret: Secret::new(TOKEN_SECRET_VAR, FAKE_SECRET),
+        };
+        // Replay answers the auth token's placeholder, which the client registers and
+        // sends back as it would a real token.
+        let volatiles = Arc::new(Volatiles::default());
+        let pool = descriptors().clone();
+        let cassette = GrpcCassette::parse(text, &pool).expect("the test cassette parses");
+        let options = GrpcOptions {
+            credentials: credentials.secrets(),
+            volatiles: volatiles.clone(),
+            matched_metadata: MATCHED_METADATA.map(str::to_owned).to_vec(),
+            name: None,
+        };
+        let server = GrpcReplayServer::start(cassette, pool, options)
+            .await
+            .expect("replay server starts");
+        let transport = connect(&server.url(), None).expect("a loopback URL");
+        (server, ControlPlane::new(transport, credentials, volatiles))
+    }
+
+    async fn app(plane: &ControlPlane) -> Result<String> {
+        plane
+            .call(
+                "AppGetOrCreate",
+                AppGetOrCreateRequest {
+                    app_name: "sandbox-matrix".to_owned(),
+                    ..Default::default()
+                },
+                Duration::from_secs(5),
+                |mut client, request| async move { client.app_get_or_create(request).await },
+            )
+            .await
+            .map(|r| r.app_id)
+    }
+
+    #[tokio::test]
+    async fn an_unavailable_call_is_retried_with_the_token_and_metadata() {
+        let (server, plane) = plane(&cassette(14)).await;
+        assert_eq!(app(&plane).await.expect("the retry succeeds"), "ap-1");
+        server.finish().expect("calls as recorded");
+    }
+
+    #[tokio::test]
+    async fn a_failed_precondition_is_not_retried() {
+        let (server, plane) = plane(&cassette(9)).await;
+        let error = app(&plane).await.expect_err("not retryable");
+        assert!(!error.retryable);
+        assert!(
+            error.to_string().contains("the scheduler is busy"),
+            "{error}"
+        );
+        let unused = server
+            .finish()
+            .expect_err("the retry was never made")
+            .to_string();
+        assert!(
+            unused.contains("1 exchanges were never requested"),
+            "{unused}"
+        );
+    }
+
+    #[test]
+    fn the_token_expiry_is_read_from_the_jwt() {
+        assert_eq!(
+            jwt_expiry(FAKE_AUTH),
+            Some(UNIX_EPOCH + Duration::from_secs(4_102_444_800))
+        );
+        assert_eq!(jwt_expiry("sm-fake-not-a-jwt"), None);
+    }
+}

@@ -55,6 +55,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -95,6 +96,8 @@ const LONG_POLL: Duration = Duration::from_secs(55);
 const POLL: Duration = Duration::from_millis(100);
 /// The largest piece of output one stdio message carries.
 const STDIO_CHUNK: usize = 64 * 1024;
+/// How long cleanup waits for builds still running, whose images would outlive it.
+const BUILD_DRAIN: Duration = Duration::from_secs(45);
 /// How long PID 1 of a terminated sandbox gets after SIGTERM.
 const TERMINATE_GRACE: Duration = Duration::from_secs(10);
 
@@ -207,6 +210,10 @@ struct Inner {
     ca_pem: String,
     world: Mutex<World>,
     serving: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Set by [`Emulator::stop`]: calls on connections still open are refused.
+    stopped: AtomicBool,
+    /// Sandbox launches under way.
+    launching: AtomicUsize,
 }
 
 impl std::fmt::Debug for Emulator {
@@ -266,6 +273,8 @@ impl Emulator {
                 ca_pem: ca.ca_pem().to_owned(),
                 world: Mutex::default(),
                 serving: Mutex::default(),
+                stopped: AtomicBool::new(false),
+                launching: AtomicUsize::new(0),
             }),
         };
         let run_labels = emulator.labels(None, "build");
@@ -322,16 +331,30 @@ impl Emulator {
         &self.inner.run_id
     }
 
-    /// Stops serving.
+    /// Stops serving: no new connection, and every call on one still open is refused.
     pub fn stop(&self) {
+        self.inner.stopped.store(true, Ordering::SeqCst);
         for task in lock(&self.inner.serving).drain(..) {
             task.abort();
         }
     }
 
-    /// Stops the sandboxes still running and removes, by their labels, whatever its
-    /// builds and sandboxes left.
+    /// Waits for its builds still running (up to 45 s), stops the sandboxes still running
+    /// and removes, by their labels, whatever its builds and sandboxes left.
     pub async fn cleanup(&self) {
+        // A build or launch still running would make its image or container after the
+        // removal below.
+        let deadline = Instant::now() + BUILD_DRAIN;
+        while Instant::now() < deadline
+            && (self.inner.launching.load(Ordering::SeqCst) > 0
+                || self
+                    .world()
+                    .images
+                    .values()
+                    .any(|b| lock(&b.outcome).is_none()))
+        {
+            tokio::time::sleep(POLL).await;
+        }
         let sandboxes: Vec<Arc<SandboxEntry>> = self.world().sandboxes.values().cloned().collect();
         for sandbox in sandboxes {
             self.end(&sandbox, terminated()).await;
@@ -373,6 +396,9 @@ impl Emulator {
     /// Admits a control-plane call carrying the emulator's token id and secret.
     #[allow(clippy::result_large_err)]
     fn admit(&self, request: Request<()>) -> Result<Request<()>, Status> {
+        if self.inner.stopped.load(Ordering::SeqCst) {
+            return Err(Status::unavailable("the emulator is stopping"));
+        }
         let header = |name: &str| {
             request
                 .metadata()
@@ -459,6 +485,9 @@ impl Emulator {
         metadata: &tonic::metadata::MetadataMap,
         task_id: &str,
     ) -> Result<(), Status> {
+        if self.inner.stopped.load(Ordering::SeqCst) {
+            return Err(Status::unavailable("the emulator is stopping"));
+        }
         let jwt = metadata
             .get("authorization")
             .and_then(|v| v.to_str().ok())
@@ -578,6 +607,7 @@ impl Emulator {
         labels: RunLabels,
     ) {
         let emulator = self.clone();
+        self.inner.launching.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(async move {
             let launched = emulator.inner.docker.launch(&artifact, &labels).await;
             match launched {
@@ -602,6 +632,7 @@ impl Emulator {
                     });
                 }
             }
+            emulator.inner.launching.fetch_sub(1, Ordering::SeqCst);
         });
     }
 

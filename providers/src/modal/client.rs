@@ -22,6 +22,8 @@ pub const TOKEN_ID_VAR: &str = "MODAL_TOKEN_ID";
 pub const TOKEN_SECRET_VAR: &str = "MODAL_TOKEN_SECRET";
 /// The variable that points the variant at another control plane (an emulator).
 pub const URL_VAR: &str = "SANDBOX_MATRIX_MODAL_URL";
+/// The official client's variable for the same, read when [`URL_VAR`] is not set.
+pub const SERVER_URL_VAR: &str = "MODAL_SERVER_URL";
 /// Modal's control plane.
 pub const DEFAULT_URL: &str = "https://api.modal.com:443";
 /// `x-modal-client-type`: `CLIENT_TYPE_CLIENT`, as the official Python client sends.
@@ -30,9 +32,10 @@ pub const CLIENT_TYPE: &str = "1";
 pub const CLIENT_VERSION: &str = "1.6.4";
 /// The name the auth token is registered under, so cassettes hold a placeholder.
 pub const AUTH_TOKEN_NAME: &str = "MODAL_AUTH_TOKEN";
-/// Request metadata that replay compares (the rest, such as the idempotency key, varies
-/// from run to run).
-pub const MATCHED_METADATA: [&str; 6] = [
+/// Request metadata that replay compares and recordings keep, on the control plane and
+/// the command router (the rest, such as the idempotency key, varies from run to run).
+pub const MATCHED_METADATA: [&str; 7] = [
+    "authorization",
     "x-modal-token-id",
     "x-modal-token-secret",
     "x-modal-client-type",
@@ -83,6 +86,15 @@ fn missing(absent: &str, present: &str) -> ProviderError {
         ErrorKind::Config,
         format!("{present} is set but {absent} is not: a Modal token needs both"),
     )
+}
+
+/// The control plane's URL: [`URL_VAR`], else [`SERVER_URL_VAR`], else [`DEFAULT_URL`];
+/// `var` reads a variable (`std::env::var` in a run).
+pub fn server_url(var: impl Fn(&str) -> Option<String>) -> String {
+    [URL_VAR, SERVER_URL_VAR]
+        .into_iter()
+        .find_map(|name| var(name).filter(|v| !v.is_empty()))
+        .unwrap_or_else(|| DEFAULT_URL.to_owned())
 }
 
 /// The channel every control-plane call goes through.
@@ -429,6 +441,24 @@ exchanges:
             unused.contains("1 exchanges were never requested"),
             "{unused}"
         );
+    }
+
+    #[test]
+    fn the_url_is_ours_then_the_official_clients_then_modals() {
+        let env = |set: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                set.iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        const OURS: [(&str, &str); 2] = [
+            (URL_VAR, "http://127.0.0.1:1"),
+            (SERVER_URL_VAR, "http://127.0.0.1:2"),
+        ];
+        assert_eq!(server_url(env(&OURS)), "http://127.0.0.1:1");
+        assert_eq!(server_url(env(&OURS[1..])), "http://127.0.0.1:2");
+        assert_eq!(server_url(env(&[(URL_VAR, "")])), DEFAULT_URL);
     }
 
     #[test]

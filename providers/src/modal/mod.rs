@@ -4,3 +4,4 @@
 pub mod client;
 pub mod proto;
 pub mod router;
+pub mod sandbox;

@@ -169,7 +169,9 @@ enum Command {
     /// made at start (its key never leaves the process). It prints, one `NAME=value` a
     /// line on stdout, what a client needs: the provider's URL settings, the CA file to
     /// trust (SANDBOX_MATRIX_CA_FILE) and the name pin (SANDBOX_MATRIX_RESOLVE). These two
-    /// are test settings; a live run sets neither.
+    /// are test settings; a live run sets neither. modal also serves plain HTTP/2 gRPC
+    /// (MODAL_SERVER_URL, what Modal's own client reaches loopback with) and checks the
+    /// token id and secret it prints (fakes it generated).
     Emulate {
         /// The provider to emulate.
         #[arg(value_enum)]
@@ -177,7 +179,8 @@ enum Command {
         /// Port on 127.0.0.1; 0 takes a free one.
         #[arg(long, default_value_t = 0)]
         port: u16,
-        /// The domain it serves (default: e2b.test for e2b, daytona.test for daytona).
+        /// The domain it serves (default: e2b.test for e2b, daytona.test for daytona,
+        /// modal.test for modal's TLS front).
         #[arg(long, value_name = "DOMAIN")]
         domain: Option<String>,
         /// Where to write the test CA's certificate (PEM). Default: a file in the temp
@@ -195,6 +198,18 @@ enum Command {
         /// the SDK's `run_code` speaks to).
         #[arg(long, value_name = "COMMAND", requires = "template")]
         start_cmd: Option<String>,
+        /// modal: how many seconds a command router JWT it issues lives (default 900); a
+        /// short one makes a client's JWT expire mid-run.
+        #[arg(long, value_name = "SECONDS")]
+        router_jwt_ttl: Option<u64>,
+        /// modal: the first call of this control-plane RPC (such as SandboxCreate) answers
+        /// Unavailable, as a live control plane may (repeatable).
+        #[arg(long, value_name = "RPC")]
+        unavailable_once: Vec<String>,
+        /// modal: sandboxes never get a task (their container is never launched), as when
+        /// Modal cannot schedule them.
+        #[arg(long)]
+        no_task: bool,
         /// daytona: build this environment (a folder of fixtures/environments, such as
         /// `reference`) into a snapshot before serving, and print its name
         /// (DAYTONA_SNAPSHOT) and id (DAYTONA_SNAPSHOT_ID); a sandbox is created from either.
@@ -328,6 +343,8 @@ enum EmulatedProvider {
     E2b,
     /// Daytona's API and toolbox.
     Daytona,
+    /// Modal's gRPC control plane and task command router.
+    Modal,
 }
 
 /// Replay pacing, as the command line names it.
@@ -410,6 +427,9 @@ fn main() -> ExitCode {
                 template,
                 start_cmd,
                 snapshot,
+                router_jwt_ttl,
+                unavailable_once,
+                no_task,
                 root,
             } => {
                 let options = EmulateArgs {
@@ -419,6 +439,9 @@ fn main() -> ExitCode {
                     template,
                     start_cmd,
                     snapshot,
+                    router_jwt_ttl,
+                    unavailable_once,
+                    no_task,
                 };
                 emulate(provider, options, &root.root).await
             }
@@ -800,6 +823,9 @@ struct EmulateArgs {
     template: Option<String>,
     start_cmd: Option<String>,
     snapshot: Option<String>,
+    router_jwt_ttl: Option<u64>,
+    unavailable_once: Vec<String>,
+    no_task: bool,
 }
 
 async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> u8 {
@@ -810,12 +836,29 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
         template,
         start_cmd,
         snapshot,
+        router_jwt_ttl,
+        unavailable_once,
+        no_task,
     } = args;
     use sandbox_matrix::emulate;
     use sandbox_providers::api::network::{CA_FILE_VAR, RESOLVE_VAR};
     match provider {
         EmulatedProvider::E2b if snapshot.is_some() => {
             eprintln!("error: --snapshot is daytona's; e2b has templates (--template)");
+            return EXIT_BAD_INPUT;
+        }
+        EmulatedProvider::Modal
+            if template.is_some() || start_cmd.is_some() || snapshot.is_some() =>
+        {
+            eprintln!(
+                "error: --template, --start-cmd and --snapshot are e2b's and daytona's; modal builds images from each client's Dockerfile commands"
+            );
+            return EXIT_BAD_INPUT;
+        }
+        EmulatedProvider::E2b | EmulatedProvider::Daytona
+            if router_jwt_ttl.is_some() || !unavailable_once.is_empty() || no_task =>
+        {
+            eprintln!("error: --router-jwt-ttl, --unavailable-once and --no-task are modal's");
             return EXIT_BAD_INPUT;
         }
         EmulatedProvider::Daytona if template.is_some() || start_cmd.is_some() => {
@@ -926,6 +969,41 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
             let ca = emulator.ca_pem().to_owned();
             (ca, settings, Emulating::Daytona(emulator))
         }
+        EmulatedProvider::Modal => {
+            let options = emulate::modal::Options {
+                port,
+                domain: domain.unwrap_or_else(|| emulate::modal::DEFAULT_DOMAIN.to_owned()),
+                router_jwt_ttl: router_jwt_ttl.map_or(
+                    emulate::modal::ROUTER_JWT_TTL,
+                    std::time::Duration::from_secs,
+                ),
+                unavailable_once,
+                no_task,
+            };
+            let emulator = match emulate::modal::Emulator::start(docker, options).await {
+                Ok(e) => e,
+                Err(emulate::EmulateError::Config(e)) => {
+                    eprintln!("error: {e}");
+                    return EXIT_BAD_INPUT;
+                }
+                Err(e) => {
+                    eprintln!("error: cannot start the modal emulator: {e}");
+                    return EXIT_FAILED;
+                }
+            };
+            // Fakes: the emulator generated them, and accepts no others.
+            let settings = vec![
+                ("MODAL_SERVER_URL", emulator.server_url()),
+                ("MODAL_TOKEN_ID", emulator.token_id().to_owned()),
+                ("MODAL_TOKEN_SECRET", emulator.token_secret().to_owned()),
+                ("SANDBOX_MATRIX_MODAL_TLS_URL", emulator.tls_url()),
+                // The run label of its builds, and of sandboxes created without one.
+                ("SANDBOX_MATRIX_EMULATOR_RUN", emulator.run_id().to_owned()),
+                (RESOLVE_VAR, format!("{}=127.0.0.1", emulator.domain())),
+            ];
+            let ca = emulator.ca_pem().to_owned();
+            (ca, settings, Emulating::Modal(emulator))
+        }
     };
     let (ca_file, temporary) = match ca_out {
         Some(path) => (path, false),
@@ -950,7 +1028,12 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
     }
     println!("{CA_FILE_VAR}={}", ca_file.display());
     eprintln!(
-        "serving until Ctrl-C or SIGTERM; any non-empty API key is accepted (the emulator checks only that one is sent)"
+        "serving until Ctrl-C or SIGTERM; {}",
+        match provider {
+            EmulatedProvider::Modal =>
+                "only the printed MODAL_TOKEN_ID and MODAL_TOKEN_SECRET are accepted",
+            _ => "any non-empty API key is accepted (the emulator checks only that one is sent)",
+        }
     );
     wait_for_stop().await;
     eprintln!("stopping: removing the emulator's sandboxes and builds");
@@ -967,6 +1050,8 @@ enum Emulating {
     E2b(sandbox_matrix::emulate::e2b::Emulator),
     /// Daytona's.
     Daytona(sandbox_matrix::emulate::daytona::Emulator),
+    /// Modal's.
+    Modal(sandbox_matrix::emulate::modal::Emulator),
 }
 
 impl Emulating {
@@ -978,6 +1063,10 @@ impl Emulating {
                 emulator.cleanup().await;
             }
             Self::Daytona(emulator) => {
+                emulator.stop();
+                emulator.cleanup().await;
+            }
+            Self::Modal(emulator) => {
                 emulator.stop();
                 emulator.cleanup().await;
             }

@@ -10,6 +10,7 @@
 
 pub mod daytona;
 pub mod e2b;
+pub mod modal;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -41,6 +42,9 @@ pub enum EmulateError {
     /// The emulator's backend (the docker variant) is not available.
     #[error("{0}")]
     Backend(String),
+    /// An option names something the emulator does not have.
+    #[error("{0}")]
+    Config(String),
 }
 
 /// One HTTP request as an emulator reads it.

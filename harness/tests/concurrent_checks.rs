@@ -26,6 +26,8 @@ struct Counting {
     most: AtomicUsize,
     /// Calls in flight when restart was asked for.
     at_restart: Mutex<Vec<usize>>,
+    /// Says its calls are recorded or replayed, so must come one at a time.
+    ordered: bool,
 }
 
 impl Counting {
@@ -41,6 +43,10 @@ impl Counting {
 impl Provider for Counting {
     fn variant(&self) -> &str {
         "counting"
+    }
+
+    fn ordered_calls(&self) -> bool {
+        self.ordered
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -144,8 +150,11 @@ const ORDER: [&str; 8] = [
     "cleanup",
 ];
 
-async fn run(source: Source) -> (Arc<Counting>, Vec<String>, Vec<String>) {
-    let provider = Arc::new(Counting::default());
+async fn run(source: Source, ordered: bool) -> (Arc<Counting>, Vec<String>, Vec<String>) {
+    let provider = Arc::new(Counting {
+        ordered,
+        ..Counting::default()
+    });
     let order = Arc::new(Order::default());
     // The build step lints the environment's Dockerfile first: give it the project's own.
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/t.yaml");
@@ -166,7 +175,7 @@ async fn run(source: Source) -> (Arc<Counting>, Vec<String>, Vec<String>) {
 
 #[tokio::test]
 async fn live_independent_checks_overlap_and_restart_waits_for_them() {
-    let (provider, steps, reported) = run(Source::Live).await;
+    let (provider, steps, reported) = run(Source::Live, false).await;
     assert_eq!(steps, ORDER);
     assert_eq!(reported, ORDER);
     assert!(
@@ -183,8 +192,15 @@ async fn live_independent_checks_overlap_and_restart_waits_for_them() {
 
 #[tokio::test]
 async fn a_recorded_session_runs_one_step_at_a_time() {
-    let (provider, steps, reported) = run(Source::Record).await;
+    let (provider, steps, reported) = run(Source::Record, false).await;
     assert_eq!(steps, ORDER);
     assert_eq!(reported, ORDER);
+    assert_eq!(provider.most.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_provider_replaying_a_cassette_gets_one_call_at_a_time_whatever_the_source() {
+    let (provider, steps, _) = run(Source::Live, true).await;
+    assert_eq!(steps, ORDER);
     assert_eq!(provider.most.load(Ordering::SeqCst), 1);
 }

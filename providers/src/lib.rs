@@ -478,6 +478,13 @@ pub trait Provider: Send + Sync {
         Err(ProviderError::unsupported("measure the floor"))
     }
 
+    /// True when the variant's calls must be made one at a time, in the scenario's order:
+    /// its exchanges are being recorded into, or replayed from, a cassette. The runner then
+    /// runs no two steps at once.
+    fn ordered_calls(&self) -> bool {
+        false
+    }
+
     /// Lists every resource carrying all of `labels` (run, variant and scenario).
     async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>>;
 

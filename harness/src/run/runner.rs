@@ -325,8 +325,9 @@ impl Runner {
         // In a block of consecutive checks of a live run, the independent checks run first,
         // all at once, then the others (restart, shutdown...) one at a time; every result is
         // reported in the scenario's order. Replayed and recorded sessions keep their
-        // cassettes' order of exchanges, so they run one step at a time.
-        let concurrent = source == Source::Live;
+        // cassettes' order of exchanges, so they run one step at a time (whatever source
+        // the caller names: the provider says when its calls are being recorded or replayed).
+        let concurrent = source == Source::Live && !provider.ordered_calls();
         let mut at = 0;
         while at < steps.len() {
             let block = if concurrent && stop_reason.is_none() && not_ready.is_none() {

@@ -502,6 +502,12 @@ enum Attempt {
 }
 
 impl ApiClient {
+    /// True when exchanges are recorded or replayed: a cassette holds them in one order,
+    /// so the caller must make its calls one at a time.
+    pub fn keeps_order(&self) -> bool {
+        !matches!(self.inner.mode, Mode::Live)
+    }
+
     /// A client with `settings`; live and recording, it also takes the test network
     /// settings of the environment ([`Network::from_env`]), which a live run leaves unset.
     pub fn new(settings: ApiSettings) -> Result<Self> {

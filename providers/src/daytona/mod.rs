@@ -866,6 +866,10 @@ impl Provider for DaytonaProvider {
         "daytona"
     }
 
+    fn ordered_calls(&self) -> bool {
+        self.client.keeps_order()
+    }
+
     fn capabilities(&self) -> Capabilities {
         CAPABILITIES
     }

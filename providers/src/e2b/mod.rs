@@ -760,6 +760,10 @@ impl Provider for E2bProvider {
         "e2b"
     }
 
+    fn ordered_calls(&self) -> bool {
+        self.client.keeps_order()
+    }
+
     fn capabilities(&self) -> Capabilities {
         CAPABILITIES
     }

@@ -177,13 +177,14 @@ async fn the_base_is_pulled_by_digest_with_a_login_token_from_ecr() {
     );
     // The engine resolved the digest through the registry, logged in with the token (the
     // registry answers 200 only to an authorised request): a GET of the manifest by digest,
-    // or a HEAD when its content store holds that manifest already. Every build first
-    // checked the base with the token, by digest.
+    // or a HEAD when its content store holds that manifest already. The one build of the
+    // run (core tier reuses lifecycle's artifact) first checked the base with the token,
+    // by digest.
     let engine = registry.manifest_requests(log_from, "GET", REPOSITORY, &digest, true)
         + registry.manifest_requests(log_from, "HEAD", REPOSITORY, &digest, true);
     let checks = registry.manifest_requests(log_from, "HEAD", REPOSITORY, &digest, false);
     assert!(
-        engine >= 1 && checks == 2,
+        engine >= 1 && checks == 1,
         "engine requests by digest: {engine}, checks: {checks}; the registry logged:\n{}",
         &registry.access_log()[log_from..]
     );

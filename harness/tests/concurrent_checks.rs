@@ -28,7 +28,15 @@ struct Counting {
     at_restart: Mutex<Vec<usize>>,
     /// Says its calls are recorded or replayed, so must come one at a time.
     ordered: bool,
+    /// The code channel opens as a kernel that never starts does on docker: the first call
+    /// holds the channel for [`OPENING`] and fails, later ones fail at once.
+    broken_channel: bool,
+    /// Held by a code call, as the docker variant holds its sandbox's kernel.
+    channel: tokio::sync::Mutex<bool>,
 }
+
+/// How long a broken channel's first call waits before it fails.
+const OPENING: Duration = Duration::from_millis(1500);
 
 impl Counting {
     async fn call(&self) {
@@ -77,6 +85,17 @@ impl Provider for Counting {
     }
 
     async fn run_code(&self, _: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)> {
+        if self.broken_channel {
+            let mut opened = self.channel.lock().await;
+            if !*opened {
+                *opened = true;
+                tokio::time::sleep(OPENING).await;
+            }
+            return Err(ProviderError::new(
+                sandbox_providers::ErrorKind::Transport,
+                "the kernel never started",
+            ));
+        }
         self.call().await;
         // Check 7 keeps a marker before it restarts: answer that it was kept.
         let result = code.ends_with("in globals()").then(|| "True".to_owned());
@@ -151,14 +170,33 @@ const ORDER: [&str; 8] = [
 ];
 
 async fn run(source: Source, ordered: bool) -> (Arc<Counting>, Vec<String>, Vec<String>) {
-    let provider = Arc::new(Counting {
-        ordered,
-        ..Counting::default()
-    });
+    let (provider, result, reported) = run_provider(
+        Counting {
+            ordered,
+            ..Counting::default()
+        },
+        CHECKS,
+        source,
+    )
+    .await;
+    let steps = result.steps.iter().map(|s| s.step.clone()).collect();
+    (provider, steps, reported)
+}
+
+async fn run_provider(
+    provider: Counting,
+    checks: &str,
+    source: Source,
+) -> (
+    Arc<Counting>,
+    sandbox_matrix::report::results::ScenarioResult,
+    Vec<String>,
+) {
+    let provider = Arc::new(provider);
     let order = Arc::new(Order::default());
     // The build step lints the environment's Dockerfile first: give it the project's own.
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/t.yaml");
-    let scenario = Scenario::parse(&path, CHECKS).expect("scenario parses");
+    let scenario = Scenario::parse(&path, checks).expect("scenario parses");
     let runner = Runner::new(
         "run-1".into(),
         fake_canary(),
@@ -168,9 +206,8 @@ async fn run(source: Source, ordered: bool) -> (Arc<Counting>, Vec<String>, Vec<
     let result = runner
         .run_scenario_checked(provider.clone(), &scenario, None, None, source, 1)
         .await;
-    let steps = result.steps.iter().map(|s| s.step.clone()).collect();
     let reported = order.0.lock().unwrap().clone();
-    (provider, steps, reported)
+    (provider, result, reported)
 }
 
 #[tokio::test]
@@ -203,4 +240,43 @@ async fn a_provider_replaying_a_cassette_gets_one_call_at_a_time_whatever_the_so
     let (provider, steps, _) = run(Source::Live, true).await;
     assert_eq!(steps, ORDER);
     assert_eq!(provider.most.load(Ordering::SeqCst), 1);
+}
+
+/// Checks whose budgets are shorter than a broken channel's opening.
+const SHORT_BUDGETS: &str = "name: t\nenvironment: ../fixtures/environments/reference\nsteps:\n  - step: build\n    budget: 5s\n  - step: launch\n    budget: 5s\n  - check: identity\n    budget: 5s\n  - check: python\n    budget: 1s\n  - check: filesystem\n    budget: 1s\n  - check: secrets\n    budget: 1s\n  - step: cleanup\n    budget: 5s\n";
+
+/// A code channel that takes long to fail on its first use (a kernel that never starts)
+/// costs the first check that opens it its wait; the checks after it learn at once that
+/// it failed and probe through exec, instead of queueing behind the opening until their
+/// own shorter budgets run out.
+#[tokio::test]
+async fn a_channel_that_cannot_open_holds_up_only_the_check_that_opens_it() {
+    let (_, result, reported) = run_provider(
+        Counting {
+            broken_channel: true,
+            ..Counting::default()
+        },
+        SHORT_BUDGETS,
+        Source::Live,
+    )
+    .await;
+    let steps: Vec<&str> = result.steps.iter().map(|s| s.step.as_str()).collect();
+    assert_eq!(reported, steps, "reported in the scenario's order");
+    let identity = result.step("core-2-identity").expect("identity ran");
+    assert!(
+        identity.duration >= OPENING,
+        "the first check opened the channel: {identity:?}"
+    );
+    for name in ["core-3-python", "core-6-filesystem", "core-9-secrets"] {
+        let step = result.step(name).expect("the check ran");
+        let shown = format!("{:?}", step.status);
+        assert!(
+            !shown.contains("exceeded its budget"),
+            "{name} waited behind the channel's opening: {shown}"
+        );
+        assert!(
+            shown.contains("python3 exited") || shown.contains("secrets probe"),
+            "{name} probed through exec once the channel had failed: {shown}"
+        );
+    }
 }

@@ -282,7 +282,11 @@ impl KernelSocket {
             let msg_id = self.send(ExecuteRequest::new(code.to_owned())).await?;
             let mut run = Execution::new(msg_id);
             loop {
-                if run.accept(&self.next_message().await?) {
+                let message = self.next_message().await?;
+                if let Some(lost) = kernel_lost(&message) {
+                    return Err(lost);
+                }
+                if run.accept(&message) {
                     return Ok(run.output);
                 }
             }
@@ -486,6 +490,28 @@ impl Execution {
     /// What the request produced.
     pub(crate) fn output(self) -> CodeOutput {
         self.output
+    }
+}
+
+/// The error for a status that says the kernel process is gone (`restarting`,
+/// `autorestarting`, `dead`), which the server sends with no parent when the kernel dies:
+/// the request in flight will never be answered, so waiting for it would only run out the
+/// caller's budget.
+pub(crate) fn kernel_lost(message: &JupyterMessage) -> Option<ProviderError> {
+    let JupyterMessageContent::Status(status) = &message.content else {
+        return None;
+    };
+    match status.execution_state {
+        ExecutionState::Restarting | ExecutionState::AutoRestarting | ExecutionState::Dead => {
+            Some(ProviderError::new(
+                ErrorKind::Transport,
+                format!(
+                    "the kernel died while running the request (the server says `{}`)",
+                    status.execution_state.as_str()
+                ),
+            ))
+        }
+        _ => None,
     }
 }
 

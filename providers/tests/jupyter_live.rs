@@ -329,3 +329,45 @@ async fn jupyter_live_errors_name_the_status_and_hide_the_token() {
         .expect_err("unknown kernel name");
     assert_eq!(unknown.kind, ErrorKind::Api, "{unknown}");
 }
+
+/// A kernel that dies while it runs a request fails that request as soon as the server
+/// says so (it restarts the kernel), not when the caller's deadline runs out; the
+/// restarted kernel then answers on a fresh socket.
+#[tokio::test]
+async fn jupyter_live_a_kernel_that_dies_fails_the_request_at_once() {
+    let Some(mut live) = LiveServer::start() else {
+        return;
+    };
+    let server = live.client().await;
+    let kernel = server
+        .start_kernel("python3")
+        .await
+        .expect("start a kernel");
+    let mut socket = server.connect(&kernel).await.expect("connect");
+    socket.execute("1+1", KERNEL_ANSWER).await.expect("run 1+1");
+
+    let started = Instant::now();
+    let died = socket
+        .execute("import os; os._exit(3)", KERNEL_ANSWER)
+        .await
+        .expect_err("a kernel that exits never answers");
+    let took = started.elapsed();
+    eprintln!("kernel death noticed after {took:?}: {died}");
+    assert_eq!(died.kind, ErrorKind::Transport, "{died}");
+    assert!(died.to_string().contains("the kernel died"), "{died}");
+    assert!(
+        took < KERNEL_ANSWER / 2,
+        "the death was noticed only after {took:?}, near the deadline"
+    );
+
+    socket.close().await;
+    let mut socket = server.connect(&kernel).await.expect("reconnect");
+    socket
+        .wait_kernel_ready(KERNEL_ANSWER)
+        .await
+        .expect("the restarted kernel answers");
+    let after = socket.execute("1+1", KERNEL_ANSWER).await.expect("run 1+1");
+    assert_eq!(after.result.as_deref(), Some("2"), "{after:?}");
+    socket.close().await;
+    server.shutdown_kernel(&kernel).await.expect("shut down");
+}

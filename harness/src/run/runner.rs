@@ -328,6 +328,9 @@ impl Runner {
         // cassettes' order of exchanges, so they run one step at a time (whatever source
         // the caller names: the provider says when its calls are being recorded or replayed).
         let concurrent = source == Source::Live && !provider.ordered_calls();
+        // Whether a step since the launch has used the sandbox's code channel (on docker,
+        // started its kernel).
+        let mut channel_used = false;
         let mut at = 0;
         while at < steps.len() {
             let block = if concurrent && stop_reason.is_none() && not_ready.is_none() {
@@ -342,14 +345,27 @@ impl Runner {
             if block.iter().filter(|step| runs_concurrently(step)).count() > 1 {
                 at += block.len();
                 let early: Vec<&Step> = block.iter().filter(|s| runs_concurrently(s)).collect();
-                early.iter().for_each(|step| emit_started(step));
                 let run = &run;
-                let mut done = futures_util::future::join_all(early.iter().map(|step| {
+                // The first check to reach an unused code channel opens it alone: a channel
+                // that cannot open (a kernel that never starts) then costs that one check
+                // its wait, and the others, started after it, learn at once that it failed
+                // and probe through python3, instead of all queueing behind the opening
+                // and running out of their budgets.
+                let lead = if channel_used {
+                    None
+                } else {
+                    emit_started(early[0]);
+                    Some(self.one_step(run, early[0], &mut None).await)
+                };
+                let rest = &early[usize::from(lead.is_some())..];
+                rest.iter().for_each(|step| emit_started(step));
+                let rest = futures_util::future::join_all(rest.iter().map(|step| {
                     let mut no_stop = None;
                     async move { self.one_step(run, step, &mut no_stop).await }
                 }))
-                .await
-                .into_iter();
+                .await;
+                let mut done = lead.into_iter().chain(rest);
+                channel_used = true;
                 for step in block {
                     let result = if runs_concurrently(step) {
                         done.next().expect("one result per concurrent check")
@@ -371,6 +387,13 @@ impl Runner {
             at += 1;
             emit_started(step);
             let result = self.one_step(&run, step, &mut stop_reason).await;
+            match step.kind {
+                StepKind::Launch => channel_used = false,
+                StepKind::FirstResult | StepKind::Restart | StepKind::Doctor | StepKind::Check => {
+                    channel_used = true
+                }
+                _ => {}
+            }
             emit_finished(&result);
             results.push(result);
         }

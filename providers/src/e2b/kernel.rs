@@ -21,7 +21,9 @@ use serde_json::json;
 
 use crate::api::ws::{WsMessage, WsSession};
 use crate::api::{ApiClient, ApiRequest, PollIntervals, Target};
-use crate::jupyter::{Execution, answers_kernel_info, check_kernel_id, parse_json, shell_message};
+use crate::jupyter::{
+    Execution, answers_kernel_info, check_kernel_id, kernel_lost, parse_json, shell_message,
+};
 use crate::{CodeOutput, ErrorKind, ProviderError, Result, SandboxId, Secret};
 
 /// Port of the template's Jupyter Server.
@@ -170,9 +172,13 @@ impl KernelChannel {
         let msg_id = self.send(ExecuteRequest::new(code.to_owned())).await?;
         let mut run = Execution::new(msg_id);
         loop {
-            if let Some(message) = self.next(until).await?
-                && run.accept(&message)
-            {
+            let Some(message) = self.next(until).await? else {
+                continue;
+            };
+            if let Some(lost) = kernel_lost(&message) {
+                return Err(lost);
+            }
+            if run.accept(&message) {
                 return Ok(run.output());
             }
         }

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sandbox_matrix::report::results::Source;
@@ -33,6 +33,9 @@ struct Counting {
     broken_channel: bool,
     /// Held by a code call, as the docker variant holds its sandbox's kernel.
     channel: tokio::sync::Mutex<bool>,
+    /// When the broken channel's opening ended, and when the first exec started.
+    opened_at: Mutex<Option<Instant>>,
+    first_exec: Mutex<Option<Instant>>,
 }
 
 /// How long a broken channel's first call waits before it fails.
@@ -90,6 +93,7 @@ impl Provider for Counting {
             if !*opened {
                 *opened = true;
                 tokio::time::sleep(OPENING).await;
+                *self.opened_at.lock().unwrap() = Some(Instant::now());
             }
             return Err(ProviderError::new(
                 sandbox_providers::ErrorKind::Transport,
@@ -109,6 +113,10 @@ impl Provider for Counting {
     }
 
     async fn exec(&self, _: &SandboxId, _: &[String], _: bool) -> Result<CommandOutput> {
+        self.first_exec
+            .lock()
+            .unwrap()
+            .get_or_insert_with(Instant::now);
         self.call().await;
         Ok(CommandOutput {
             exit_code: Some(1),
@@ -248,10 +256,11 @@ const SHORT_BUDGETS: &str = "name: t\nenvironment: ../fixtures/environments/refe
 /// A code channel that takes long to fail on its first use (a kernel that never starts)
 /// costs the first check that opens it its wait; the checks after it learn at once that
 /// it failed and probe through exec, instead of queueing behind the opening until their
-/// own shorter budgets run out.
+/// own shorter budgets run out. The secrets scan, which does not use the channel, starts
+/// with the opening.
 #[tokio::test]
 async fn a_channel_that_cannot_open_holds_up_only_the_check_that_opens_it() {
-    let (_, result, reported) = run_provider(
+    let (provider, result, reported) = run_provider(
         Counting {
             broken_channel: true,
             ..Counting::default()
@@ -279,4 +288,18 @@ async fn a_channel_that_cannot_open_holds_up_only_the_check_that_opens_it() {
             "{name} probed through exec once the channel had failed: {shown}"
         );
     }
+    let opened = provider
+        .opened_at
+        .lock()
+        .unwrap()
+        .expect("the channel was opened");
+    let first_exec = provider
+        .first_exec
+        .lock()
+        .unwrap()
+        .expect("exec was called");
+    assert!(
+        first_exec < opened,
+        "the secrets scan waited for the channel's opening"
+    );
 }

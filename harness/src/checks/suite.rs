@@ -40,6 +40,13 @@ pub trait CheckTarget: Sync {
     fn measured(&self, name: &str) -> Option<Duration>;
 }
 
+/// Whether `check` goes through the sandbox's code channel on a variant with
+/// `capabilities`: every probe does; the secrets scan runs through exec, as root, where
+/// the variant can.
+pub fn uses_code_channel(check: Check, capabilities: &Capabilities) -> bool {
+    !(check == Check::Secrets && capabilities.exec_as_root)
+}
+
 /// Runs `check` with `params` against `target` and judges it.
 pub async fn run(
     target: &impl CheckTarget,

@@ -348,23 +348,50 @@ impl Runner {
                 let run = &run;
                 // The first check to reach an unused code channel opens it alone: a channel
                 // that cannot open (a kernel that never starts) then costs that one check
-                // its wait, and the others, started after it, learn at once that it failed
-                // and probe through python3, instead of all queueing behind the opening
-                // and running out of their budgets.
+                // its wait, and the other checks of the channel, started after it, learn at
+                // once that it failed and probe through python3, instead of all queueing
+                // behind the opening and running out of their budgets. Checks that do not
+                // use the channel (the secrets scan, through exec) start with the lead.
+                let capabilities = run.capabilities;
+                let channel = |step: &Step| match &step.expect {
+                    Expectation::Check(check, _) => suite::uses_code_channel(*check, capabilities),
+                    _ => true,
+                };
                 let lead = if channel_used {
                     None
                 } else {
-                    emit_started(early[0]);
-                    Some(self.one_step(run, early[0], &mut None).await)
+                    early.iter().position(|step| channel(step))
                 };
-                let rest = &early[usize::from(lead.is_some())..];
-                rest.iter().for_each(|step| emit_started(step));
-                let rest = futures_util::future::join_all(rest.iter().map(|step| {
-                    let mut no_stop = None;
-                    async move { self.one_step(run, step, &mut no_stop).await }
-                }))
-                .await;
-                let mut done = lead.into_iter().chain(rest);
+                let (first, then): (Vec<usize>, Vec<usize>) = (0..early.len())
+                    .partition(|&i| lead.is_none() || Some(i) == lead || !channel(early[i]));
+                let one = |i: usize| {
+                    let step = early[i];
+                    async move {
+                        let mut no_stop = None;
+                        (i, self.one_step(run, step, &mut no_stop).await)
+                    }
+                };
+                first.iter().for_each(|&i| emit_started(early[i]));
+                let opened = async {
+                    let mut out = Vec::new();
+                    if let Some(i) = lead {
+                        out.push(one(i).await);
+                    }
+                    then.iter().for_each(|&i| emit_started(early[i]));
+                    out.extend(futures_util::future::join_all(then.iter().map(|&i| one(i))).await);
+                    out
+                };
+                let free = futures_util::future::join_all(
+                    first.iter().filter(|&&i| Some(i) != lead).map(|&i| one(i)),
+                );
+                let (opened, free) = tokio::join!(opened, free);
+                let mut slots: Vec<Option<StepResult>> = early.iter().map(|_| None).collect();
+                for (i, result) in opened.into_iter().chain(free) {
+                    slots[i] = Some(result);
+                }
+                let mut done = slots
+                    .into_iter()
+                    .map(|result| result.expect("every concurrent check ran"));
                 channel_used = true;
                 for step in block {
                     let result = if runs_concurrently(step) {

@@ -106,7 +106,7 @@ pub struct DockerProvider {
     docker: Docker,
     engine_version: String,
     base: BaseRecipe,
-    sandboxes: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Sandbox>>>>,
+    sandboxes: Mutex<HashMap<String, Arc<Sandbox>>>,
     /// Extra kernels by (sandbox, context), each with its own socket, so they run at once.
     contexts: Mutex<HashMap<(String, String), SharedSocket>>,
     /// How the local base was made, once [`DockerProvider::ensure_base`] made or reused it.
@@ -120,10 +120,19 @@ type SharedSocket = Arc<tokio::sync::Mutex<KernelSocket>>;
 struct Sandbox {
     container_id: String,
     server: Arc<JupyterServer>,
-    kernel: Option<(String, KernelSocket)>,
+    /// Held while code runs, a restart or a shutdown: only the kernel is behind it, so an
+    /// exec (the secrets scan, probes through python3) runs while the kernel is busy.
+    kernel: tokio::sync::Mutex<Kernel>,
+}
+
+/// A sandbox's default kernel.
+#[derive(Default)]
+struct Kernel {
+    /// Its id and socket, once started.
+    started: Option<(String, KernelSocket)>,
     /// Why the kernel could not start, once it failed: later calls fail at once with it
     /// instead of waiting out another start.
-    kernel_failure: Option<ProviderError>,
+    failure: Option<ProviderError>,
 }
 
 impl std::fmt::Debug for DockerProvider {
@@ -171,7 +180,7 @@ impl DockerProvider {
         &self.docker
     }
 
-    fn sandbox(&self, id: &SandboxId) -> Result<Arc<tokio::sync::Mutex<Sandbox>>> {
+    fn sandbox(&self, id: &SandboxId) -> Result<Arc<Sandbox>> {
         self.sandboxes
             .lock()
             .expect("sandbox table lock")
@@ -226,7 +235,6 @@ impl DockerProvider {
     /// the e2b emulator forwards a template's code channel to.
     pub async fn jupyter_endpoint(&self, id: &SandboxId) -> Result<(String, Secret)> {
         let sandbox = self.sandbox(id)?;
-        let sandbox = sandbox.lock().await;
         Ok((
             sandbox.server.base_url().to_owned(),
             Secret::new("JUPYTER_TOKEN", sandbox.server.token()),
@@ -713,26 +721,25 @@ impl Provider for DockerProvider {
         let sandbox = Sandbox {
             container_id: id.clone(),
             server: Arc::new(server),
-            kernel: None,
-            kernel_failure: None,
+            kernel: tokio::sync::Mutex::default(),
         };
         self.sandboxes
             .lock()
             .expect("sandbox table lock")
-            .insert(id.clone(), Arc::new(tokio::sync::Mutex::new(sandbox)));
+            .insert(id.clone(), Arc::new(sandbox));
         Ok((SandboxId(id), vec![timing]))
     }
 
     async fn run_code(&self, sandbox: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)> {
         let sandbox = self.sandbox(sandbox)?;
-        let mut sandbox = sandbox.lock().await;
+        let mut kernel = sandbox.kernel.lock().await;
         let mut timings = Vec::new();
-        if let Some(failure) = &sandbox.kernel_failure {
+        if let Some(failure) = &kernel.failure {
             return Err(failure
                 .clone()
                 .context("the kernel failed to start earlier"));
         }
-        if sandbox.kernel.is_none() {
+        if kernel.started.is_none() {
             let started = Instant::now();
             let server = sandbox.server.clone();
             let started_kernel = async {
@@ -741,13 +748,13 @@ impl Provider for DockerProvider {
                 Ok::<_, ProviderError>((kernel_id, socket))
             };
             match started_kernel.await {
-                Ok(kernel) => sandbox.kernel = Some(kernel),
+                Ok(started) => kernel.started = Some(started),
                 Err(e) => {
-                    sandbox.kernel_failure = Some(e.clone());
+                    kernel.failure = Some(e.clone());
                     return Err(e);
                 }
             }
-            let (_, socket) = sandbox.kernel.as_mut().expect("kernel was just set");
+            let (_, socket) = kernel.started.as_mut().expect("kernel was just set");
             let output = socket.execute(code, EXECUTE_DEADLINE).await?;
             timings.push(Timing {
                 name: "kernel-start-to-first-answer".into(),
@@ -756,7 +763,7 @@ impl Provider for DockerProvider {
             });
             return Ok((output, timings));
         }
-        let (_, socket) = sandbox.kernel.as_mut().expect("kernel is present");
+        let (_, socket) = kernel.started.as_mut().expect("kernel is present");
         Ok((socket.execute(code, EXECUTE_DEADLINE).await?, timings))
     }
 
@@ -776,7 +783,7 @@ impl Provider for DockerProvider {
         let socket = match existing {
             Some(socket) => socket,
             None => {
-                let server = self.sandbox(sandbox)?.lock().await.server.clone();
+                let server = self.sandbox(sandbox)?.server.clone();
                 let kernel_id = server.start_kernel(KERNEL_NAME).await?;
                 let socket = Arc::new(tokio::sync::Mutex::new(server.connect(&kernel_id).await?));
                 self.contexts
@@ -796,7 +803,7 @@ impl Provider for DockerProvider {
         argv: &[String],
         as_root: bool,
     ) -> Result<CommandOutput> {
-        let container_id = self.sandbox(sandbox)?.lock().await.container_id.clone();
+        let container_id = self.sandbox(sandbox)?.container_id.clone();
         let exec = self
             .docker
             .create_exec(
@@ -841,22 +848,22 @@ impl Provider for DockerProvider {
 
     async fn restart(&self, sandbox: &SandboxId) -> Result<Vec<Timing>> {
         let sandbox = self.sandbox(sandbox)?;
-        let mut sandbox = sandbox.lock().await;
-        let (kernel_id, old_socket) = sandbox.kernel.take().ok_or_else(|| {
+        let mut kernel = sandbox.kernel.lock().await;
+        let (kernel_id, old_socket) = kernel.started.take().ok_or_else(|| {
             ProviderError::new(ErrorKind::Protocol, "no kernel to restart: run code first")
         })?;
         old_socket.close().await;
         sandbox.server.restart_kernel(&kernel_id).await?;
         // A fresh socket after every restart: an old one can lose the new kernel's first messages.
         let socket = sandbox.server.connect(&kernel_id).await?;
-        sandbox.kernel = Some((kernel_id, socket));
+        kernel.started = Some((kernel_id, socket));
         Ok(Vec::new())
     }
 
     async fn shutdown(&self, sandbox: &SandboxId, grace: Duration) -> Result<ShutdownReport> {
         let entry = self.sandbox(sandbox)?;
-        let mut entry = entry.lock().await;
-        if let Some((_, socket)) = entry.kernel.take() {
+        let mut kernel = entry.kernel.lock().await;
+        if let Some((_, socket)) = kernel.started.take() {
             socket.close().await;
         }
         let grace_secs = i32::try_from(grace.as_secs()).unwrap_or(i32::MAX);
@@ -885,7 +892,7 @@ impl Provider for DockerProvider {
         let exit_code = state.exit_code;
         // 137 is 128 + SIGKILL: the engine killed PID 1 once the grace period ran out.
         let killed = exit_code == Some(137) && elapsed >= grace && state.oom_killed != Some(true);
-        drop(entry);
+        drop(kernel);
         self.sandboxes
             .lock()
             .expect("sandbox table lock")

@@ -2,7 +2,6 @@
 //! replayed exchanges. `cargo bench -p sandbox-matrix --bench harness`.
 
 use std::hint::black_box;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,9 +19,10 @@ use sandbox_providers::api::{
     Volatiles,
 };
 
-fn root() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-}
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::root;
 
 fn parsing(c: &mut Criterion) {
     for name in ["lifecycle", "core-tier"] {
@@ -230,13 +230,8 @@ fn replay(c: &mut Criterion) {
 /// Every cloud variant × scenario that has a cassette, replayed at instant pace through
 /// the runner, one after the other, as `sandbox-matrix run` does without Docker.
 fn replayed_matrix(c: &mut Criterion) {
-    use sandbox_matrix::run::events::{EventSink, RunEvent};
     use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id};
     use sandbox_matrix::run::variants::{self, CloudMode};
-    struct Quiet;
-    impl EventSink for Quiet {
-        fn emit(&self, _: &RunEvent) {}
-    }
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let cassettes = root().join(variants::CASSETTES_DIR);
     let mode = CloudMode::Replay {
@@ -261,28 +256,11 @@ fn replayed_matrix(c: &mut Criterion) {
                 let runner = Runner::new(
                     new_run_id(),
                     fake_canary(),
-                    Arc::new(Quiet),
+                    Arc::new(common::Quiet),
                     tokio_util::sync::CancellationToken::new(),
                 );
                 for (cloud, scenario) in &plan {
-                    let session = variants::open_cloud(
-                        cloud,
-                        &scenario.name,
-                        &mode,
-                        runner.scenario_volatiles(),
-                    )
-                    .await
-                    .expect("a cassette");
-                    let result = runner
-                        .run_scenario_checked(
-                            session.provider,
-                            scenario,
-                            None,
-                            session.check,
-                            session.source,
-                            1,
-                        )
-                        .await;
+                    let result = common::run_cloud(&runner, cloud, scenario, &mode).await;
                     assert!(
                         result.passed(),
                         "{} {} failed",

@@ -86,19 +86,7 @@ async fn harness_once(variant: &CloudVariant, cassettes: &Path, scenario: &Scena
         dir: cassettes.to_owned(),
         pace: Pace::Fixed(DELAY),
     };
-    let session = variants::open_cloud(variant, &scenario.name, &mode, runner.scenario_volatiles())
-        .await
-        .expect("the cassette opens");
-    let result = runner
-        .run_scenario_checked(
-            session.provider,
-            scenario,
-            None,
-            session.check,
-            session.source,
-            1,
-        )
-        .await;
+    let result = common::run_cloud(&runner, variant, scenario, &mode).await;
     assert!(
         result.passed(),
         "the replayed {} run failed: {:#?}",

@@ -241,6 +241,34 @@ pub async fn replay_e2b(
     (result, server)
 }
 
+/// Runs `scenario` on cloud variant `cloud` in `mode` (a replay, for tests and benches)
+/// with `runner`, checking the session (the replay went as recorded) as `run` does.
+pub async fn run_cloud(
+    runner: &sandbox_matrix::run::runner::Runner,
+    cloud: &sandbox_matrix::run::variants::CloudVariant,
+    scenario: &sandbox_matrix::run::scenario::Scenario,
+    mode: &sandbox_matrix::run::variants::CloudMode,
+) -> sandbox_matrix::report::results::ScenarioResult {
+    let session = sandbox_matrix::run::variants::open_cloud(
+        cloud,
+        &scenario.name,
+        mode,
+        runner.scenario_volatiles(),
+    )
+    .await
+    .expect("the cassette opens");
+    runner
+        .run_scenario_checked(
+            session.provider,
+            scenario,
+            None,
+            session.check,
+            session.source,
+            1,
+        )
+        .await
+}
+
 /// The e2b lifecycle cassette.
 pub fn e2b_lifecycle() -> sandbox_providers::api::Cassette {
     sandbox_providers::api::Cassette::load(&root().join("fixtures/cassettes/e2b/lifecycle.yaml"))

@@ -13,8 +13,10 @@ JupyterServerSandbox (waiting for the server by polling every 50 ms, as a user o
 would); on sandbox-matrix's side the lifecycle scenario's `create-to-first-result`.
 Core tier: only the checks are timed on both sides, not the image build, the container
 start or the kernel start (sandbox-matrix's first checks start its kernel; that span is
-subtracted). sandbox-matrix starts its independent checks together, so its wall time is
-the longest of those plus the ordered ones (restart, shutdown) after them.
+subtracted). sandbox-matrix starts its independent checks together (the first one to use
+the code channel opening it before the other channel checks start), so its wall time is
+the longer of the channel's leg and the secrets scan's (through exec), plus the ordered
+checks (restart, shutdown) after them.
 """
 
 import argparse
@@ -83,6 +85,9 @@ def reference_once():
 
 
 ORDERED = ("core-7-restart", "core-8-shutdown")
+# Checks that do not use the code channel on the docker variant: the secrets scan runs as
+# root through exec.
+FREE = ("core-9-secrets",)
 
 
 def ours_once(root):
@@ -98,11 +103,19 @@ def ours_once(root):
         t["duration"] for t in by_name["lifecycle"]["timings"] if t["name"] == "create-to-first-result"
     ) / 1000
     steps = [s for s in by_name["core-tier"]["steps"] if s["step"].startswith("core-")]
-    # The first checks start the kernel; the reference's kernel was started before timing.
-    kernel_start = sum(t["duration"] for s in steps for t in s["timings"] if t["name"] == "kernel-start-to-first-answer")
-    together = max(s["duration"] for s in steps if s["step"] not in ORDERED)
+    # As the runner schedules a live block of checks (README, Scenarios): the first check
+    # that uses the code channel opens it (starting the kernel) alone, the checks that do
+    # not use it start with it, and the other channel checks start once it is done; the
+    # ordered checks follow. The reference's kernel was started before its timing began,
+    # so the kernel's start is taken out of the lead's leg, where it is spent.
+    block = [s for s in steps if s["step"] not in ORDERED]
+    lead = next(s for s in block if s["step"] not in FREE)
+    kernel_start = sum(t["duration"] for t in lead["timings"] if t["name"] == "kernel-start-to-first-answer")
+    channel = lead["duration"] - kernel_start + max(
+        (s["duration"] for s in block if s is not lead and s["step"] not in FREE), default=0)
+    free = max((s["duration"] for s in block if s["step"] in FREE), default=0)
     ordered = sum(s["duration"] for s in steps if s["step"] in ORDERED)
-    took = (together + ordered - kernel_start) / 1000
+    took = (max(channel, free) + ordered) / 1000
     passed = sum(1 for s in steps if s["status"] == "passed")
     return create_to_first, took, f"{passed}/{len(steps)}"
 

@@ -1,5 +1,5 @@
-//! Independent checks of a live run start together; restart waits until they are done;
-//! results keep the scenario's order; a recorded (or replayed) session runs one step at a
+//! Independent checks of a live run start together; restart waits until those on the code
+//! channel are done, not for the secrets scan's exec; results keep the scenario's order; a recorded (or replayed) session runs one step at a
 //! time. Shown with a provider that counts the calls in flight (no engine needed).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,8 +24,13 @@ use tokio_util::sync::CancellationToken;
 struct Counting {
     in_flight: AtomicUsize,
     most: AtomicUsize,
-    /// Calls in flight when restart was asked for.
-    at_restart: Mutex<Vec<usize>>,
+    /// Code calls and execs in flight: both, and each.
+    code_in_flight: AtomicUsize,
+    execs_in_flight: AtomicUsize,
+    /// Code calls and execs in flight when restart was asked for.
+    at_restart: Mutex<Vec<(usize, usize)>>,
+    /// An exec takes [`SLOW_EXEC`], as a secrets scan of a whole file system does.
+    slow_exec: bool,
     /// Says its calls are recorded or replayed, so must come one at a time.
     ordered: bool,
     /// The code channel opens as a kernel that never starts does on docker: the first call
@@ -41,11 +46,16 @@ struct Counting {
 /// How long a broken channel's first call waits before it fails.
 const OPENING: Duration = Duration::from_millis(1500);
 
+/// How long an exec takes with `slow_exec`.
+const SLOW_EXEC: Duration = Duration::from_millis(600);
+
 impl Counting {
-    async fn call(&self) {
+    async fn call(&self, kind: &AtomicUsize, takes: Duration) {
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        kind.fetch_add(1, Ordering::SeqCst);
         self.most.fetch_max(now, Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(takes).await;
+        kind.fetch_sub(1, Ordering::SeqCst);
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -100,7 +110,8 @@ impl Provider for Counting {
                 "the kernel never started",
             ));
         }
-        self.call().await;
+        self.call(&self.code_in_flight, Duration::from_millis(50))
+            .await;
         // Check 7 keeps a marker before it restarts: answer that it was kept.
         let result = code.ends_with("in globals()").then(|| "True".to_owned());
         Ok((
@@ -117,7 +128,12 @@ impl Provider for Counting {
             .lock()
             .unwrap()
             .get_or_insert_with(Instant::now);
-        self.call().await;
+        let takes = if self.slow_exec {
+            SLOW_EXEC
+        } else {
+            Duration::from_millis(50)
+        };
+        self.call(&self.execs_in_flight, takes).await;
         Ok(CommandOutput {
             exit_code: Some(1),
             ..Default::default()
@@ -125,10 +141,10 @@ impl Provider for Counting {
     }
 
     async fn restart(&self, _: &SandboxId) -> Result<Vec<Timing>> {
-        self.at_restart
-            .lock()
-            .unwrap()
-            .push(self.in_flight.load(Ordering::SeqCst));
+        self.at_restart.lock().unwrap().push((
+            self.code_in_flight.load(Ordering::SeqCst),
+            self.execs_in_flight.load(Ordering::SeqCst),
+        ));
         Ok(Vec::new())
     }
 
@@ -230,8 +246,32 @@ async fn live_independent_checks_overlap_and_restart_waits_for_them() {
     let at_restart = provider.at_restart.lock().unwrap().clone();
     assert!(!at_restart.is_empty(), "restart was asked for");
     assert!(
-        at_restart.iter().all(|&n| n == 0),
-        "restart ran while {at_restart:?} calls were in flight"
+        at_restart.iter().all(|&(code, _)| code == 0),
+        "restart ran while code calls were in flight: {at_restart:?}"
+    );
+}
+
+/// Restart needs the code channel to itself, not the sandbox: it runs while the secrets
+/// scan (an exec) still reads the file system, once the channel's checks are done.
+#[tokio::test]
+async fn restart_runs_beside_a_long_secrets_scan() {
+    let (provider, result, reported) = run_provider(
+        Counting {
+            slow_exec: true,
+            ..Counting::default()
+        },
+        CHECKS,
+        Source::Live,
+    )
+    .await;
+    let steps: Vec<String> = result.steps.iter().map(|s| s.step.clone()).collect();
+    assert_eq!(steps, ORDER);
+    assert_eq!(reported, ORDER);
+    let at_restart = provider.at_restart.lock().unwrap().clone();
+    assert_eq!(
+        at_restart,
+        [(0, 1)],
+        "(code calls, execs) in flight at restart: none on the channel, the scan's exec"
     );
 }
 

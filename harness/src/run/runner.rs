@@ -322,9 +322,9 @@ impl Runner {
                 result: result.clone(),
             })
         };
-        // In a block of consecutive checks of a live run, the independent checks run first,
-        // all at once, then the others (restart, shutdown...) one at a time; every result is
-        // reported in the scenario's order. Replayed and recorded sessions keep their
+        // A block of consecutive checks of a live run runs as `run_block` says (the
+        // independent checks at once, the ordered ones one at a time after those of the
+        // code channel); every result is reported in the scenario's order. Replayed and recorded sessions keep their
         // cassettes' order of exchanges, so they run one step at a time (whatever source
         // the caller names: the provider says when its calls are being recorded or replayed).
         let concurrent = source == Source::Live && !provider.ordered_calls();
@@ -344,62 +344,11 @@ impl Runner {
             let block = &steps[at..at + block];
             if block.iter().filter(|step| runs_concurrently(step)).count() > 1 {
                 at += block.len();
-                let early: Vec<&Step> = block.iter().filter(|s| runs_concurrently(s)).collect();
-                let run = &run;
-                // The first check to reach an unused code channel opens it alone: a channel
-                // that cannot open (a kernel that never starts) then costs that one check
-                // its wait, and the other checks of the channel, started after it, learn at
-                // once that it failed and probe through python3, instead of all queueing
-                // behind the opening and running out of their budgets. Checks that do not
-                // use the channel (the secrets scan, through exec) start with the lead.
-                let capabilities = run.capabilities;
-                let channel = |step: &Step| match &step.expect {
-                    Expectation::Check(check, _) => suite::uses_code_channel(*check, capabilities),
-                    _ => true,
-                };
-                let lead = if channel_used {
-                    None
-                } else {
-                    early.iter().position(|step| channel(step))
-                };
-                let (first, then): (Vec<usize>, Vec<usize>) = (0..early.len())
-                    .partition(|&i| lead.is_none() || Some(i) == lead || !channel(early[i]));
-                let one = |i: usize| {
-                    let step = early[i];
-                    async move {
-                        let mut no_stop = None;
-                        (i, self.one_step(run, step, &mut no_stop).await)
-                    }
-                };
-                first.iter().for_each(|&i| emit_started(early[i]));
-                let opened = async {
-                    let mut out = Vec::new();
-                    if let Some(i) = lead {
-                        out.push(one(i).await);
-                    }
-                    then.iter().for_each(|&i| emit_started(early[i]));
-                    out.extend(futures_util::future::join_all(then.iter().map(|&i| one(i))).await);
-                    out
-                };
-                let free = futures_util::future::join_all(
-                    first.iter().filter(|&&i| Some(i) != lead).map(|&i| one(i)),
-                );
-                let (opened, free) = tokio::join!(opened, free);
-                let mut slots: Vec<Option<StepResult>> = early.iter().map(|_| None).collect();
-                for (i, result) in opened.into_iter().chain(free) {
-                    slots[i] = Some(result);
-                }
-                let mut done = slots
-                    .into_iter()
-                    .map(|result| result.expect("every concurrent check ran"));
+                let done = self
+                    .run_block(&run, block, channel_used, &mut stop_reason, &emit_started)
+                    .await;
                 channel_used = true;
-                for step in block {
-                    let result = if runs_concurrently(step) {
-                        done.next().expect("one result per concurrent check")
-                    } else {
-                        emit_started(step);
-                        self.one_step(run, step, &mut stop_reason).await
-                    };
+                for result in done {
                     if self.cancel.is_cancelled()
                         && matches!(result.status, StepStatus::Failed { .. })
                     {
@@ -469,6 +418,70 @@ impl Runner {
             result: Box::new(result.clone()),
         });
         result
+    }
+
+    /// Runs a block of consecutive checks of a live run, returning their results in the
+    /// block's order. Two legs run at once. The code channel's: the first check to reach
+    /// an unused channel opens it alone, so that a channel that cannot open (a kernel that
+    /// never starts) costs that one check its wait and the others, started after it,
+    /// learn at once that it failed and probe through python3 (instead of queueing behind
+    /// the opening until their budgets run out); then the channel's other independent
+    /// checks all at once; then the ordered checks (restart, shutdown, cold start,
+    /// concurrent kernels), one at a time. The other leg: the independent checks that do
+    /// not use the channel (the secrets scan, through exec), all at once from the start.
+    async fn run_block(
+        &self,
+        run: &ScenarioRun<'_>,
+        block: &[Step],
+        channel_used: bool,
+        stop_reason: &mut Option<String>,
+        started: &(dyn Fn(&Step) + Sync),
+    ) -> Vec<StepResult> {
+        let channel = |step: &Step| match &step.expect {
+            Expectation::Check(check, _) => suite::uses_code_channel(*check, run.capabilities),
+            _ => true,
+        };
+        let one = |i: usize| async move {
+            let mut no_stop = None;
+            (i, self.one_step(run, &block[i], &mut no_stop).await)
+        };
+        let independent = |i: &usize| runs_concurrently(&block[*i]);
+        let (together, ordered): (Vec<usize>, Vec<usize>) = (0..block.len()).partition(independent);
+        let (on_channel, free): (Vec<usize>, Vec<usize>) =
+            together.into_iter().partition(|&i| channel(&block[i]));
+        let (lead, rest) = match on_channel.split_first() {
+            Some((&lead, rest)) if !channel_used => (Some(lead), rest),
+            _ => (None, &on_channel[..]),
+        };
+        lead.iter().chain(&free).for_each(|&i| started(&block[i]));
+        let channel_leg = async {
+            let mut out = Vec::new();
+            if let Some(i) = lead {
+                out.push(one(i).await);
+            }
+            rest.iter().for_each(|&i| started(&block[i]));
+            out.extend(futures_util::future::join_all(rest.iter().map(|&i| one(i))).await);
+            for &i in &ordered {
+                started(&block[i]);
+                let result = self.one_step(run, &block[i], stop_reason).await;
+                if self.cancel.is_cancelled() && matches!(result.status, StepStatus::Failed { .. })
+                {
+                    *stop_reason = Some("the run was interrupted".to_owned());
+                }
+                out.push((i, result));
+            }
+            out
+        };
+        let free_leg = futures_util::future::join_all(free.iter().map(|&i| one(i)));
+        let (on_channel, free) = tokio::join!(channel_leg, free_leg);
+        let mut slots: Vec<Option<StepResult>> = block.iter().map(|_| None).collect();
+        for (i, result) in on_channel.into_iter().chain(free) {
+            slots[i] = Some(result);
+        }
+        slots
+            .into_iter()
+            .map(|result| result.expect("every check of the block ran"))
+            .collect()
     }
 
     /// Runs `step` of `run` unless an earlier failure, an unready variant or the variant's

@@ -35,6 +35,10 @@ const CONNECT_TIMEOUT: Duration = HTTP_TIMEOUT;
 const POLL_START: Duration = Duration::from_millis(25);
 /// Largest interval between readiness polls.
 const POLL_MAX: Duration = Duration::from_millis(200);
+/// The longest one readiness poll waits for its answer before it is sent again: a poll
+/// that hangs (a connection accepted while the server starts, never answered) must not
+/// hold the wait until its deadline.
+const POLL_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often an unanswered `kernel_info_request` is sent again.
 const KERNEL_INFO_RESEND: Duration = Duration::from_secs(1);
 /// How long a polite close may take before the socket is dropped.
@@ -97,7 +101,8 @@ impl JupyterServer {
     /// Returns the last poll interval used (the measurement's resolution);
     /// 25 ms when the first poll already succeeds.
     ///
-    /// Connection errors and 5xx answers are polled through; an answer that
+    /// Connection errors, 5xx answers and polls unanswered after two seconds are polled
+    /// through (the poll is sent again); an answer that
     /// cannot get better (a 4xx) ends the wait at once. jupyter_server 2.x
     /// answers `GET /api` without checking the token, so a wrong token shows
     /// only on the next call.
@@ -107,7 +112,8 @@ impl JupyterServer {
         let mut last_used = POLL_START;
         loop {
             let remaining = until.saturating_duration_since(Instant::now());
-            let last_error = match self.call(Method::GET, "/api", None, remaining).await {
+            let call = remaining.min(POLL_CALL_TIMEOUT);
+            let last_error = match self.call(Method::GET, "/api", None, call).await {
                 Ok(_) => return Ok(last_used),
                 Err(e) if !e.retryable => return Err(e),
                 Err(e) => e,
@@ -691,6 +697,39 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A readiness poll whose connection is accepted and never answered (as a server can
+    /// while it starts) is sent again after [`POLL_CALL_TIMEOUT`]; the next one answers.
+    #[tokio::test]
+    async fn a_poll_that_hangs_is_sent_again() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            let (hung, _) = listener.accept().await.unwrap();
+            loop {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let mut request = [0u8; 1024];
+                let _ = socket.read(&mut request).await;
+                let _ = socket
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+                    .await;
+                drop(socket);
+                let _ = &hung;
+            }
+        });
+        let started = std::time::Instant::now();
+        let ready = JupyterServer::new(&url, "t")
+            .wait_ready(Duration::from_secs(60))
+            .await;
+        server.abort();
+        assert!(ready.is_ok(), "{ready:?}");
+        assert!(
+            started.elapsed() < POLL_CALL_TIMEOUT * 5,
+            "the hung poll held the wait for {:?}",
+            started.elapsed()
+        );
+    }
 
     #[test]
     fn websocket_base_changes_only_the_scheme() {

@@ -19,7 +19,8 @@ const PYTHON_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long the shell that leaves an orphan has to exit.
 const ORPHAN_SHELL_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long after the orphan exits (it sleeps 0.1 s) PID 1 has had to reap it.
+/// How long the orphan may stay a zombie after it exits (it sleeps 0.1 s) before PID 1
+/// is judged not to reap it.
 const REAP_GRACE: Duration = Duration::from_millis(600);
 
 /// How often a child is polled.
@@ -170,11 +171,12 @@ impl Host for SystemHost {
         if !Path::new("/proc/1").is_dir() {
             return None;
         }
-        // The shell exits at once; its background `sleep` is orphaned and exits 0.1 s later.
+        // The shell prints its background `sleep`'s pid and exits at once; the `sleep`,
+        // orphaned, exits 0.1 s later and is then a zombie until something reaps it.
         let mut shell = Command::new("sh")
-            .args(["-c", "sleep 0.1 &"])
+            .args(["-c", "sleep 0.1 & echo $!"])
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .ok()?;
@@ -190,22 +192,28 @@ impl Host for SystemHost {
                 }
             }
         }
-        thread::sleep(REAP_GRACE);
-        let mut zombies = 0;
-        for entry in fs::read_dir("/proc").ok()?.flatten() {
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name.is_empty() || !name.bytes().all(|byte| byte.is_ascii_digit()) {
-                continue;
-            }
-            let Ok(stat) = fs::read_to_string(entry.path().join("stat")) else {
-                continue;
+        let mut pid = String::new();
+        shell.stdout.take()?.read_to_string(&mut pid).ok()?;
+        let stat = format!("/proc/{}/stat", pid.trim().parse::<u32>().ok()?);
+        // Judged from the orphan's own exit, not from a fixed time after the shell's: on a
+        // loaded machine the `sleep` can exit late, just before a fixed look, and be
+        // counted as a zombie that PID 1 was about to reap.
+        let mut zombie_since: Option<Instant> = None;
+        loop {
+            let Ok(text) = fs::read_to_string(&stat) else {
+                return Some(0);
             };
-            if let Some(('Z', 1)) = state_and_parent(&stat) {
-                zombies += 1;
+            match state_and_parent(&text) {
+                Some(('Z', _))
+                    if zombie_since.get_or_insert_with(Instant::now).elapsed() >= REAP_GRACE =>
+                {
+                    return Some(1);
+                }
+                _ if Instant::now() >= deadline + ORPHAN_SHELL_TIMEOUT => return None,
+                _ => {}
             }
+            thread::sleep(POLL);
         }
-        Some(zombies)
     }
 }
 

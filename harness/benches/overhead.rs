@@ -194,6 +194,14 @@ fn main() {
     let http = reqwest::Client::new();
     let mut over = Vec::new();
     for variant in variants::CLOUD {
+        if variant.grpc.is_some() {
+            // The bare client below speaks HTTP; a gRPC variant's overhead is not measured.
+            println!(
+                "{}: over gRPC, not measured here (the bare client replays HTTP exchanges)",
+                variant.name
+            );
+            continue;
+        }
         let Some((_, method, path)) = CREATE.iter().find(|(name, ..)| *name == variant.name) else {
             eprintln!(
                 "{}: no create request in CREATE; add the variant's create request to benches/overhead.rs",

@@ -1628,7 +1628,7 @@ async fn run(args: RunArgs) -> u8 {
                     };
                     if path.is_file() {
                         // A cassette that does not parse is bad input: say where, run nothing.
-                        if let Err(e) = variants::load_cassette(&path, name, &scenario.name) {
+                        if let Err(e) = variants::check_cassette(cloud, &path, &scenario.name) {
                             eprintln!("error: {e}");
                             return EXIT_BAD_INPUT;
                         }

@@ -18,7 +18,9 @@ use schemas::SchemaSet;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_request_of_every_replayed_scenario_matches_its_schema() {
     let mut runs = 0;
-    for cloud in variants::CLOUD {
+    // A variant over gRPC has no JSON requests: its cassettes are checked against its
+    // protos when they load, and each request is decoded with them when it is replayed.
+    for cloud in variants::CLOUD.iter().filter(|c| c.grpc.is_none()) {
         let set = Arc::new(SchemaSet::load(
             &common::root().join("fixtures/schemas").join(cloud.name),
         ));

@@ -35,12 +35,13 @@
 //!   fetches a new JWT once and retries.
 //! - `sb.terminate()`: `SandboxTerminate`; `sb.wait()`: `SandboxWait` long polls.
 //!
-//! What it serves: the RPCs above plus `SandboxList`, `SecretGetOrCreate`, `SecretDelete`
-//! and `TaskExecPoll`; any other is `Unimplemented`. Control-plane calls must carry the
+//! What it serves: the RPCs above plus `SandboxList`, `SecretGetOrCreate`, `SecretDelete`,
+//! `ImageDelete` and `TaskExecPoll`; any other is `Unimplemented`. Control-plane calls must carry the
 //! token id and secret it generated at start (fakes), else `Unauthenticated`; router calls
 //! a JWT it issued for that task that has not expired, else `Unauthenticated`. Images are
-//! docker builds of the Dockerfile commands (the base is the local one, or pulled by digest
-//! with the static credential of the build's registry Secret); a sandbox is the docker
+//! docker builds of the Dockerfile commands and context files (the base is the local one,
+//! or pulled by digest with the static credential of the build's registry Secret; the
+//! environment of the image's `secret_ids` is handed to the build as its secrets); a sandbox is the docker
 //! variant's container of the image (its main process is the docker variant's, so
 //! entrypoint arguments are refused); an exec is a docker exec in it, as root unless the
 //! command says otherwise (Modal's default), in the requested workdir with the requested
@@ -102,11 +103,12 @@ const BUILD_DRAIN: Duration = Duration::from_secs(45);
 const TERMINATE_GRACE: Duration = Duration::from_secs(10);
 
 /// The control-plane RPCs it serves, by method name.
-pub const CONTROL_RPCS: [&str; 14] = [
+pub const CONTROL_RPCS: [&str; 15] = [
     "AppGetOrCreate",
     "AuthTokenGet",
     "ClientHello",
     "EnvironmentGetOrCreate",
+    "ImageDelete",
     "ImageGetOrCreate",
     "ImageJoinStreaming",
     "SandboxCreate",
@@ -172,7 +174,8 @@ struct Exec {
 struct World {
     apps: HashMap<String, String>,
     images: HashMap<String, Arc<Build>>,
-    /// Image ids by their Dockerfile commands, for builds that may be reused.
+    /// Image ids by their Dockerfile commands and context files' digests, for builds that
+    /// may be reused.
     by_commands: HashMap<Vec<String>, String>,
     secrets: HashMap<String, HashMap<String, String>>,
     named_secrets: HashMap<String, String>,
@@ -516,18 +519,12 @@ impl Emulator {
 
     /// Builds `commands` as image `id`: a Dockerfile of them, on the local base or the
     /// one its `FROM` names by digest, pulled with the registry Secret's credential.
-    fn start_build(
-        &self,
-        id: String,
-        commands: Vec<String>,
-        registry: Option<api::ImageRegistryConfig>,
-        build: Arc<Build>,
-    ) {
+    fn start_build(&self, id: String, image: api::Image, build: Arc<Build>) {
         let emulator = self.clone();
         tokio::spawn(async move {
             let dir =
                 std::env::temp_dir().join(format!("sm-modal-emulator-{}-{id}", std::process::id()));
-            let result = emulator.build(&dir, &commands, registry, &build).await;
+            let result = emulator.build(&dir, &image, &build).await;
             let _ = std::fs::remove_dir_all(&dir);
             *lock(&build.outcome) = Some(result);
         });
@@ -536,12 +533,29 @@ impl Emulator {
     async fn build(
         &self,
         dir: &std::path::Path,
-        commands: &[String],
-        registry: Option<api::ImageRegistryConfig>,
+        image: &api::Image,
         build: &Arc<Build>,
     ) -> Result<Artifact, String> {
+        let commands = &image.dockerfile_commands;
         let reference = from_reference(commands)?;
-        let secret_id = registry.map(|r| r.secret_id).unwrap_or_default();
+        let secret_id = image
+            .image_registry_config
+            .as_ref()
+            .map(|r| r.secret_id.clone())
+            .unwrap_or_default();
+        // The build's Secrets reach the builder as build arguments, as a registry token would.
+        let mut build_secrets = Vec::new();
+        for id in &image.secret_ids {
+            let env = self
+                .world()
+                .secrets
+                .get(id)
+                .cloned()
+                .ok_or_else(|| format!("the image's Secret {id} does not exist"))?;
+            let mut env: Vec<(String, String)> = env.into_iter().collect();
+            env.sort();
+            build_secrets.extend(env.into_iter().map(|(k, v)| Secret::new(k, v)));
+        }
         let (base, registry_credential) = if secret_id.is_empty() {
             (BaseImage::local(reference), None)
         } else {
@@ -582,11 +596,30 @@ impl Emulator {
                     dir.display()
                 )
             })?;
+        for file in &image.context_files {
+            let relative = std::path::Path::new(&file.filename);
+            if file.filename.is_empty()
+                || relative
+                    .components()
+                    .any(|c| !matches!(c, std::path::Component::Normal(_)))
+            {
+                return Err(format!(
+                    "context file {:?} is not a path inside the build context",
+                    file.filename
+                ));
+            }
+            let path = dir.join(relative);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| format!("{}: {e}", parent.display()))?;
+            }
+            std::fs::write(&path, &file.data).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
         let request = BuildRequest {
             environment_dir: dir.to_owned(),
             base,
             registry_credential,
-            build_secrets: Vec::new(),
+            build_secrets,
             labels: self.labels(None, "build"),
         };
         let sink = build.clone();
@@ -838,6 +871,43 @@ impl ModalClient for Control {
         }))
     }
 
+    async fn image_delete(
+        &self,
+        request: Request<api::ImageDeleteRequest>,
+    ) -> Result<Response<()>, Status> {
+        self.emulator.fault("ImageDelete")?;
+        let id = request.into_inner().image_id;
+        let build = {
+            let mut world = self.emulator.world();
+            let build = world
+                .images
+                .remove(&id)
+                .ok_or_else(|| Status::not_found(format!("no image {id}")))?;
+            world.by_commands.retain(|_, v| *v != id);
+            build
+        };
+        let outcome = lock(&build.outcome).clone();
+        match outcome {
+            Some(Ok(artifact)) => {
+                let docker = &self.emulator.inner.docker;
+                let image = docker.artifact_resource(&artifact).ok_or_else(|| {
+                    Status::internal("the docker variant names no resource for its image")
+                })?;
+                docker
+                    .delete_resource(&image)
+                    .await
+                    .map_err(|e| Status::failed_precondition(format!("image {id}: {e}")))?;
+            }
+            Some(Err(_)) => {}
+            None => {
+                return Err(Status::failed_precondition(format!(
+                    "image {id} is still building"
+                )));
+            }
+        }
+        Ok(Response::new(()))
+    }
+
     async fn image_get_or_create(
         &self,
         request: Request<api::ImageGetOrCreateRequest>,
@@ -847,11 +917,18 @@ impl ModalClient for Control {
         let image = request
             .image
             .ok_or_else(|| Status::invalid_argument("ImageGetOrCreate has no image"))?;
-        let commands = image.dockerfile_commands;
-        from_reference(&commands).map_err(Status::invalid_argument)?;
+        from_reference(&image.dockerfile_commands).map_err(Status::invalid_argument)?;
+        // An image is reused for the same commands and context, as Modal reuses one.
+        let mut key = image.dockerfile_commands.clone();
+        key.extend(
+            image
+                .context_files
+                .iter()
+                .map(|f| format!("{}:{}", f.filename, hex_sha256(&f.data))),
+        );
         let mut world = self.emulator.world();
         if !request.force_build
-            && let Some(id) = world.by_commands.get(&commands).cloned()
+            && let Some(id) = world.by_commands.get(&key).cloned()
             && let Some(build) = world.images.get(&id)
             && matches!(*lock(&build.outcome), Some(Ok(_)))
         {
@@ -864,10 +941,9 @@ impl ModalClient for Control {
         let id = format!("im-{}", random_id(22));
         let build = Arc::new(Build::default());
         world.images.insert(id.clone(), build.clone());
-        world.by_commands.insert(commands.clone(), id.clone());
+        world.by_commands.insert(key, id.clone());
         drop(world);
-        self.emulator
-            .start_build(id.clone(), commands, image.image_registry_config, build);
+        self.emulator.start_build(id.clone(), image, build);
         Ok(Response::new(api::ImageGetOrCreateResponse {
             image_id: id,
             result: None,
@@ -1308,6 +1384,14 @@ impl TaskCommandRouter for Router {
 }
 
 /// The base a Dockerfile's first command, `FROM [--flag ...] <reference> [AS name]`, names.
+fn hex_sha256(data: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 fn from_reference(commands: &[String]) -> Result<String, String> {
     let first = commands.first().map(|c| c.trim()).unwrap_or_default();
     let mut words = first.split_whitespace();

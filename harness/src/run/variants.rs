@@ -4,9 +4,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use prost_reflect::DescriptorPool;
+use sandbox_providers::api::grpc::{
+    GrpcCassette, GrpcOptions, GrpcReplayServer, Recorder as GrpcRecorder,
+};
 use sandbox_providers::api::replay::{Pace, ReplayOptions, ReplayServer};
 use sandbox_providers::api::{Cassette, Mode, Recorder, Volatiles};
 use sandbox_providers::docker::{BaseRecipe, DockerProvider, DoctorBinary};
+use sandbox_providers::modal;
 use sandbox_providers::{Capabilities, Provider, ProviderError};
 
 use crate::report::results::{Replay, Source};
@@ -21,6 +26,24 @@ pub const CASSETTES_DIR: &str = "fixtures/cassettes";
 /// Makes a cloud variant's provider for a mode.
 pub type CloudConnect = fn(Mode, Arc<Volatiles>) -> Result<Arc<dyn Provider>, ProviderError>;
 
+/// Makes a gRPC variant's provider recording into a recorder.
+pub type GrpcRecord = fn(GrpcRecorder, Arc<Volatiles>) -> Result<Arc<dyn Provider>, ProviderError>;
+
+/// How a variant over gRPC records and replays: at the gRPC layer, with its own cassettes
+/// (method paths and messages as JSON, streams frame by frame, trailers). Its
+/// [`CloudVariant::connect`] serves live runs and replays (a replay server's URL in
+/// [`Mode::Replay`]); recording goes through [`GrpcWire::record`].
+pub struct GrpcWire {
+    /// The descriptors of the variant's messages.
+    pub descriptors: fn() -> &'static DescriptorPool,
+    /// Request metadata replay compares and recordings keep.
+    pub matched_metadata: &'static [&'static str],
+    /// Makes the provider recording into the recorder, live.
+    pub record: GrpcRecord,
+    /// How the recorder is set up for a run with `volatiles` (what it redacts).
+    pub record_options: fn(Arc<Volatiles>) -> GrpcOptions,
+}
+
 /// A variant reached over a provider's API: live, recorded or replayed.
 pub struct CloudVariant {
     /// Its name in scenarios and reports.
@@ -33,6 +56,9 @@ pub struct CloudVariant {
     pub replay_credentials: fn() -> Vec<sandbox_providers::Secret>,
     /// What it can do, known before connecting (the provider's `CAPABILITIES`).
     pub capabilities: Capabilities,
+    /// Set for a variant over gRPC, which records and replays at that layer; `None` for
+    /// one over HTTP.
+    pub grpc: Option<GrpcWire>,
 }
 
 /// The cloud variants, in report order.
@@ -46,6 +72,7 @@ pub const CLOUD: &[CloudVariant] = &[
         matched_headers: sandbox_providers::e2b::REPLAY_MATCHED_HEADERS,
         replay_credentials: sandbox_providers::e2b::replay_credentials,
         capabilities: sandbox_providers::e2b::CAPABILITIES,
+        grpc: None,
     },
     CloudVariant {
         name: "daytona",
@@ -56,6 +83,36 @@ pub const CLOUD: &[CloudVariant] = &[
         matched_headers: sandbox_providers::daytona::REPLAY_MATCHED_HEADERS,
         replay_credentials: sandbox_providers::daytona::replay_credentials,
         capabilities: sandbox_providers::daytona::CAPABILITIES,
+        grpc: None,
+    },
+    CloudVariant {
+        name: "modal",
+        connect: |mode, volatiles| {
+            let connection = match mode {
+                Mode::Live => modal::Connection::Live,
+                Mode::Replay { server_url, .. } => modal::Connection::Replay { server_url },
+                Mode::Record(_) => {
+                    return Err(ProviderError::new(
+                        sandbox_providers::ErrorKind::Config,
+                        "the modal variant records gRPC calls, not HTTP exchanges",
+                    ));
+                }
+            };
+            modal::ModalProvider::from_env(connection, volatiles)
+                .map(|p| Arc::new(p) as Arc<dyn Provider>)
+        },
+        matched_headers: &[],
+        replay_credentials: modal::replay_credentials,
+        capabilities: modal::CAPABILITIES,
+        grpc: Some(GrpcWire {
+            descriptors: modal::proto::descriptors,
+            matched_metadata: modal::MATCHED_METADATA,
+            record: |recorder, volatiles| {
+                modal::ModalProvider::from_env(modal::Connection::Record(recorder), volatiles)
+                    .map(|p| Arc::new(p) as Arc<dyn Provider>)
+            },
+            record_options: modal::record_options,
+        }),
     },
 ];
 
@@ -110,8 +167,15 @@ impl CloudMode {
                 // A path that would leave the folder is shown, never read.
                 let checked = checked_cassette_path(dir, variant, scenario);
                 let path = cassette_path(dir, variant, scenario);
-                let cassette = checked.ok().and_then(|p| Cassette::load(&p).ok());
-                replay_source(dir, &path, *pace, cassette.as_ref())
+                let header = checked.ok().and_then(|p| match cloud(variant) {
+                    Some(CloudVariant {
+                        grpc: Some(grpc), ..
+                    }) => GrpcCassette::load(&p, (grpc.descriptors)())
+                        .ok()
+                        .map(|c| (c.origin, c.written)),
+                    _ => Cassette::load(&p).ok().map(|c| (c.origin, c.written)),
+                });
+                replay_source(dir, &path, *pace, header)
             }
         }
     }
@@ -135,35 +199,86 @@ pub fn checked_cassette_path(dir: &Path, variant: &str, scenario: &str) -> Resul
 /// different one), located at that line.
 pub fn load_cassette(path: &Path, variant: &str, scenario: &str) -> Result<Cassette, String> {
     let cassette = Cassette::load(path).map_err(|e| e.to_string())?;
+    check_header(
+        path,
+        (&cassette.variant, &cassette.scenario),
+        variant,
+        scenario,
+    )?;
+    Ok(cassette)
+}
+
+/// Reads the cassette at `path` as `cloud` replays it (HTTP or gRPC) for `scenario`: the
+/// error says where it does not parse or is another variant's or scenario's.
+pub fn check_cassette(cloud: &CloudVariant, path: &Path, scenario: &str) -> Result<(), String> {
+    match &cloud.grpc {
+        Some(grpc) => {
+            load_grpc_cassette(path, (grpc.descriptors)(), cloud.name, scenario).map(drop)
+        }
+        None => load_cassette(path, cloud.name, scenario).map(drop),
+    }
+}
+
+/// [`load_cassette`] for a variant over gRPC, whose messages `pool` describes.
+pub fn load_grpc_cassette(
+    path: &Path,
+    pool: &DescriptorPool,
+    variant: &str,
+    scenario: &str,
+) -> Result<GrpcCassette, String> {
+    let cassette = GrpcCassette::load(path, pool).map_err(|e| e.to_string())?;
+    check_header(
+        path,
+        (&cassette.variant, &cassette.scenario),
+        variant,
+        scenario,
+    )?;
+    Ok(cassette)
+}
+
+/// Refuses a cassette at `path` whose header names (`variant:`, `scenario:`) are not
+/// `variant` and `scenario`.
+fn check_header(
+    path: &Path,
+    (recorded_variant, recorded_scenario): (&str, &str),
+    variant: &str,
+    scenario: &str,
+) -> Result<(), String> {
     let line_of = |field: &str| {
         std::fs::read_to_string(path)
             .ok()
             .and_then(|text| text.lines().position(|l| l.starts_with(field)))
             .map_or(1, |i| i + 1)
     };
-    if cassette.variant != variant {
+    if recorded_variant != variant {
         return Err(format!(
             "{}:{}:1: the cassette is for the `{}` variant, and the {variant} variant cannot replay it",
             path.display(),
             line_of("variant:"),
-            crate::paths::cut(&cassette.variant)
+            crate::paths::cut(recorded_variant)
         ));
     }
-    if cassette.scenario != scenario {
+    if recorded_scenario != scenario {
         return Err(format!(
             "{}:{}:1: scenario: the cassette is for the `{}` scenario, and the `{scenario}` scenario cannot replay it",
             path.display(),
             line_of("scenario:"),
-            crate::paths::cut(&cassette.scenario)
+            crate::paths::cut(recorded_scenario)
         ));
     }
-    Ok(cassette)
+    Ok(())
 }
 
-/// A replay of the cassette at `path` under `dir`, at `pace`, with `cassette`'s header when
-/// it was read. The path is shown from the project root when `dir` is the project's
-/// cassettes folder (`<root>/fixtures/cassettes`), else as given.
-fn replay_source(dir: &Path, path: &Path, pace: Pace, cassette: Option<&Cassette>) -> Source {
+/// A replay of the cassette at `path` under `dir`, at `pace`, with the cassette's header
+/// (`origin:` and `written:`) when it was read. The path is shown from the project root
+/// when `dir` is the project's cassettes folder (`<root>/fixtures/cassettes`), else as
+/// given.
+fn replay_source(
+    dir: &Path,
+    path: &Path,
+    pace: Pace,
+    header: Option<(String, Option<String>)>,
+) -> Source {
     let root = if dir.ends_with(CASSETTES_DIR) {
         dir.ancestors()
             .nth(Path::new(CASSETTES_DIR).components().count())
@@ -176,8 +291,8 @@ fn replay_source(dir: &Path, path: &Path, pace: Pace, cassette: Option<&Cassette
     Source::Replay {
         replay: Replay {
             cassette: shown.display().to_string(),
-            origin: cassette.map(|c| c.origin.clone()),
-            written: cassette.and_then(|c| c.written.clone()),
+            origin: header.as_ref().map(|(origin, _)| origin.clone()),
+            written: header.and_then(|(_, written)| written),
             pace: pace.into(),
         },
     }
@@ -202,6 +317,11 @@ pub async fn open_cloud(
     volatiles: Arc<Volatiles>,
 ) -> Result<CloudSession, String> {
     let name = variant.name;
+    if let Some(grpc) = &variant.grpc
+        && !matches!(mode, CloudMode::Live)
+    {
+        return open_grpc(variant, grpc, scenario, mode, volatiles).await;
+    }
     match mode {
         CloudMode::Live => Ok(CloudSession {
             provider: (variant.connect)(Mode::Live, volatiles)
@@ -245,7 +365,8 @@ pub async fn open_cloud(
                 ));
             }
             let cassette = load_cassette(&path, name, scenario)?;
-            let source = replay_source(dir, &path, *pace, Some(&cassette));
+            let header = (cassette.origin.clone(), cassette.written.clone());
+            let source = replay_source(dir, &path, *pace, Some(header));
             let server = ReplayServer::start(
                 cassette,
                 ReplayOptions {
@@ -278,6 +399,101 @@ pub async fn open_cloud(
                         server
                             .finish()
                             .map(|()| format!("{served} requests served as recorded in {origin}"))
+                            .map_err(|e| e.to_string())
+                    }),
+                }),
+            })
+        }
+    }
+}
+
+/// [`open_cloud`] for a variant over gRPC, recording or replaying.
+async fn open_grpc(
+    variant: &CloudVariant,
+    grpc: &GrpcWire,
+    scenario: &str,
+    mode: &CloudMode,
+    volatiles: Arc<Volatiles>,
+) -> Result<CloudSession, String> {
+    let name = variant.name;
+    let pool = (grpc.descriptors)();
+    match mode {
+        CloudMode::Live => Err(format!("the {name} variant opens live through its connect")),
+        CloudMode::Record { dir } => {
+            let path = checked_cassette_path(dir, name, scenario)?;
+            let options = GrpcOptions {
+                name: Some(path.display().to_string()),
+                ..(grpc.record_options)(volatiles.clone())
+            };
+            let recorder = GrpcRecorder::new(pool.clone(), options);
+            let provider = (grpc.record)(recorder.clone(), volatiles)
+                .map_err(|e| format!("the {name} variant cannot record: {e}"))?;
+            let (variant, scenario) = (name.to_owned(), scenario.to_owned());
+            Ok(CloudSession {
+                provider,
+                source: Source::Record,
+                check: Some(SessionCheck {
+                    name: "record",
+                    check: Box::new(move || {
+                        let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+                        let cassette = recorder
+                            .cassette(
+                                format!("recorded live {date}"),
+                                Some(date.to_string()),
+                                variant,
+                                scenario,
+                            )
+                            .map_err(|e| e.to_string())?;
+                        let calls = cassette.exchanges.len();
+                        cassette.save(&path).map_err(|e| e.to_string())?;
+                        Ok(format!("{calls} calls written to {}", path.display()))
+                    }),
+                }),
+            })
+        }
+        CloudMode::Replay { dir, pace } => {
+            let path = checked_cassette_path(dir, name, scenario)?;
+            if !path.is_file() {
+                return Err(format!(
+                    "no cassette for {name} × {scenario} at {} (record one with --record, or run it with --live)",
+                    path.display()
+                ));
+            }
+            let cassette = load_grpc_cassette(&path, pool, name, scenario)?;
+            let header = (cassette.origin.clone(), cassette.written.clone());
+            let source = replay_source(dir, &path, *pace, Some(header));
+            let options = GrpcOptions {
+                credentials: (variant.replay_credentials)(),
+                volatiles: volatiles.clone(),
+                matched_metadata: grpc
+                    .matched_metadata
+                    .iter()
+                    .map(|s| (*s).to_owned())
+                    .collect(),
+                name: Some(path.display().to_string()),
+                pace: *pace,
+            };
+            let server = GrpcReplayServer::start(cassette, pool.clone(), options)
+                .await
+                .map_err(|e| e.to_string())?;
+            let provider = (variant.connect)(
+                Mode::Replay {
+                    server_url: server.url(),
+                    pace: *pace,
+                },
+                volatiles,
+            )
+            .map_err(|e| format!("the {name} variant cannot replay: {e}"))?;
+            let origin = path.display().to_string();
+            Ok(CloudSession {
+                provider,
+                source,
+                check: Some(SessionCheck {
+                    name: "replay",
+                    check: Box::new(move || {
+                        server
+                            .finish()
+                            .map(|()| format!("every call served as recorded in {origin}"))
                             .map_err(|e| e.to_string())
                     }),
                 }),
@@ -334,7 +550,8 @@ mod tests {
         .expect("parses");
         let shown = |dir: &Path| {
             let path = cassette_path(dir, "e2b", "lifecycle");
-            match replay_source(dir, &path, Pace::Recorded, Some(&cassette)) {
+            let header = (cassette.origin.clone(), cassette.written.clone());
+            match replay_source(dir, &path, Pace::Recorded, Some(header)) {
                 Source::Replay { replay } => replay,
                 other => panic!("not a replay: {other:?}"),
             }

@@ -41,7 +41,7 @@ pub const MAX_LATENCY_MS: f64 = 3_600_000.0;
 
 /// Reads a response's `latency_ms:`, refusing what is not a finite number of milliseconds
 /// from 0 to [`MAX_LATENCY_MS`] (replay at the recorded pace sleeps that long).
-fn latency<'de, D: serde::Deserializer<'de>>(
+pub(crate) fn latency<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> std::result::Result<f64, D::Error> {
     let ms = f64::deserialize(deserializer)?;
@@ -651,8 +651,9 @@ impl Normalizer {
         self.back().frame(frame)
     }
 
-    /// The normalizer that turns this one's run-varying placeholders back into values.
-    fn back(&self) -> Normalizer {
+    /// The normalizer that turns this one's run-varying placeholders back into values
+    /// (credentials stay placeholders).
+    pub fn back(&self) -> Normalizer {
         Normalizer {
             replacements: self
                 .replacements

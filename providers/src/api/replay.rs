@@ -35,9 +35,10 @@ use super::ws::{Rewound, close_with};
 use crate::{ErrorKind, ProviderError, Result, Secret};
 
 /// How fast responses come back.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum Pace {
     /// At once.
+    #[default]
     Instant,
     /// After each exchange's recorded latency.
     Recorded,
@@ -683,7 +684,7 @@ fn admit(
 }
 
 /// How long to hold an answer recorded as taking `latency_ms`.
-fn delay(pace: Pace, latency_ms: f64) -> Duration {
+pub(crate) fn delay(pace: Pace, latency_ms: f64) -> Duration {
     match pace {
         Pace::Instant => Duration::ZERO,
         // Cassettes are range-checked at load; a value built in code never panics here.

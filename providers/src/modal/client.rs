@@ -393,7 +393,7 @@ exchanges:
             credentials: credentials.secrets(),
             volatiles: volatiles.clone(),
             matched_metadata: MATCHED_METADATA.map(str::to_owned).to_vec(),
-            name: None,
+            ..GrpcOptions::default()
         };
         let server = GrpcReplayServer::start(cassette, pool, options)
             .await

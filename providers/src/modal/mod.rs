@@ -1,7 +1,716 @@
 //! The modal variant: Modal's gRPC control plane (`modal.client.ModalClient`) and a task's
 //! command router (`modal.task_command_router.TaskCommandRouter`).
+//!
+//! Build: the environment's Dockerfile as Modal's `dockerfile_commands` (the base argument
+//! resolved), the files its `COPY`s name as context files, the base's registry credential
+//! and the run's build secret as ephemeral Secrets deleted after the build; the image id is
+//! the artifact. Launch: a sandbox of that image id running the image's own command (the
+//! contract base's Jupyter Server), its task, and the code channel ([`channel`]) installed
+//! and waiting for the server. Every exec re-asserts the contract's user (Modal runs execs
+//! as root otherwise) except the root ones the secrets scan asks for.
 
+pub mod channel;
 pub mod client;
 pub mod proto;
 pub mod router;
 pub mod sandbox;
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use self::client::{ControlPlane, Credentials};
+use self::proto::client::{
+    ClientHelloResponse, ImageContextFile, ImageDeleteRequest, SandboxListRequest, SandboxTag,
+};
+use self::router::Router;
+use crate::api::Volatiles;
+use crate::api::grpc::{GrpcOptions, Recorder};
+use crate::{
+    Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, CreateLog,
+    CreateRecorder, ErrorKind, Labelled, LogFn, Provider, ProviderError, Resource, RestartKind,
+    Result, RunLabels, SandboxId, Secret, ShutdownEnding, ShutdownObservation, ShutdownReport,
+    Timing,
+};
+
+/// What the client was written against.
+pub const API_VERSION: &str = "Modal client API of modal 1.6.4 (subset protos)";
+/// The artifact kind: a Modal image id.
+pub const ARTIFACT_KIND: &str = "modal-image";
+/// The app every sandbox-matrix sandbox and image belongs to.
+pub const APP_NAME: &str = "sandbox-matrix";
+/// Resource kind of a sandbox.
+const KIND_SANDBOX: &str = "sandbox";
+/// Resource kind of an image.
+const KIND_IMAGE: &str = "image";
+/// How long a build may take.
+const BUILD_DEADLINE: Duration = Duration::from_secs(30 * 60);
+/// How long a new sandbox may take to get a task.
+const TASK_DEADLINE: Duration = Duration::from_secs(120);
+/// How long launch waits for the Jupyter Server once the sandbox has a task.
+const READY_DEADLINE: Duration = Duration::from_secs(60);
+/// How often the channel looks for the server while it waits.
+const READY_POLL: Duration = Duration::from_millis(50);
+/// How long a sandbox lives before Modal ends it, should cleanup never run.
+const SANDBOX_LIFETIME: Duration = Duration::from_secs(15 * 60);
+/// How long one command may run.
+const EXEC_TIMEOUT: Duration = Duration::from_secs(300);
+/// The deadline of the short calls made here.
+const CALL_DEADLINE: Duration = Duration::from_secs(30);
+/// The most context files one image takes in all, as one gRPC message carries them.
+const MAX_CONTEXT_BYTES: usize = 2 * 1024 * 1024;
+/// Kernels run at once in one sandbox: each context is a server session of its own.
+const CONCURRENT_CONTEXTS: u32 = 4;
+
+/// What the modal variant can do.
+pub const CAPABILITIES: Capabilities = Capabilities {
+    build: true,
+    restart: RestartKind::Kernel,
+    build_logs: BuildLogMode::Streamed,
+    exec_as_root: true,
+    // Modal's API gives no image env, labels or history.
+    artifact_metadata: false,
+    floor: false,
+    concurrent_contexts: CONCURRENT_CONTEXTS,
+    stateful_code: true,
+    shutdown: ShutdownObservation::Api,
+    gpus: 0,
+    egress_policy: false,
+};
+
+/// Request metadata replay compares (the control plane's and the router's).
+pub const MATCHED_METADATA: &[&str] = &client::MATCHED_METADATA;
+
+/// How the variant reaches Modal.
+#[derive(Debug, Clone)]
+pub enum Connection {
+    /// Modal's control plane (or `SANDBOX_MATRIX_MODAL_URL`), with the token from the
+    /// environment.
+    Live,
+    /// As live, every call written to the recorder.
+    Record(Recorder),
+    /// A replay server at `server_url`, which serves the router calls too; fake
+    /// credentials.
+    Replay {
+        /// The replay server's URL.
+        server_url: String,
+    },
+}
+
+/// The token replay sends: fakes, which the replay server compares as placeholders.
+pub fn replay_credentials() -> Vec<Secret> {
+    fake_credentials().secrets()
+}
+
+fn fake_credentials() -> Credentials {
+    // Fakes: a replay reaches no service.
+    Credentials {
+        token_id: Secret::new(client::TOKEN_ID_VAR, "ak-sandbox-matrix-replay"),
+        token_secret: Secret::new(client::TOKEN_SECRET_VAR, "as-sandbox-matrix-replay"),
+    }
+}
+
+/// The token of the environment, for a recorder's redaction; none when it is not set.
+pub fn live_credentials() -> Vec<Secret> {
+    Credentials::from_env()
+        .ok()
+        .flatten()
+        .map(|c| c.secrets())
+        .unwrap_or_default()
+}
+
+/// How calls are recorded: the environment's token and the run's volatiles redacted, the
+/// meaningful metadata kept.
+pub fn record_options(volatiles: Arc<Volatiles>) -> GrpcOptions {
+    record_options_with(live_credentials(), volatiles)
+}
+
+/// [`record_options`] redacting `credentials`.
+pub fn record_options_with(credentials: Vec<Secret>, volatiles: Arc<Volatiles>) -> GrpcOptions {
+    GrpcOptions {
+        credentials,
+        volatiles,
+        matched_metadata: MATCHED_METADATA.iter().map(|s| (*s).to_owned()).collect(),
+        ..GrpcOptions::default()
+    }
+}
+
+/// What launch learned about a sandbox.
+struct Running {
+    router: Arc<Router>,
+}
+
+/// The `modal` variant.
+pub struct ModalProvider {
+    plane: Arc<ControlPlane>,
+    connection: Connection,
+    volatiles: Arc<Volatiles>,
+    app: tokio::sync::OnceCell<String>,
+    sandboxes: Mutex<HashMap<String, Arc<Running>>>,
+    /// Sandboxes this client terminated and saw end: cleanup does not terminate them again.
+    gone: Mutex<HashSet<String>>,
+    /// Images this client built and has not deleted, with their labels: Modal lists no
+    /// images by label, so cleanup learns them here (and from the run ledger).
+    built: Mutex<Vec<(RunLabels, String)>>,
+    /// Held by each code call when calls must keep the recorded order.
+    order: tokio::sync::Mutex<()>,
+    creates: CreateRecorder,
+}
+
+impl ModalProvider {
+    /// Connects as `connection` says: live and recording with `MODAL_TOKEN_ID` and
+    /// `MODAL_TOKEN_SECRET` (both needed) at [`client::server_url`]; replaying with fakes.
+    pub fn from_env(connection: Connection, volatiles: Arc<Volatiles>) -> Result<Self> {
+        let (url, credentials) = match &connection {
+            Connection::Replay { server_url } => (server_url.clone(), fake_credentials()),
+            Connection::Live | Connection::Record(_) => {
+                let credentials = Credentials::from_env()?.ok_or_else(|| {
+                    ProviderError::new(
+                        ErrorKind::Config,
+                        format!(
+                            "the modal variant needs {} and {} in the environment",
+                            client::TOKEN_ID_VAR,
+                            client::TOKEN_SECRET_VAR
+                        ),
+                    )
+                })?;
+                let url = client::server_url(|name| std::env::var(name).ok());
+                (url, credentials)
+            }
+        };
+        Self::new(&url, credentials, connection, volatiles)
+    }
+
+    /// Connects to the control plane at `url` with `credentials`, as `connection` says
+    /// (a replay's server URL is `url`).
+    pub fn new(
+        url: &str,
+        credentials: Credentials,
+        connection: Connection,
+        volatiles: Arc<Volatiles>,
+    ) -> Result<Self> {
+        let recorder = match &connection {
+            Connection::Record(r) => Some(r.clone()),
+            _ => None,
+        };
+        let transport = client::connect(url, recorder)?;
+        let plane = ControlPlane::new(transport, credentials, volatiles.clone());
+        Ok(Self {
+            plane: Arc::new(plane),
+            connection,
+            volatiles,
+            app: tokio::sync::OnceCell::new(),
+            sandboxes: Mutex::new(HashMap::new()),
+            gone: Mutex::new(HashSet::new()),
+            built: Mutex::new(Vec::new()),
+            order: tokio::sync::Mutex::new(()),
+            creates: CreateRecorder::default(),
+        })
+    }
+
+    async fn app(&self) -> Result<&str> {
+        self.app
+            .get_or_try_init(|| sandbox::app(&self.plane, APP_NAME))
+            .await
+            .map(String::as_str)
+    }
+
+    fn router(&self, task_id: &str) -> Router {
+        let (url, recorder) = match &self.connection {
+            Connection::Live => (None, None),
+            Connection::Record(r) => (None, Some(r.clone())),
+            Connection::Replay { server_url } => (Some(server_url.clone()), None),
+        };
+        Router::new(
+            self.plane.clone(),
+            task_id,
+            url,
+            recorder,
+            self.volatiles.clone(),
+        )
+    }
+
+    fn running(&self, sandbox: &SandboxId) -> Result<Arc<Running>> {
+        lock(&self.sandboxes)
+            .get(&sandbox.0)
+            .cloned()
+            .ok_or_else(|| {
+                ProviderError::new(
+                    ErrorKind::NotFound,
+                    format!("sandbox {} was not launched by this run", sandbox.0),
+                )
+            })
+    }
+
+    /// Calls hold this while calls must keep the recorded order.
+    async fn in_order(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        match self.connection {
+            Connection::Live => None,
+            _ => Some(self.order.lock().await),
+        }
+    }
+
+    async fn list(&self, tags: Vec<SandboxTag>) -> Result<Vec<proto::client::SandboxInfo>> {
+        let request = SandboxListRequest {
+            app_id: self.app().await?.to_owned(),
+            tags,
+            ..Default::default()
+        };
+        Ok(self
+            .plane
+            .call(
+                "SandboxList",
+                request,
+                CALL_DEADLINE,
+                |mut c, r| async move { c.sandbox_list(r).await },
+            )
+            .await?
+            .sandboxes)
+    }
+
+    async fn terminate(&self, sandbox_id: &str, grace: Duration) -> Result<ShutdownReport> {
+        let result = sandbox::terminate(&self.plane, sandbox_id, grace).await?;
+        if result.is_some() {
+            lock(&self.gone).insert(sandbox_id.to_owned());
+        }
+        Ok(ShutdownReport {
+            ending: ShutdownEnding::NotObservable,
+            exit_code: result.map(|r| i64::from(r.exitcode)),
+        })
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The files the Dockerfile's `COPY`s name from the build context, as Modal's context
+/// files (paths relative to the environment folder); a source that leaves the folder, a
+/// pattern, or more than [`MAX_CONTEXT_BYTES`] in all is refused with file:line.
+pub fn context_files(dir: &Path, dockerfile: &str) -> Result<Vec<ImageContextFile>> {
+    let shown = dir.join("Dockerfile");
+    let mut files = Vec::new();
+    let mut total = 0usize;
+    for instruction in sandbox_contract::dockerfile::parse::parse(dockerfile) {
+        let copies = matches!(instruction.keyword.as_str(), "COPY" | "ADD");
+        if !copies
+            || instruction.flags.iter().any(|f| f.name == "from")
+            || !instruction.heredocs.is_empty()
+        {
+            continue;
+        }
+        let refuse = |why: String| {
+            ProviderError::new(
+                ErrorKind::Config,
+                format!("{}:{}: {why}", shown.display(), instruction.line),
+            )
+        };
+        let words = instruction.args.words();
+        let Some((_, sources)) = words.split_last() else {
+            return Err(refuse(format!("{} names no source", instruction.keyword)));
+        };
+        for source in sources {
+            if source.contains(['*', '?', '[']) {
+                return Err(refuse(format!("`{source}` is a pattern; name files")));
+            }
+            let path = crate::context::resolve(dir, source).map_err(&refuse)?;
+            let relative = path.strip_prefix(dir).unwrap_or(&path).to_owned();
+            for file in crate::context::files(dir, &relative).map_err(&refuse)? {
+                let data = std::fs::read(dir.join(&file))
+                    .map_err(|e| refuse(format!("cannot read {}: {e}", file.display())))?;
+                total += data.len();
+                if total > MAX_CONTEXT_BYTES {
+                    return Err(refuse(format!(
+                        "the build context passes {MAX_CONTEXT_BYTES} bytes, more than one \
+                         request carries"
+                    )));
+                }
+                let filename = file.to_string_lossy().into_owned();
+                if !files
+                    .iter()
+                    .any(|f: &ImageContextFile| f.filename == filename)
+                {
+                    files.push(ImageContextFile { filename, data });
+                }
+            }
+        }
+    }
+    Ok(files)
+}
+
+fn timing(name: &str, duration: Duration, resolution: Option<Duration>) -> Timing {
+    Timing {
+        name: name.to_owned(),
+        duration,
+        resolution,
+    }
+}
+
+#[async_trait]
+impl Provider for ModalProvider {
+    fn variant(&self) -> &str {
+        "modal"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        CAPABILITIES
+    }
+
+    fn provider_version(&self) -> Option<String> {
+        Some(API_VERSION.to_owned())
+    }
+
+    fn ordered_calls(&self) -> bool {
+        !matches!(self.connection, Connection::Live)
+    }
+
+    async fn check_access(&self) -> Result<String> {
+        let hello: ClientHelloResponse = self
+            .plane
+            .call("ClientHello", (), CALL_DEADLINE, |mut c, r| async move {
+                c.client_hello(r).await
+            })
+            .await?;
+        Ok(match hello.warning.as_str() {
+            "" => "ClientHello answered".to_owned(),
+            warning => format!("ClientHello answered, warning: {warning}"),
+        })
+    }
+
+    fn credential_use(&self, request: &BuildRequest) -> String {
+        match &request.registry_credential {
+            Some(_) => format!(
+                "{}; handed to the image build as an ephemeral registry Secret, deleted by id after the build",
+                request.credential_made()
+            ),
+            None => request.credential_made(),
+        }
+    }
+
+    async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact> {
+        let dir = &request.environment_dir;
+        let dockerfile = sandbox_contract::dockerfile::resolve_base_arg(
+            &crate::read_dockerfile(dir)?,
+            crate::BASE_ARG,
+            &request.base.reference,
+        );
+        let spec = sandbox::ImageSpec {
+            commands: sandbox::dockerfile_commands(&dockerfile)
+                .map_err(|e| e.context(dir.join("Dockerfile").display().to_string()))?,
+            context_files: context_files(dir, &dockerfile)?,
+            credential: request.registry_credential.as_ref(),
+            build_secrets: &request.build_secrets,
+        };
+        let app = self.app().await?.to_owned();
+        let seq = self.creates.intent(&request.labels, KIND_IMAGE)?;
+        let image = sandbox::build(&self.plane, &app, spec, log, BUILD_DEADLINE).await?;
+        let resource = Resource {
+            kind: KIND_IMAGE.into(),
+            id: image.clone(),
+        };
+        self.creates.created(seq, &request.labels, &resource, log);
+        lock(&self.built).push((request.labels.clone(), image.clone()));
+        log(&format!("image {image} built"));
+        Ok(Artifact {
+            id: image,
+            kind: ARTIFACT_KIND.into(),
+        })
+    }
+
+    async fn launch(
+        &self,
+        artifact: &Artifact,
+        labels: &RunLabels,
+    ) -> Result<(SandboxId, Vec<Timing>)> {
+        if artifact.kind != ARTIFACT_KIND {
+            return Err(ProviderError::new(
+                ErrorKind::Config,
+                format!(
+                    "the modal variant launches {ARTIFACT_KIND} artifacts, not {}",
+                    artifact.kind
+                ),
+            ));
+        }
+        let app = self.app().await?.to_owned();
+        let started = Instant::now();
+        let id = sandbox::create(
+            &self.plane,
+            &app,
+            &artifact.id,
+            Vec::new(),
+            labels,
+            SANDBOX_LIFETIME,
+        )
+        .await?;
+        let mut timings = vec![timing("sandbox-create", started.elapsed(), None)];
+        let ready = async {
+            let started = Instant::now();
+            let task = sandbox::task_id(&self.plane, &id, TASK_DEADLINE).await?;
+            timings.push(timing("task-assigned", started.elapsed(), None));
+            let router = self.router(&task);
+            let ready = channel::install_and_wait(&router, READY_DEADLINE).await?;
+            timings.push(timing(
+                "server-ready",
+                channel::millis(ready.waited_ms),
+                Some(READY_POLL),
+            ));
+            Ok::<_, ProviderError>(router)
+        };
+        match ready.await {
+            Ok(router) => {
+                let running = Arc::new(Running {
+                    router: Arc::new(router),
+                });
+                lock(&self.sandboxes).insert(id.clone(), running);
+                Ok((SandboxId(id), timings))
+            }
+            Err(e) => {
+                // Never leave a sandbox behind that the caller has no id for.
+                if let Err(end) = self.terminate(&id, Duration::from_secs(10)).await {
+                    tracing::warn!(sandbox = %id, "could not terminate a sandbox that never became ready: {end}");
+                }
+                Err(e.context(format!("launch sandbox {id}")))
+            }
+        }
+    }
+
+    async fn run_code(&self, sandbox: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)> {
+        let running = self.running(sandbox)?;
+        let _order = self.in_order().await;
+        let (output, kernel) =
+            channel::run(&running.router, channel::DEFAULT_CONTEXT, code).await?;
+        Ok((output, vec![timing("channel-kernel-answer", kernel, None)]))
+    }
+
+    async fn run_code_in(
+        &self,
+        sandbox: &SandboxId,
+        context: &str,
+        code: &str,
+    ) -> Result<CodeOutput> {
+        let running = self.running(sandbox)?;
+        let _order = self.in_order().await;
+        let context = format!("context-{context}");
+        Ok(channel::run(&running.router, &context, code).await?.0)
+    }
+
+    async fn exec(
+        &self,
+        sandbox: &SandboxId,
+        argv: &[String],
+        as_root: bool,
+    ) -> Result<CommandOutput> {
+        let running = self.running(sandbox)?;
+        let _order = self.in_order().await;
+        running.router.exec(argv, as_root, EXEC_TIMEOUT).await
+    }
+
+    async fn restart(&self, sandbox: &SandboxId) -> Result<Vec<Timing>> {
+        let running = self.running(sandbox)?;
+        let _order = self.in_order().await;
+        let restarted = channel::restart(&running.router, channel::DEFAULT_CONTEXT).await?;
+        Ok(vec![
+            timing(
+                "kernel-restart",
+                channel::millis(restarted.restart_ms),
+                None,
+            ),
+            timing("kernel-ready", channel::millis(restarted.ready_ms), None),
+        ])
+    }
+
+    async fn shutdown(&self, sandbox: &SandboxId, grace: Duration) -> Result<ShutdownReport> {
+        let report = self.terminate(&sandbox.0, grace).await?;
+        lock(&self.sandboxes).remove(&sandbox.0);
+        Ok(report)
+    }
+
+    async fn artifact_metadata(&self, _artifact: &Artifact) -> Result<String> {
+        Err(ProviderError::unsupported(
+            "read an image's env, labels or history (Modal's API has none)",
+        ))
+    }
+
+    async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>> {
+        let tags = labels
+            .to_map()
+            .into_iter()
+            .map(|(tag_name, tag_value)| SandboxTag {
+                tag_name,
+                tag_value,
+            })
+            .collect();
+        let gone = lock(&self.gone).clone();
+        let sandboxes = self.list(tags).await?;
+        // Sandboxes first: an image is deleted once nothing runs from it.
+        let images: Vec<Resource> = lock(&self.built)
+            .iter()
+            .filter(|(built_for, _)| built_for == labels)
+            .map(|(_, id)| Resource {
+                kind: KIND_IMAGE.into(),
+                id: id.clone(),
+            })
+            .collect();
+        Ok(sandboxes
+            .into_iter()
+            .filter(|s| !gone.contains(&s.id))
+            .map(|s| Resource {
+                kind: KIND_SANDBOX.into(),
+                id: s.id,
+            })
+            .chain(images)
+            .collect())
+    }
+
+    fn artifact_resource(&self, artifact: &Artifact) -> Option<Resource> {
+        (artifact.kind == ARTIFACT_KIND).then(|| Resource {
+            kind: KIND_IMAGE.into(),
+            id: artifact.id.clone(),
+        })
+    }
+
+    fn sandbox_resource(&self, sandbox: &SandboxId) -> Option<Resource> {
+        Some(Resource {
+            kind: KIND_SANDBOX.into(),
+            id: sandbox.0.clone(),
+        })
+    }
+
+    fn record_creates(&self, log: Arc<dyn CreateLog>) {
+        self.creates.set(log);
+    }
+
+    async fn list_labelled(&self, run_id: Option<&str>) -> Result<Vec<Labelled>> {
+        let tags = run_id
+            .map(|id| SandboxTag {
+                tag_name: crate::RUN_LABEL.to_owned(),
+                tag_value: id.to_owned(),
+            })
+            .into_iter()
+            .collect();
+        Ok(self
+            .list(tags)
+            .await?
+            .into_iter()
+            .filter_map(|s| {
+                let tag = |name: &str| {
+                    s.tags
+                        .iter()
+                        .find(|t| t.tag_name == name)
+                        .map(|t| t.tag_value.clone())
+                };
+                let run = tag(crate::RUN_LABEL)?;
+                let created = (s.created_at > 0.0)
+                    .then(|| Duration::try_from_secs_f64(s.created_at).ok())
+                    .flatten()
+                    .map(|d| std::time::UNIX_EPOCH + d);
+                Some(Labelled {
+                    run_id: run,
+                    scenario: tag(crate::SCENARIO_LABEL),
+                    created,
+                    resource: Resource {
+                        kind: KIND_SANDBOX.into(),
+                        id: s.id,
+                    },
+                })
+            })
+            .collect())
+    }
+
+    async fn delete_resource(&self, resource: &Resource) -> Result<()> {
+        match resource.kind.as_str() {
+            KIND_SANDBOX => {
+                if lock(&self.gone).contains(&resource.id) {
+                    return Ok(());
+                }
+                // Terminating a sandbox that has ended already answers its ending.
+                self.terminate(&resource.id, Duration::from_secs(10))
+                    .await
+                    .map(drop)
+            }
+            KIND_IMAGE => {
+                let deleted = self
+                    .plane
+                    .call(
+                        "ImageDelete",
+                        ImageDeleteRequest {
+                            image_id: resource.id.clone(),
+                        },
+                        CALL_DEADLINE,
+                        |mut c, r| async move { c.image_delete(r).await },
+                    )
+                    .await;
+                let deleted = match deleted {
+                    Err(e) if e.kind == ErrorKind::NotFound => Ok(()),
+                    other => other,
+                };
+                if deleted.is_ok() {
+                    lock(&self.built).retain(|(_, id)| *id != resource.id);
+                }
+                deleted
+            }
+            other => Err(ProviderError::new(
+                ErrorKind::Config,
+                format!("the modal variant has no resource kind `{other}`"),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn environment(files: &[(&str, &str)]) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "sm-modal-context-{}-{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        for (name, text) in files {
+            let path = dir.join(name);
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("the folder");
+            std::fs::write(path, text).expect("the file");
+        }
+        dir
+    }
+
+    #[test]
+    fn context_files_are_what_the_copies_name() {
+        let dir = environment(&[
+            ("environment.json", "{}"),
+            ("conf/a.txt", "a"),
+            ("unused", "x"),
+        ]);
+        let files = context_files(
+            &dir,
+            "FROM base\nCOPY environment.json /etc/e.json\nCOPY --chown=1000 conf /conf\n\
+             COPY --from=other /x /y\n",
+        )
+        .expect("the context");
+        let names: Vec<&str> = files.iter().map(|f| f.filename.as_str()).collect();
+        assert_eq!(names, ["environment.json", "conf/a.txt"]);
+        assert_eq!(files[0].data, b"{}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_copy_that_leaves_the_folder_is_refused_with_its_line() {
+        let dir = environment(&[("environment.json", "{}")]);
+        let error = context_files(&dir, "FROM base\n\nCOPY ../secret /s\n").expect_err("refused");
+        let text = error.to_string();
+        assert!(
+            text.contains("Dockerfile:3: `../secret` leaves the build context"),
+            "{text}"
+        );
+        let error = context_files(&dir, "FROM base\nCOPY *.json /s\n").expect_err("refused");
+        assert!(
+            error.to_string().contains(":2: `*.json` is a pattern"),
+            "{error}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

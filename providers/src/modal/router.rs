@@ -356,7 +356,7 @@ mod tests {
             credentials: credentials.secrets(),
             volatiles: volatiles.clone(),
             matched_metadata: vec!["authorization".to_owned()],
-            name: None,
+            ..GrpcOptions::default()
         };
         let server = GrpcReplayServer::start(cassette, pool, options)
             .await

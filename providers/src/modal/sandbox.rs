@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use super::client::ControlPlane;
 use super::proto::client::generic_result::GenericStatus;
 use super::proto::client::{
-    AppGetOrCreateRequest, GenericResult, Image, ImageGetOrCreateRequest,
+    AppGetOrCreateRequest, GenericResult, Image, ImageContextFile, ImageGetOrCreateRequest,
     ImageJoinStreamingRequest, ImageRegistryConfig, ObjectCreationType, RegistryAuthType, Sandbox,
     SandboxCreateRequest, SandboxGetTaskIdRequest, SandboxTag, SandboxTerminateRequest,
     SandboxWaitRequest, SecretDeleteRequest, SecretGetOrCreateRequest,
@@ -63,56 +63,50 @@ pub fn dockerfile_commands(dockerfile: &str) -> Result<Vec<String>> {
     Ok(lines[first..].iter().map(|l| (*l).to_owned()).collect())
 }
 
-/// Builds an image of `commands` in `app_id`, pulling the base with `credential` when
-/// there is one; its id. Build logs go to `log` as they arrive.
+/// What an image is built from: the Dockerfile's commands, the context files they copy,
+/// the credential of the base's registry and the build's secrets.
+#[derive(Debug, Default)]
+pub struct ImageSpec<'a> {
+    /// The Dockerfile from its first `FROM` on, the base argument resolved.
+    pub commands: Vec<String>,
+    /// The files the commands copy from the build context.
+    pub context_files: Vec<ImageContextFile>,
+    /// Pulls the base, through an ephemeral registry Secret.
+    pub credential: Option<&'a RegistryCredential>,
+    /// Handed to the build as the environment of an ephemeral Secret (as `REGISTRY_TOKEN`
+    /// for the first, `REGISTRY_TOKEN_<n>` after), as a build token would be.
+    pub build_secrets: &'a [crate::Secret],
+}
+
+/// Builds the image of `spec` in `app_id`; its id. Build logs go to `log` as they arrive.
+/// Each Secret made for the build is deleted by id as soon as the build ends, whatever
+/// happened.
 pub async fn build(
     plane: &ControlPlane,
     app_id: &str,
-    commands: Vec<String>,
-    credential: Option<&RegistryCredential>,
+    spec: ImageSpec<'_>,
     log: &LogFn,
     deadline: Duration,
 ) -> Result<String> {
-    let Some(credential) = credential else {
-        return build_image(plane, app_id, commands, None, log, deadline).await;
-    };
-    let request = SecretGetOrCreateRequest {
-        object_creation_type: ObjectCreationType::Ephemeral as i32,
-        env_dict: HashMap::from([
-            ("REGISTRY_USERNAME".to_owned(), credential.username.clone()),
-            (
-                "REGISTRY_PASSWORD".to_owned(),
-                credential.password.expose().to_owned(),
-            ),
-        ]),
-        app_id: app_id.to_owned(),
-        ..Default::default()
-    };
-    let secret_id = plane
-        .call(
-            "SecretGetOrCreate",
-            request,
-            CALL_DEADLINE,
-            |mut c, r| async move { c.secret_get_or_create(r).await },
-        )
-        .await?
-        .secret_id;
-    let config = ImageRegistryConfig {
-        registry_auth_type: RegistryAuthType::StaticCreds as i32,
-        secret_id: secret_id.clone(),
-    };
-    let built = build_image(plane, app_id, commands, Some(config), log, deadline).await;
-    let deleted = plane
-        .call(
-            "SecretDelete",
-            SecretDeleteRequest {
-                secret_id: secret_id.clone(),
-            },
-            CALL_DEADLINE,
-            |mut c, r| async move { c.secret_delete(r).await },
-        )
-        .await
-        .map_err(|e| e.context(format!("deleting the build's registry Secret {secret_id}")));
+    let mut secrets = Vec::new();
+    let built = build_with_secrets(plane, app_id, spec, log, deadline, &mut secrets).await;
+    let mut deleted = Ok(());
+    for secret_id in secrets {
+        let outcome = plane
+            .call(
+                "SecretDelete",
+                SecretDeleteRequest {
+                    secret_id: secret_id.clone(),
+                },
+                CALL_DEADLINE,
+                |mut c, r| async move { c.secret_delete(r).await },
+            )
+            .await
+            .map_err(|e| e.context(format!("deleting the build's Secret {secret_id}")));
+        if deleted.is_ok() {
+            deleted = outcome;
+        }
+    }
     match (built, deleted) {
         (Ok(image), Ok(())) => Ok(image),
         (Err(e), Ok(())) => Err(e),
@@ -121,21 +115,94 @@ pub async fn build(
     }
 }
 
+/// An ephemeral Secret of `env` in `app_id`; its id.
+async fn secret(
+    plane: &ControlPlane,
+    app_id: &str,
+    env: HashMap<String, String>,
+) -> Result<String> {
+    let request = SecretGetOrCreateRequest {
+        object_creation_type: ObjectCreationType::Ephemeral as i32,
+        env_dict: env,
+        app_id: app_id.to_owned(),
+        ..Default::default()
+    };
+    Ok(plane
+        .call(
+            "SecretGetOrCreate",
+            request,
+            CALL_DEADLINE,
+            |mut c, r| async move { c.secret_get_or_create(r).await },
+        )
+        .await?
+        .secret_id)
+}
+
+/// [`build`] before its Secrets are deleted; every Secret it made is pushed to `made`.
+async fn build_with_secrets(
+    plane: &ControlPlane,
+    app_id: &str,
+    spec: ImageSpec<'_>,
+    log: &LogFn,
+    deadline: Duration,
+    made: &mut Vec<String>,
+) -> Result<String> {
+    let registry = match spec.credential {
+        Some(credential) => {
+            let env = HashMap::from([
+                ("REGISTRY_USERNAME".to_owned(), credential.username.clone()),
+                (
+                    "REGISTRY_PASSWORD".to_owned(),
+                    credential.password.expose().to_owned(),
+                ),
+            ]);
+            let id = secret(plane, app_id, env).await?;
+            made.push(id.clone());
+            Some(ImageRegistryConfig {
+                registry_auth_type: RegistryAuthType::StaticCreds as i32,
+                secret_id: id,
+            })
+        }
+        None => None,
+    };
+    let mut secret_ids = Vec::new();
+    if !spec.build_secrets.is_empty() {
+        let env = spec
+            .build_secrets
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let name = match i {
+                    0 => "REGISTRY_TOKEN".to_owned(),
+                    n => format!("REGISTRY_TOKEN_{n}"),
+                };
+                (name, s.expose().to_owned())
+            })
+            .collect();
+        let id = secret(plane, app_id, env).await?;
+        made.push(id.clone());
+        secret_ids.push(id);
+    }
+    let image = Image {
+        dockerfile_commands: spec.commands,
+        context_files: spec.context_files,
+        secret_ids,
+        image_registry_config: registry,
+        ..Default::default()
+    };
+    build_image(plane, app_id, image, log, deadline).await
+}
+
 async fn build_image(
     plane: &ControlPlane,
     app_id: &str,
-    commands: Vec<String>,
-    registry: Option<ImageRegistryConfig>,
+    image: Image,
     log: &LogFn,
     deadline: Duration,
 ) -> Result<String> {
     let started = Instant::now();
     let request = ImageGetOrCreateRequest {
-        image: Some(Image {
-            dockerfile_commands: commands,
-            image_registry_config: registry,
-            ..Default::default()
-        }),
+        image: Some(image),
         app_id: app_id.to_owned(),
         ..Default::default()
     };
@@ -434,15 +501,13 @@ mod tests {
         let commands =
             dockerfile_commands("# the base\nARG BASE_IMAGE=x\nFROM base@sha256:00\nRUN true")
                 .expect("has a FROM");
-        let built = build(
-            &plane,
-            "ap-1",
+        let credential = credential();
+        let spec = ImageSpec {
             commands,
-            Some(&credential()),
-            &log,
-            Duration::from_secs(55),
-        )
-        .await;
+            credential: Some(&credential),
+            ..ImageSpec::default()
+        };
+        let built = build(&plane, "ap-1", spec, &log, Duration::from_secs(55)).await;
         let lines = lines.lock().expect("log lock").clone();
         (server, built, lines)
     }

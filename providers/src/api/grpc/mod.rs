@@ -92,6 +92,19 @@ pub struct GrpcExchange {
         skip_serializing_if = "Option::is_none"
     )]
     pub message: Option<String>,
+    /// Time from sending the request to the call's end, in milliseconds, from 0 to
+    /// [`crate::api::cassette::MAX_LATENCY_MS`]; replay at the recorded pace holds the
+    /// answer that long.
+    #[serde(
+        default,
+        deserialize_with = "crate::api::cassette::latency",
+        skip_serializing_if = "is_zero"
+    )]
+    pub latency_ms: f64,
+}
+
+fn is_zero(ms: &f64) -> bool {
+    *ms == 0.0
 }
 
 impl GrpcCassette {
@@ -192,6 +205,44 @@ pub fn method(pool: &DescriptorPool, path: &str) -> std::result::Result<MethodDe
         .ok_or_else(|| format!("service `{service}` has no method `{name}`"))
 }
 
+/// Rewrites, with `f`, every string of `message` and every bytes value that is UTF-8 text
+/// (command output, a program's arguments), in nested messages, lists and maps too: how
+/// credentials and run-varying values inside bytes become placeholders, and back.
+pub fn rewrite_text(message: &mut DynamicMessage, f: &dyn Fn(&str) -> String) {
+    for (_, value) in message.fields_mut() {
+        rewrite_value(value, f);
+    }
+}
+
+fn rewrite_value(value: &mut prost_reflect::Value, f: &dyn Fn(&str) -> String) {
+    use prost_reflect::{MapKey, Value};
+    match value {
+        Value::String(s) => *s = f(s),
+        Value::Bytes(b) => {
+            if let Ok(text) = std::str::from_utf8(b) {
+                let rewritten = f(text);
+                if rewritten != text {
+                    *b = Bytes::from(rewritten.into_bytes());
+                }
+            }
+        }
+        Value::Message(m) => rewrite_text(m, f),
+        Value::List(items) => items.iter_mut().for_each(|v| rewrite_value(v, f)),
+        Value::Map(map) => {
+            let entries: Vec<(MapKey, Value)> = map.drain().collect();
+            for (key, mut v) in entries {
+                rewrite_value(&mut v, f);
+                let key = match key {
+                    MapKey::String(k) => MapKey::String(f(&k)),
+                    other => other,
+                };
+                map.insert(key, v);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// `message` as JSON with proto field names, default values left out.
 pub fn to_json(message: &DynamicMessage) -> serde_json::Value {
     let options = SerializeOptions::new().use_proto_field_name(true);
@@ -255,6 +306,8 @@ pub struct GrpcOptions {
     pub matched_metadata: Vec<String>,
     /// What errors call the cassette, such as its file; the variant and scenario otherwise.
     pub name: Option<String>,
+    /// How fast the replay server answers.
+    pub pace: crate::api::replay::Pace,
 }
 
 struct State {
@@ -266,11 +319,13 @@ struct State {
     problems: Vec<String>,
 }
 
-/// What the replay server sends for one call: its messages, then the trailers.
+/// What the replay server sends for one call, after `delay`: its messages, then the
+/// trailers.
 struct Answer {
     frames: Vec<Bytes>,
     status: i32,
     message: Option<String>,
+    delay: std::time::Duration,
 }
 
 impl State {
@@ -292,6 +347,7 @@ impl State {
                     frames: Vec::new(),
                     status: STATUS_FAILED_PRECONDITION,
                     message: Some(format!("replay of {}: {problem}", self.name)),
+                    delay: std::time::Duration::ZERO,
                 }
             }
         }
@@ -309,9 +365,10 @@ impl State {
         let [frame] = frames.as_slice() else {
             return Err(format!("{} request messages, not one", frames.len()));
         };
-        let request = DynamicMessage::decode(method.input(), frame.clone())
+        let mut request = DynamicMessage::decode(method.input(), frame.clone())
             .map_err(|e| format!("not a {}: {e}", method.input().full_name()))?;
         let normalizer = Normalizer::new(&self.options.credentials, &self.options.volatiles);
+        rewrite_text(&mut request, &|t| normalizer.text(t));
         let request = normalizer.json(&to_json(&request));
         let metadata: BTreeMap<String, String> = self
             .options
@@ -349,15 +406,23 @@ impl State {
                 crate::yaml::cut(&exchange.request.to_string(), EXCERPT),
             ));
         }
+        // What the recording answered, with this run's values in place of placeholders.
+        let back = normalizer.back();
         let frames = exchange
             .responses
             .iter()
-            .map(|r| from_json(method.output(), r).map(|m| encode_frame(&m.encode_to_vec())))
+            .map(|r| {
+                from_json(method.output(), r).map(|mut m| {
+                    rewrite_text(&mut m, &|t| back.text(t));
+                    encode_frame(&m.encode_to_vec())
+                })
+            })
             .collect::<std::result::Result<Vec<_>, _>>()?;
         Ok(Answer {
             frames,
             status: exchange.status,
             message: exchange.message.clone(),
+            delay: crate::api::replay::delay(self.options.pace, exchange.latency_ms),
         })
     }
 }
@@ -489,6 +554,7 @@ async fn serve(
         Err(e) => Err(format!("the request body broke off: {e}")),
     };
     let answer = lock(state).answer(&path, &parts.headers, body);
+    tokio::time::sleep(answer.delay).await;
     let mut trailers = http::HeaderMap::new();
     trailers.insert("grpc-status", http::HeaderValue::from(answer.status));
     if let Some(message) = &answer.message {
@@ -684,8 +750,63 @@ exchanges:
             .expect("every call ended");
         let text = serde_saphyr::to_string(&recorded).expect("YAML");
         assert!(!text.contains(FAKE_SECRET), "{text}");
-        let reread = GrpcCassette::parse(&text, descriptors()).expect("the recording parses");
+        let mut reread = GrpcCassette::parse(&text, descriptors()).expect("the recording parses");
+        // Each call's latency is kept; the hand-written source has none.
+        for exchange in &mut reread.exchanges {
+            assert!(exchange.latency_ms < 10_000.0, "{}", exchange.latency_ms);
+            exchange.latency_ms = 0.0;
+        }
         assert_eq!(reread, source);
+    }
+
+    #[test]
+    fn a_latency_out_of_range_is_refused_at_load() {
+        let text = CASSETTE.replace(
+            "  responses: [{app_id: ap-1}]\n",
+            "  responses: [{app_id: ap-1}]\n  latency_ms: 1e300\n",
+        );
+        let error = GrpcCassette::parse(&text, descriptors()).expect_err("refused");
+        assert!(
+            error
+                .to_string()
+                .contains("latency_ms: 1e300 is out of range"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn text_inside_bytes_becomes_a_placeholder_and_back() {
+        let pool = descriptors();
+        let output = pool
+            .get_message_by_name("modal.task_command_router.TaskExecStdioReadResponse")
+            .expect("the stdio message");
+        let mut message = from_json(
+            output,
+            &serde_json::json!({ "data": "eyJtIjogInNtLW1hcmtlci0xIn0=" }),
+        )
+        .expect("a message");
+        let volatiles = Volatiles::default();
+        volatiles.register("marker", "sm-marker-1");
+        let normalizer = Normalizer::new(&[], &volatiles);
+        rewrite_text(&mut message, &|t| normalizer.text(t));
+        let json = to_json(&message);
+        let data = base64::Engine::decode(
+            &base64::engine::general_purpose::STANDARD,
+            json["data"].as_str().expect("bytes as base64"),
+        )
+        .expect("base64");
+        assert_eq!(String::from_utf8_lossy(&data), r#"{"m": "<marker>"}"#);
+        // A later run's value goes back in where the recording holds the placeholder.
+        let later = Volatiles::default();
+        later.register("marker", "sm-marker-2");
+        let back = Normalizer::new(&[], &later).back();
+        rewrite_text(&mut message, &|t| back.text(t));
+        let data = base64::Engine::decode(
+            &base64::engine::general_purpose::STANDARD,
+            to_json(&message)["data"].as_str().expect("bytes"),
+        )
+        .expect("base64");
+        assert_eq!(String::from_utf8_lossy(&data), r#"{"m": "sm-marker-2"}"#);
     }
 
     #[tokio::test]

@@ -35,6 +35,9 @@ struct Call {
     request: Bytes,
     body: BytesMut,
     status: Option<(i32, Option<String>)>,
+    started: std::time::Instant,
+    /// From the request to the call's end, once it ended.
+    took: Option<std::time::Duration>,
 }
 
 struct Recording {
@@ -93,6 +96,8 @@ impl Recorder {
             request,
             body: BytesMut::new(),
             status: None,
+            started: std::time::Instant::now(),
+            took: None,
         });
         recording.calls.len() - 1
     }
@@ -100,6 +105,9 @@ impl Recorder {
     fn with_call(&self, index: usize, f: impl FnOnce(&mut Call)) {
         if let Some(call) = self.lock().calls.get_mut(index) {
             f(call);
+            if call.status.is_some() && call.took.is_none() {
+                call.took = Some(call.started.elapsed());
+            }
         }
     }
 
@@ -150,7 +158,10 @@ impl Call {
         };
         let decode = |bytes: &[u8], descriptor| {
             DynamicMessage::decode(descriptor, bytes)
-                .map(|m| normalizer.json(&to_json(&m)))
+                .map(|mut m| {
+                    super::rewrite_text(&mut m, &|t| normalizer.text(t));
+                    normalizer.json(&to_json(&m))
+                })
                 .map_err(|e| e.to_string())
         };
         let request = match decode_frames(&self.request)?.as_slice() {
@@ -172,6 +183,10 @@ impl Call {
             responses,
             status,
             message: message.map(|m| normalizer.text(&m)),
+            // To the tenth of a millisecond, as HTTP cassettes keep it.
+            latency_ms: self
+                .took
+                .map_or(0.0, |d| (d.as_secs_f64() * 10_000.0).round() / 10.0),
         })
     }
 }

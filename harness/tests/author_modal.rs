@@ -1,0 +1,151 @@
+//! Authors the modal cassettes: `sandbox_matrix::emulate::modal` (Modal's gRPC control
+//! plane and command router on loopback, backed by the local docker variant, so every
+//! build, sandbox and exec is real) answers the modal variant running the lifecycle and
+//! core-tier scenarios in record mode, which writes
+//! `fixtures/cassettes/modal/<scenario>.yaml`.
+//!
+//! Needs Docker: `cargo test -p sandbox-matrix --test author_modal -- --ignored`.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use sandbox_matrix::emulate::modal::{DEFAULT_DOMAIN, Emulator, Options, ROUTER_JWT_TTL};
+use sandbox_matrix::report::results::ScenarioResult;
+use sandbox_matrix::run::events::{EventSink, RunEvent};
+use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id};
+use sandbox_matrix::run::scenario::Scenario;
+use sandbox_providers::api::grpc::Recorder;
+use sandbox_providers::modal::client::{Credentials, TOKEN_ID_VAR, TOKEN_SECRET_VAR};
+use sandbox_providers::modal::{self, Connection, ModalProvider};
+use sandbox_providers::{Provider, Secret};
+
+/// What the cassettes say they were written from.
+const ORIGIN: &str = "authored from Modal's published protos (modal 1.6.4), answered by \
+                      sandbox-matrix's emulator of them backed by the docker variant";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Docker; writes fixtures/cassettes/modal/*.yaml"]
+async fn author_modal_cassettes() {
+    let root = common::root();
+    record(&root, &root.join("fixtures/cassettes/modal")).await;
+}
+
+/// Recording with the emulator's fake token writes none of it, nor the run's fake
+/// canary: not in the cassettes, not in the reports of the runs that recorded them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recording_modal_writes_no_credential() {
+    if !common::docker_or_skip("recording_modal_writes_no_credential") {
+        return;
+    }
+    let out = common::out_dir("record-modal");
+    let (results, fakes) = record(&common::root(), &out.join("cassettes")).await;
+    common::write_reports(&out.join("reports"), results, &fakes);
+    common::assert_no_value_in_tree(&out, &fakes);
+}
+
+/// Records lifecycle and core-tier into `dir`; their results and the secrets used.
+async fn record(root: &Path, dir: &Path) -> (Vec<ScenarioResult>, Vec<Secret>) {
+    let docker = sandbox_matrix::run::variants::docker_provider(
+        root,
+        Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
+    )
+    .await
+    .map(Arc::new)
+    .expect("a Docker engine");
+    docker
+        .prepare(
+            &sandbox_providers::BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
+            &|line: &str| eprintln!("prepare: {line}"),
+        )
+        .await
+        .expect("the docker variant's base image");
+    let mut results = Vec::new();
+    let mut secrets = Vec::new();
+    for scenario in ["lifecycle", "core-tier"] {
+        let (result, used) = author(root, docker.clone(), scenario, dir).await;
+        results.push(result);
+        secrets.extend(used);
+    }
+    (results, secrets)
+}
+
+async fn author(
+    root: &Path,
+    docker: Arc<sandbox_providers::docker::DockerProvider>,
+    name: &str,
+    dir: &Path,
+) -> (ScenarioResult, Vec<Secret>) {
+    let emulator = Emulator::start(
+        docker,
+        Options {
+            port: 0,
+            domain: DEFAULT_DOMAIN.to_owned(),
+            router_jwt_ttl: ROUTER_JWT_TTL,
+            unavailable_once: Vec::new(),
+            no_task: false,
+        },
+    )
+    .await
+    .expect("the modal emulator starts");
+    // Fakes the emulator generated: they grant nothing anywhere.
+    let credentials = Credentials {
+        token_id: Secret::new(TOKEN_ID_VAR, emulator.token_id()),
+        token_secret: Secret::new(TOKEN_SECRET_VAR, emulator.token_secret()),
+    };
+    let runner = Runner::new(
+        new_run_id(),
+        fake_canary(),
+        Arc::new(Print),
+        tokio_util::sync::CancellationToken::new(),
+    );
+    // The runner's own placeholders: run id, canary, its fingerprint, restart markers.
+    let volatiles = runner.scenario_volatiles();
+    let recorder = Recorder::new(
+        modal::proto::descriptors().clone(),
+        modal::record_options_with(credentials.secrets(), volatiles.clone()),
+    );
+    let provider = ModalProvider::new(
+        &emulator.server_url(),
+        credentials.clone(),
+        Connection::Record(recorder.clone()),
+        volatiles,
+    )
+    .expect("a modal client");
+    let provider: Arc<dyn Provider> = Arc::new(provider);
+    let scenario = Scenario::load(&root.join(format!("scenarios/{name}.yaml"))).expect("scenario");
+    let result = runner.run_scenario(provider, &scenario, None).await;
+    // Whatever the emulator's docker sandboxes left is removed by their labels.
+    emulator.stop();
+    emulator.cleanup().await;
+    let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let cassette = recorder
+        .cassette(ORIGIN, Some(date), "modal", name)
+        .expect("the cassette");
+    let path = dir.join(format!("{name}.yaml"));
+    cassette.save(&path).expect("the cassette is written");
+    eprintln!(
+        "wrote {} ({} calls)",
+        path.display(),
+        cassette.exchanges.len()
+    );
+    assert!(
+        result.passed(),
+        "{name} did not pass against the emulator: {result:#?}"
+    );
+    let mut used = runner.secrets();
+    used.extend(credentials.secrets());
+    (result, used)
+}
+
+/// Prints step outcomes while authoring.
+struct Print;
+
+impl EventSink for Print {
+    fn emit(&self, event: &RunEvent) {
+        if let RunEvent::StepFinished { .. } = event {
+            eprintln!("{event:?}");
+        }
+    }
+}

@@ -149,3 +149,185 @@ impl EventSink for Print {
         }
     }
 }
+
+/// The labels every fault cassette's calls carry: a fixed run id, so the replay of a
+/// fault needs no volatiles but the canary.
+pub const FAULT_RUN_ID: &str = "20260101T000000Z-fa0175";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Docker; writes fixtures/cassettes/modal/faults/*.yaml"]
+async fn author_modal_fault_cassettes() {
+    let root = common::root();
+    let dir = root.join("fixtures/cassettes/modal/faults");
+    let docker = sandbox_matrix::run::variants::docker_provider(
+        &root,
+        Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
+    )
+    .await
+    .map(Arc::new)
+    .expect("a Docker engine");
+    let reference = root.join("fixtures/environments/reference");
+    let failing = common::out_dir("modal-fault-env");
+    std::fs::create_dir_all(&failing).expect("the failing environment");
+    std::fs::write(
+        failing.join("Dockerfile"),
+        "ARG BASE_IMAGE=sandbox-matrix/contract-base:v1\nFROM ${BASE_IMAGE}\n\
+         RUN echo the next step fails && false\n",
+    )
+    .expect("its Dockerfile");
+
+    let faults: [(&str, &str, Options); 5] = [
+        (
+            "unavailable-create",
+            "SandboxCreate answers UNAVAILABLE once; the client retries it under the same \
+             idempotency key and the launch goes on",
+            Options {
+                unavailable_once: vec!["SandboxCreate".to_owned()],
+                ..fault_options()
+            },
+        ),
+        (
+            "build-fails",
+            "the image build fails at a RUN step; the build's Secret is still deleted",
+            fault_options(),
+        ),
+        (
+            "no-task",
+            "the sandbox never gets a task; launch gives up at its deadline (2 s here) and \
+             terminates the sandbox",
+            Options {
+                no_task: true,
+                ..fault_options()
+            },
+        ),
+        (
+            "jwt-expires",
+            "the command router's JWT expires between two code calls (it lives 2 s); the \
+             router answers UNAUTHENTICATED and the client fetches a new one",
+            Options {
+                router_jwt_ttl: std::time::Duration::from_secs(2),
+                ..fault_options()
+            },
+        ),
+        (
+            "terminate-ended",
+            "a sandbox is terminated twice; the second terminate answers the first ending",
+            fault_options(),
+        ),
+    ];
+    for (name, note, options) in faults {
+        let emulator = Emulator::start(docker.clone(), options)
+            .await
+            .expect("the modal emulator starts");
+        let credentials = Credentials {
+            token_id: Secret::new(TOKEN_ID_VAR, emulator.token_id()),
+            token_secret: Secret::new(TOKEN_SECRET_VAR, emulator.token_secret()),
+        };
+        let volatiles = Arc::new(sandbox_providers::api::Volatiles::default());
+        let canary = fake_canary();
+        volatiles.register_secret(&canary);
+        let recorder = Recorder::new(
+            modal::proto::descriptors().clone(),
+            modal::record_options_with(credentials.secrets(), volatiles.clone()),
+        );
+        let provider = ModalProvider::new(
+            &emulator.server_url(),
+            credentials,
+            Connection::Record(recorder.clone()),
+            volatiles,
+        )
+        .expect("a modal client")
+        .with_task_deadline(std::time::Duration::from_secs(2));
+        let environment = if name == "build-fails" {
+            &failing
+        } else {
+            &reference
+        };
+        let outcome = fault_calls(&provider, name, environment, &canary).await;
+        eprintln!("{name}: {outcome}");
+        emulator.stop();
+        emulator.cleanup().await;
+        let mut cassette = recorder
+            .cassette(
+                ORIGIN,
+                Some(humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()),
+                "modal",
+                name,
+            )
+            .expect("the cassette");
+        cassette.note = Some(note.to_owned());
+        let path = dir.join(format!("{name}.yaml"));
+        cassette.save(&path).expect("the cassette is written");
+        eprintln!(
+            "wrote {} ({} calls)",
+            path.display(),
+            cassette.exchanges.len()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&failing);
+}
+
+fn fault_options() -> Options {
+    Options {
+        port: 0,
+        domain: DEFAULT_DOMAIN.to_owned(),
+        router_jwt_ttl: ROUTER_JWT_TTL,
+        unavailable_once: Vec::new(),
+        no_task: false,
+    }
+}
+
+/// The calls of fault `name`, as `providers/tests/modal_faults.rs` replays them; what
+/// came of them, for the log.
+async fn fault_calls(
+    provider: &ModalProvider,
+    name: &str,
+    environment: &Path,
+    canary: &Secret,
+) -> String {
+    use sandbox_providers::{BaseImage, BuildRequest, RunLabels};
+    let labels = RunLabels {
+        run_id: FAULT_RUN_ID.to_owned(),
+        variant: "modal".to_owned(),
+        scenario: name.to_owned(),
+    };
+    let request = BuildRequest {
+        environment_dir: environment.to_owned(),
+        base: BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
+        registry_credential: None,
+        build_secrets: vec![canary.clone()],
+        labels: labels.clone(),
+    };
+    let artifact = match provider.build(&request, &|_: &str| {}).await {
+        Ok(artifact) => artifact,
+        Err(e) => return format!("build: {e}"),
+    };
+    let launched = provider.launch(&artifact, &labels).await;
+    let outcome = match &launched {
+        Err(e) => format!("launch: {e}"),
+        Ok((sandbox, _)) => {
+            let first = provider.run_code(sandbox, "1+1").await;
+            if name == "jwt-expires" {
+                tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+            }
+            let second = provider.run_code(sandbox, "2+2").await;
+            let grace = std::time::Duration::from_secs(10);
+            let ended = provider.shutdown(sandbox, grace).await;
+            let again = if name == "terminate-ended" {
+                format!(", again: {:?}", provider.shutdown(sandbox, grace).await)
+            } else {
+                String::new()
+            };
+            format!(
+                "1+1: {:?}, 2+2: {:?}, shutdown: {ended:?}{again}",
+                first.map(|(o, _)| o.result),
+                second.map(|(o, _)| o.result)
+            )
+        }
+    };
+    let image = provider
+        .artifact_resource(&artifact)
+        .expect("an image resource");
+    let deleted = provider.delete_resource(&image).await;
+    format!("{outcome}; image deleted: {deleted:?}")
+}

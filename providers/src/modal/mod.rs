@@ -157,6 +157,8 @@ pub struct ModalProvider {
     built: Mutex<Vec<(RunLabels, String)>>,
     /// Held by each code call when calls must keep the recorded order.
     order: tokio::sync::Mutex<()>,
+    /// How long a new sandbox may take to get a task.
+    task_deadline: Duration,
     creates: CreateRecorder,
 }
 
@@ -207,8 +209,15 @@ impl ModalProvider {
             gone: Mutex::new(HashSet::new()),
             built: Mutex::new(Vec::new()),
             order: tokio::sync::Mutex::new(()),
+            task_deadline: TASK_DEADLINE,
             creates: CreateRecorder::default(),
         })
+    }
+
+    /// The same provider, giving a new sandbox `deadline` to get a task.
+    pub fn with_task_deadline(mut self, deadline: Duration) -> Self {
+        self.task_deadline = deadline;
+        self
     }
 
     async fn app(&self) -> Result<&str> {
@@ -448,7 +457,7 @@ impl Provider for ModalProvider {
         let mut timings = vec![timing("sandbox-create", started.elapsed(), None)];
         let ready = async {
             let started = Instant::now();
-            let task = sandbox::task_id(&self.plane, &id, TASK_DEADLINE).await?;
+            let task = sandbox::task_id(&self.plane, &id, self.task_deadline).await?;
             timings.push(timing("task-assigned", started.elapsed(), None));
             let router = self.router(&task);
             let ready = channel::install_and_wait(&router, READY_DEADLINE).await?;

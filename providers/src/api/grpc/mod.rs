@@ -555,26 +555,36 @@ async fn serve(
     };
     let answer = lock(state).answer(&path, &parts.headers, body);
     tokio::time::sleep(answer.delay).await;
-    let mut trailers = http::HeaderMap::new();
-    trailers.insert("grpc-status", http::HeaderValue::from(answer.status));
+    let mut status = http::HeaderMap::new();
+    status.insert("grpc-status", http::HeaderValue::from(answer.status));
     if let Some(message) = &answer.message {
         let encoded =
             percent_encoding::utf8_percent_encode(message, GRPC_MESSAGE_ESCAPES).to_string();
         if let Ok(value) = http::HeaderValue::from_str(&encoded) {
-            trailers.insert("grpc-message", value);
+            status.insert("grpc-message", value);
         }
     }
-    let frames: Vec<std::result::Result<Frame<Bytes>, Infallible>> = answer
-        .frames
-        .into_iter()
-        .map(|f| Ok(Frame::data(f)))
-        .chain(std::iter::once(Ok(Frame::trailers(trailers))))
-        .collect();
+    // A call that failed before answering is trailers-only, as a gRPC server sends it: the
+    // status in the headers, so the client's call itself fails (not its first read).
+    let trailers_only = answer.frames.is_empty() && answer.status != 0;
+    let frames: Vec<std::result::Result<Frame<Bytes>, Infallible>> = if trailers_only {
+        Vec::new()
+    } else {
+        answer
+            .frames
+            .into_iter()
+            .map(|f| Ok(Frame::data(f)))
+            .chain(std::iter::once(Ok(Frame::trailers(status.clone()))))
+            .collect()
+    };
     let mut response = http::Response::new(StreamBody::new(futures_util::stream::iter(frames)));
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/grpc"),
     );
+    if trailers_only {
+        response.headers_mut().extend(status);
+    }
     response
 }
 

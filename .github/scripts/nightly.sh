@@ -11,7 +11,7 @@
 #                                                     itself, kept in OUT/history/ (30 at most)
 #   nightly.sh summary OUT                            verdict, table, comparison to
 #                                                     $GITHUB_STEP_SUMMARY (stdout without it)
-#   nightly.sh local [WORK_DIR]                       all of the above for e2b and daytona
+#   nightly.sh local [WORK_DIR]                       all of the above for e2b, daytona, modal
 #                                                     against replay, with a first replay
 #                                                     run as the baseline
 #
@@ -142,16 +142,16 @@ local_run() {
     SM=${CARGO_TARGET_DIR:-$root/target}/debug/sandbox-matrix
   fi
   # Replay needs no credentials; make sure none is used.
-  unset E2B_API_KEY DAYTONA_API_KEY DAYTONA_JWT_TOKEN DAYTONA_ORGANIZATION_ID GITHUB_STEP_SUMMARY
+  unset E2B_API_KEY DAYTONA_API_KEY DAYTONA_JWT_TOKEN DAYTONA_ORGANIZATION_ID MODAL_TOKEN_ID MODAL_TOKEN_SECRET GITHUB_STEP_SUMMARY
   echo "== local nightly against replay in $work, repeat $repeat"
   local v
   echo "== baseline: a first replay run"
-  for v in e2b daytona; do
+  for v in e2b daytona modal; do
     shard "$v" replay "$repeat" "$work/baseline-shards/$v" >/dev/null 2>&1 || die "the baseline's $v shard failed"
   done
   merge "$work/baseline-shards" "$work/baseline"
   echo "== the nightly's jobs, replayed"
-  for v in e2b daytona; do shard "$v" replay "$repeat" "$work/shards/$v" 2>/dev/null | tail -1; done
+  for v in e2b daytona modal; do shard "$v" replay "$repeat" "$work/shards/$v" 2>/dev/null | tail -1; done
   merge "$work/shards" "$work/merged"
   compare "$work/merged" "$work/baseline/results.json" >/dev/null
   # Replayed timings are not the services' (at instant pace they time the harness alone), and

@@ -29,24 +29,31 @@ const ORIGIN: &str = "authored from Modal's published protos (modal 1.6.4), answ
 #[ignore = "needs Docker; writes fixtures/cassettes/modal/*.yaml"]
 async fn author_modal_cassettes() {
     let root = common::root();
-    record(&root, &root.join("fixtures/cassettes/modal")).await;
+    record(
+        &root,
+        &root.join("fixtures/cassettes/modal"),
+        &["lifecycle", "core-tier"],
+    )
+    .await;
 }
 
 /// Recording with the emulator's fake token writes none of it, nor the run's fake
-/// canary: not in the cassettes, not in the reports of the runs that recorded them.
+/// canary (handed to the build in a Secret): not in the cassette, not in the reports of
+/// the run that recorded it. The lifecycle alone: its build, execs and secrets scan carry
+/// every credential a run has.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recording_modal_writes_no_credential() {
     if !common::docker_or_skip("recording_modal_writes_no_credential") {
         return;
     }
     let out = common::out_dir("record-modal");
-    let (results, fakes) = record(&common::root(), &out.join("cassettes")).await;
+    let (results, fakes) = record(&common::root(), &out.join("cassettes"), &["lifecycle"]).await;
     common::write_reports(&out.join("reports"), results, &fakes);
     common::assert_no_value_in_tree(&out, &fakes);
 }
 
-/// Records lifecycle and core-tier into `dir`; their results and the secrets used.
-async fn record(root: &Path, dir: &Path) -> (Vec<ScenarioResult>, Vec<Secret>) {
+/// Records `scenarios` into `dir`; their results and the secrets used.
+async fn record(root: &Path, dir: &Path, scenarios: &[&str]) -> (Vec<ScenarioResult>, Vec<Secret>) {
     let docker = sandbox_matrix::run::variants::docker_provider(
         root,
         Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
@@ -63,7 +70,7 @@ async fn record(root: &Path, dir: &Path) -> (Vec<ScenarioResult>, Vec<Secret>) {
         .expect("the docker variant's base image");
     let mut results = Vec::new();
     let mut secrets = Vec::new();
-    for scenario in ["lifecycle", "core-tier"] {
+    for scenario in scenarios {
         let (result, used) = author(root, docker.clone(), scenario, dir).await;
         results.push(result);
         secrets.extend(used);

@@ -107,7 +107,10 @@ def client(info, kernel_id):
         connection_file=os.path.join(info["runtime_dir"], "kernel-%s.json" % kernel_id)
     )
     kc.load_connection_file()
-    kc.start_channels()
+    # No heartbeat channel: without a kernel manager, a client judges a starting kernel
+    # dead by it ("Kernel died before replying to kernel_info", seen with four kernels
+    # starting at once). The server's own state says when a kernel is lost (`state`).
+    kc.start_channels(hb=False)
     # Also waits for the IOPub socket to receive, so no output of the request is missed.
     kc.wait_for_ready(timeout=60)
     return kc

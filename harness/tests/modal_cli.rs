@@ -1,0 +1,136 @@
+//! The modal variant through the CLI against `sandbox-matrix emulate modal`, the binary,
+//! with exactly the settings it prints: live, the extended tier's four contexts run at
+//! once on four real kernels (replay runs them one after another); recorded, the
+//! lifecycle's cassette written by `run --record` replays with no credential in the
+//! environment; and no value of the emulator's token reaches any file.
+//!
+//! Needs Docker (required under CI=true): `cargo test -p sandbox-matrix --test modal_cli`.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::emulate::Emulate;
+use sandbox_providers::Secret;
+
+/// `sandbox-matrix run ARGS` with the emulator's settings (or none), its exit code and
+/// output.
+fn run(emulate: Option<&Emulate>, args: &[&str], out: &Path) -> (Option<i32>, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"));
+    command
+        .arg("run")
+        .args(args)
+        .arg("--root")
+        .arg(common::root())
+        .arg("--out")
+        .arg(out)
+        .env_remove("MODAL_TOKEN_ID")
+        .env_remove("MODAL_TOKEN_SECRET")
+        .env_remove("MODAL_SERVER_URL");
+    if let Some(emulate) = emulate {
+        command
+            .env("SANDBOX_MATRIX_MODAL_URL", emulate.get("MODAL_SERVER_URL"))
+            .env("MODAL_TOKEN_ID", emulate.get("MODAL_TOKEN_ID"))
+            .env("MODAL_TOKEN_SECRET", emulate.get("MODAL_TOKEN_SECRET"));
+    }
+    let output = command.output().expect("sandbox-matrix runs");
+    (
+        output.status.code(),
+        format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    )
+}
+
+fn results(out: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(out.join("latest/results.json")).expect("results.json");
+    serde_json::from_str(&text).expect("results.json parses")
+}
+
+#[test]
+fn modal_runs_live_records_and_replays_through_the_cli() {
+    if !common::docker_or_skip("modal_cli") {
+        return;
+    }
+    let emulate = Emulate::start("modal", &["--port", "0"]);
+    let out = common::out_dir("modal-cli");
+
+    // Live: four contexts answer at once, each its own kernel.
+    let live = out.join("live");
+    let (code, log) = run(
+        Some(&emulate),
+        &["--live", "--variant", "modal", "--scenario", "extended-tier"],
+        &live,
+    );
+    assert_eq!(code, Some(0), "{log}");
+    let live_results = results(&live);
+    let scenario = &live_results["scenarios"][0];
+    assert_eq!(scenario["mode"], "live", "{scenario}");
+    let concurrent = scenario["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .find(|s| s["step"] == "extended-14-concurrent-kernels")
+        .expect("check 14 ran");
+    assert_eq!(concurrent["status"], "passed", "{concurrent}");
+    assert_eq!(concurrent["data"]["answered"], 4, "{concurrent}");
+
+    // Recorded, then replayed from what was written, with no credential set.
+    let cassettes = out.join("cassettes");
+    let cassettes_arg = cassettes.display().to_string();
+    let (code, log) = run(
+        Some(&emulate),
+        &[
+            "--record",
+            "--cassettes",
+            &cassettes_arg,
+            "--variant",
+            "modal",
+            "--scenario",
+            "lifecycle",
+        ],
+        &out.join("record"),
+    );
+    assert_eq!(code, Some(0), "{log}");
+    let cassette = cassettes.join("modal/lifecycle.yaml");
+    assert!(cassette.is_file(), "no cassette at {}: {log}", cassette.display());
+    let (code, log) = run(
+        None,
+        &[
+            "--cassettes",
+            &cassettes_arg,
+            "--variant",
+            "modal",
+            "--scenario",
+            "lifecycle",
+        ],
+        &out.join("replay"),
+    );
+    assert_eq!(code, Some(0), "the recording replays: {log}");
+    let replayed = results(&out.join("replay"));
+    let scenario = &replayed["scenarios"][0];
+    assert_eq!(scenario["mode"], "replay", "{scenario}");
+    let check = scenario["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .find(|s| s["step"] == "replay")
+        .expect("the replay's own step");
+    assert_eq!(check["status"], "passed", "{check}");
+    assert!(
+        check["log"].to_string().contains("every call served as recorded"),
+        "{check}"
+    );
+
+    // The emulator's token (fakes) is in no cassette and no report.
+    let token = [
+        Secret::new("MODAL_TOKEN_ID", emulate.get("MODAL_TOKEN_ID")),
+        Secret::new("MODAL_TOKEN_SECRET", emulate.get("MODAL_TOKEN_SECRET")),
+    ];
+    common::assert_no_value_in_tree(&out, &token);
+    emulate.stop();
+    let _ = std::fs::remove_dir_all(&out);
+}

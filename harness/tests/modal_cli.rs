@@ -12,7 +12,8 @@ use std::path::Path;
 use std::process::Command;
 
 use common::emulate::Emulate;
-use sandbox_providers::Secret;
+use sandbox_providers::modal::{Connection, ModalProvider};
+use sandbox_providers::{BaseImage, BuildRequest, Provider, RunLabels, Secret};
 
 /// `sandbox-matrix run ARGS` with the emulator's settings (or none), its exit code and
 /// output.
@@ -62,7 +63,13 @@ fn modal_runs_live_records_and_replays_through_the_cli() {
     let live = out.join("live");
     let (code, log) = run(
         Some(&emulate),
-        &["--live", "--variant", "modal", "--scenario", "extended-tier"],
+        &[
+            "--live",
+            "--variant",
+            "modal",
+            "--scenario",
+            "extended-tier",
+        ],
         &live,
     );
     assert_eq!(code, Some(0), "{log}");
@@ -96,7 +103,11 @@ fn modal_runs_live_records_and_replays_through_the_cli() {
     );
     assert_eq!(code, Some(0), "{log}");
     let cassette = cassettes.join("modal/lifecycle.yaml");
-    assert!(cassette.is_file(), "no cassette at {}: {log}", cassette.display());
+    assert!(
+        cassette.is_file(),
+        "no cassette at {}: {log}",
+        cassette.display()
+    );
     let (code, log) = run(
         None,
         &[
@@ -121,7 +132,9 @@ fn modal_runs_live_records_and_replays_through_the_cli() {
         .expect("the replay's own step");
     assert_eq!(check["status"], "passed", "{check}");
     assert!(
-        check["log"].to_string().contains("every call served as recorded"),
+        check["log"]
+            .to_string()
+            .contains("every call served as recorded"),
         "{check}"
     );
 
@@ -131,6 +144,76 @@ fn modal_runs_live_records_and_replays_through_the_cli() {
         Secret::new("MODAL_TOKEN_SECRET", emulate.get("MODAL_TOKEN_SECRET")),
     ];
     common::assert_no_value_in_tree(&out, &token);
+
+    // A killed run's sandbox: made here and left running; sweep finds it by its tags.
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let credentials = sandbox_providers::modal::client::Credentials {
+        token_id: token[0].clone(),
+        token_secret: token[1].clone(),
+    };
+    // Its channel connects lazily, which needs the runtime it is made in.
+    let provider = runtime.block_on(async {
+        ModalProvider::new(
+            emulate.get("MODAL_SERVER_URL"),
+            credentials,
+            Connection::Live,
+            Default::default(),
+        )
+        .expect("a modal client")
+    });
+    let run_id = sandbox_matrix::run::runner::new_run_id();
+    let labels = RunLabels {
+        run_id: run_id.clone(),
+        variant: "modal".to_owned(),
+        scenario: "killed".to_owned(),
+    };
+    let (artifact, sandbox) = runtime.block_on(async {
+        let request = BuildRequest {
+            environment_dir: common::root().join("fixtures/environments/reference"),
+            base: BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
+            registry_credential: None,
+            build_secrets: Vec::new(),
+            labels: labels.clone(),
+        };
+        let artifact = provider
+            .build(&request, &|_: &str| {})
+            .await
+            .expect("a build");
+        let (sandbox, _) = provider.launch(&artifact, &labels).await.expect("a launch");
+        (artifact, sandbox)
+    });
+    let swept = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"))
+        .args(["sweep", "--variant", "modal", "--run", &run_id, "--out"])
+        .arg(out.join("sweep"))
+        .current_dir(common::root())
+        .env("SANDBOX_MATRIX_MODAL_URL", emulate.get("MODAL_SERVER_URL"))
+        .env("MODAL_TOKEN_ID", emulate.get("MODAL_TOKEN_ID"))
+        .env("MODAL_TOKEN_SECRET", emulate.get("MODAL_TOKEN_SECRET"))
+        .output()
+        .expect("sweep runs");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&swept.stdout),
+        String::from_utf8_lossy(&swept.stderr)
+    );
+    assert_eq!(swept.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains(&sandbox.0),
+        "sweep names the sandbox it removed: {said}"
+    );
+    runtime.block_on(async {
+        let left = provider
+            .list_labelled(Some(&run_id))
+            .await
+            .expect("a listing");
+        assert!(left.is_empty(), "sweep left {left:?}");
+        // Modal lists no images by label: a run finds its image through its ledger.
+        let image = provider.artifact_resource(&artifact).expect("an image");
+        provider
+            .delete_resource(&image)
+            .await
+            .expect("the image is deleted");
+    });
     emulate.stop();
     let _ = std::fs::remove_dir_all(&out);
 }

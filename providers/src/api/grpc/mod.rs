@@ -529,6 +529,9 @@ fn listen_error(e: std::io::Error) -> ProviderError {
 
 async fn accept(listener: tokio::net::TcpListener, state: Arc<Mutex<State>>) {
     while let Ok((stream, _)) = listener.accept().await {
+        // Small frames (headers, a message, trailers) go out at once, as a service sends
+        // them: Nagle's algorithm would hold some back for the client's delayed ACK.
+        let _ = stream.set_nodelay(true);
         let state = state.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request| {

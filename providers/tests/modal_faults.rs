@@ -14,7 +14,8 @@ use sandbox_providers::api::grpc::{GrpcCassette, GrpcOptions, GrpcReplayServer};
 use sandbox_providers::api::replay::Pace;
 use sandbox_providers::modal::{self, Connection, ModalProvider};
 use sandbox_providers::{
-    Artifact, BaseImage, BuildRequest, ErrorKind, Provider, RunLabels, SandboxId, Secret,
+    Artifact, BaseImage, BuildRequest, CreateLog, ErrorKind, Provider, Resource, RunLabels,
+    SandboxId, Secret,
 };
 
 /// The run id the fault cassettes were recorded with.
@@ -148,6 +149,26 @@ fn attempts(name: &str, method: &str) -> Vec<String> {
         .collect()
 }
 
+/// A run ledger as a provider sees it, keeping what it is told.
+#[derive(Default)]
+struct Ledger {
+    created: std::sync::Mutex<Vec<Resource>>,
+}
+
+impl CreateLog for Ledger {
+    fn intent(&self, _labels: &RunLabels, _kind: &str) -> Result<u64, String> {
+        Ok(1)
+    }
+
+    fn created(&self, _seq: u64, _labels: &RunLabels, resource: &Resource) -> Result<(), String> {
+        self.created
+            .lock()
+            .expect("ledger lock")
+            .push(resource.clone());
+        Ok(())
+    }
+}
+
 #[tokio::test]
 async fn an_unavailable_create_is_retried_and_the_launch_goes_on() {
     let (server, provider) = serve("unavailable-create").await;
@@ -174,10 +195,21 @@ async fn a_failed_build_is_a_build_error_and_its_secret_is_deleted() {
          RUN echo the next step fails && false\n",
     )
     .expect("its Dockerfile");
+    let ledger = Arc::new(Ledger::default());
+    provider.record_creates(ledger.clone());
     let error = provider
         .build(&build_request("build-fails", &dir), &|_: &str| {})
         .await
         .expect_err("the build fails");
+    // The image was named in the ledger when Modal answered its id, before the build
+    // failed: cleanup and sweep can delete it.
+    let recorded = ledger.created.lock().expect("ledger lock").clone();
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded[0].kind, "image");
+    assert!(
+        recorded[0].id.starts_with("im-") && error.to_string().contains(&recorded[0].id),
+        "the failed image is the one recorded: {recorded:?} / {error}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(error.kind, ErrorKind::Build, "{error}");
     let text = error.to_string();

@@ -406,22 +406,29 @@ impl Provider for ModalProvider {
             crate::BASE_ARG,
             &request.base.reference,
         );
-        let spec = sandbox::ImageSpec {
-            commands: sandbox::dockerfile_commands(&dockerfile)
-                .map_err(|e| e.context(dir.join("Dockerfile").display().to_string()))?,
-            context_files: context_files(dir, &dockerfile)?,
-            credential: request.registry_credential.as_ref(),
-            build_secrets: &request.build_secrets,
-        };
+        let commands = sandbox::dockerfile_commands(&dockerfile)
+            .map_err(|e| e.context(dir.join("Dockerfile").display().to_string()))?;
+        let context_files = context_files(dir, &dockerfile)?;
         let app = self.app().await?.to_owned();
         let seq = self.creates.intent(&request.labels, KIND_IMAGE)?;
-        let image = sandbox::build(&self.plane, &app, spec, log, BUILD_DEADLINE).await?;
-        let resource = Resource {
-            kind: KIND_IMAGE.into(),
-            id: image.clone(),
+        // Recorded as soon as Modal names the image, so that a run killed mid-build still
+        // names it in its ledger, and cleanup deletes it even when its build failed.
+        let on_image = |id: &str| {
+            let resource = Resource {
+                kind: KIND_IMAGE.into(),
+                id: id.to_owned(),
+            };
+            self.creates.created(seq, &request.labels, &resource, log);
+            lock(&self.built).push((request.labels.clone(), id.to_owned()));
         };
-        self.creates.created(seq, &request.labels, &resource, log);
-        lock(&self.built).push((request.labels.clone(), image.clone()));
+        let spec = sandbox::ImageSpec {
+            commands,
+            context_files,
+            credential: request.registry_credential.as_ref(),
+            build_secrets: &request.build_secrets,
+            on_image: Some(&on_image),
+        };
+        let image = sandbox::build(&self.plane, &app, spec, log, BUILD_DEADLINE).await?;
         log(&format!("image {image} built"));
         Ok(Artifact {
             id: image,

@@ -65,7 +65,7 @@ pub fn dockerfile_commands(dockerfile: &str) -> Result<Vec<String>> {
 
 /// What an image is built from: the Dockerfile's commands, the context files they copy,
 /// the credential of the base's registry and the build's secrets.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct ImageSpec<'a> {
     /// The Dockerfile from its first `FROM` on, the base argument resolved.
     pub commands: Vec<String>,
@@ -76,6 +76,9 @@ pub struct ImageSpec<'a> {
     /// Handed to the build as the environment of an ephemeral Secret (as `REGISTRY_TOKEN`
     /// for the first, `REGISTRY_TOKEN_<n>` after), as a build token would be.
     pub build_secrets: &'a [crate::Secret],
+    /// Told the image's id as soon as Modal answers it, before the build ends (the run
+    /// ledger records it then).
+    pub on_image: Option<&'a (dyn Fn(&str) + Send + Sync)>,
 }
 
 /// Builds the image of `spec` in `app_id`; its id. Build logs go to `log` as they arrive.
@@ -190,13 +193,14 @@ async fn build_with_secrets(
         image_registry_config: registry,
         ..Default::default()
     };
-    build_image(plane, app_id, image, log, deadline).await
+    build_image(plane, app_id, image, spec.on_image, log, deadline).await
 }
 
 async fn build_image(
     plane: &ControlPlane,
     app_id: &str,
     image: Image,
+    on_image: Option<&(dyn Fn(&str) + Send + Sync)>,
     log: &LogFn,
     deadline: Duration,
 ) -> Result<String> {
@@ -215,6 +219,9 @@ async fn build_image(
         )
         .await?;
     let image_id = created.image_id;
+    if let Some(told) = on_image {
+        told(&image_id);
+    }
     let mut logs = String::new();
     let mut result = created.result.filter(ended);
     let mut last_entry_id = String::new();

@@ -149,6 +149,40 @@ fn attempts(name: &str, method: &str) -> Vec<String> {
         .collect()
 }
 
+/// Every Secret the recording made (the build's) was deleted by id after it, in fault
+/// `name`; the replay, which serves every exchange in order or fails, made the client send
+/// those deletes.
+fn assert_build_secrets_deleted(name: &str) {
+    let (_, recorded) = cassette(name);
+    let made: Vec<(usize, String)> = recorded
+        .exchanges
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.method.ends_with("/SecretGetOrCreate"))
+        .map(|(i, e)| {
+            (
+                i,
+                e.responses[0]["secret_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        !made.is_empty(),
+        "{name}: the build made a Secret for its canary"
+    );
+    for (at, id) in made {
+        assert!(
+            recorded.exchanges[at..].iter().any(|e| {
+                e.method.ends_with("/SecretDelete") && e.request["secret_id"] == id.as_str()
+            }),
+            "{name}: Secret {id} is never deleted"
+        );
+    }
+}
+
 /// A run ledger as a provider sees it, keeping what it is told.
 #[derive(Default)]
 struct Ledger {
@@ -180,6 +214,7 @@ async fn an_unavailable_create_is_retried_and_the_launch_goes_on() {
         ["0", "1"],
         "one refused create, then its retry"
     );
+    assert_build_secrets_deleted("unavailable-create");
 }
 
 #[tokio::test]
@@ -228,6 +263,7 @@ async fn a_failed_build_is_a_build_error_and_its_secret_is_deleted() {
             .is_some_and(|e| e.method.ends_with("/SecretDelete")),
         "the build's Secret is deleted last"
     );
+    assert_build_secrets_deleted("build-fails");
 }
 
 #[tokio::test]
@@ -253,6 +289,7 @@ async fn a_sandbox_without_a_task_times_out_and_is_terminated() {
         .finish()
         .expect("the calls as recorded, SandboxTerminate included");
     assert_eq!(attempts("no-task", "SandboxTerminate").len(), 1);
+    assert_build_secrets_deleted("no-task");
 }
 
 #[tokio::test]
@@ -274,6 +311,7 @@ async fn an_expired_router_jwt_is_fetched_again_and_the_code_still_runs() {
         .count();
     assert!(refused >= 1, "the router refused the expired JWT");
     assert_eq!(accesses, refused + 1, "one new JWT per refusal");
+    assert_build_secrets_deleted("jwt-expires");
 }
 
 #[tokio::test]
@@ -287,6 +325,7 @@ async fn terminating_an_ended_sandbox_answers_its_ending() {
     assert_eq!(again.exit_code, Some(0));
     delete_image(&provider, &artifact).await;
     server.finish().expect("the calls as recorded");
+    assert_build_secrets_deleted("terminate-ended");
 }
 
 #[tokio::test]

@@ -71,7 +71,11 @@ async fn author_daytona_cassettes() {
         return;
     }
     let root = common::root();
-    record(&root.join("fixtures/cassettes/daytona")).await;
+    record(
+        &root.join("fixtures/cassettes/daytona"),
+        &["lifecycle", "core-tier"],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -84,29 +88,31 @@ async fn author_daytona_build_cassettes() {
 }
 
 /// Recording with fake credentials writes none of their values: not in the cassettes, not
-/// in the reports of the runs that recorded them.
+/// in the reports of the runs that recorded them. The lifecycle and the builds: their
+/// build (the registry entry's credential included), launch, commands and secrets scan
+/// carry every credential a run has.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn recording_with_fake_credentials_writes_none_of_them() {
     if !common::docker_or_skip("recording_with_fake_credentials_writes_none_of_them (daytona)") {
         return;
     }
     let out = common::out_dir("record-daytona");
-    let (results, mut fakes) = record(&out.join("cassettes")).await;
+    let (results, mut fakes) = record(&out.join("cassettes"), &["lifecycle"]).await;
     fakes.extend(record_builds(&out.join("cassettes/builds")).await);
     fakes.push(Secret::new("DAYTONA_API_KEY", FAKE_KEY));
     common::write_reports(&out.join("reports"), results, &fakes);
     common::assert_no_value_in_tree(&out, &fakes);
 }
 
-/// Records lifecycle and core-tier into `dir`; returns their results and the secrets used.
-async fn record(dir: &Path) -> (Vec<ScenarioResult>, Vec<Secret>) {
+/// Records `scenarios` into `dir`; returns their results and the secrets used.
+async fn record(dir: &Path, scenarios: &[&str]) -> (Vec<ScenarioResult>, Vec<Secret>) {
     let root = common::root();
     let mut results = Vec::new();
     let mut secrets = Vec::new();
     let docker = variants::connect_docker(&root, Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")))
         .await
         .expect("the docker variant connects");
-    for name in ["lifecycle", "core-tier"] {
+    for &name in scenarios {
         let scenario = Scenario::load(&root.join(format!("scenarios/{name}.yaml")))
             .expect("the scenario loads");
         let run_id = new_run_id();

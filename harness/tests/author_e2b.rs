@@ -30,25 +30,32 @@ const FAKE_KEY: &str = "e2b_fake_authoring_key_0000";
 #[ignore = "needs Docker; writes fixtures/cassettes/e2b/*.yaml"]
 async fn author_e2b_cassettes() {
     let root = common::root();
-    record(&root, &root.join("fixtures/cassettes/e2b")).await;
+    record(
+        &root,
+        &root.join("fixtures/cassettes/e2b"),
+        &["lifecycle", "core-tier"],
+    )
+    .await;
 }
 
-/// Recording with fake credentials writes none of their values: not in the cassettes, not
-/// in the reports of the runs that recorded them.
+/// Recording with fake credentials writes none of their values: not in the cassette, not
+/// in the reports of the run that recorded it. The lifecycle alone: its build, launch,
+/// commands and secrets scan carry every credential a run has.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recording_with_fake_credentials_writes_none_of_them() {
     if !common::docker_or_skip("recording_with_fake_credentials_writes_none_of_them (e2b)") {
         return;
     }
     let out = common::out_dir("record-e2b");
-    let (results, mut fakes) = record(&common::root(), &out.join("cassettes")).await;
+    let (results, mut fakes) =
+        record(&common::root(), &out.join("cassettes"), &["lifecycle"]).await;
     fakes.push(Secret::new("E2B_API_KEY", FAKE_KEY));
     common::write_reports(&out.join("reports"), results, &fakes);
     common::assert_no_value_in_tree(&out, &fakes);
 }
 
-/// Records lifecycle and core-tier into `dir`; returns their results and the secrets used.
-async fn record(root: &Path, dir: &Path) -> (Vec<ScenarioResult>, Vec<Secret>) {
+/// Records `scenarios` into `dir`; returns their results and the secrets used.
+async fn record(root: &Path, dir: &Path, scenarios: &[&str]) -> (Vec<ScenarioResult>, Vec<Secret>) {
     let docker = sandbox_matrix::run::variants::docker_provider(
         root,
         Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
@@ -65,7 +72,7 @@ async fn record(root: &Path, dir: &Path) -> (Vec<ScenarioResult>, Vec<Secret>) {
         .expect("the docker variant's base image");
     let mut results = Vec::new();
     let mut secrets = Vec::new();
-    for scenario in ["lifecycle", "core-tier"] {
+    for &scenario in scenarios {
         let (result, used) = author(root, docker.clone(), scenario, dir).await;
         results.push(result);
         secrets.extend(used);

@@ -2,7 +2,8 @@
 //! plane and command router on loopback, backed by the local docker variant, so every
 //! build, sandbox and exec is real) answers the modal variant running the lifecycle and
 //! core-tier scenarios in record mode, which writes
-//! `fixtures/cassettes/modal/<scenario>.yaml`.
+//! `fixtures/cassettes/modal/<scenario>.yaml`, and the fault cassettes under `faults/`.
+//! That recording writes no credential is `tests/modal_cli.rs`'s to check, through the CLI.
 //!
 //! Needs Docker: `cargo test -p sandbox-matrix --test author_modal -- --ignored`.
 
@@ -35,21 +36,6 @@ async fn author_modal_cassettes() {
         &["lifecycle", "core-tier"],
     )
     .await;
-}
-
-/// Recording with the emulator's fake token writes none of it, nor the run's fake
-/// canary (handed to the build in a Secret): not in the cassette, not in the reports of
-/// the run that recorded it. The lifecycle alone: its build, execs and secrets scan carry
-/// every credential a run has.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn recording_modal_writes_no_credential() {
-    if !common::docker_or_skip("recording_modal_writes_no_credential") {
-        return;
-    }
-    let out = common::out_dir("record-modal");
-    let (results, fakes) = record(&common::root(), &out.join("cassettes"), &["lifecycle"]).await;
-    common::write_reports(&out.join("reports"), results, &fakes);
-    common::assert_no_value_in_tree(&out, &fakes);
 }
 
 /// Records `scenarios` into `dir`; their results and the secrets used.

@@ -138,12 +138,22 @@ fn modal_runs_live_records_and_replays_through_the_cli() {
         "{check}"
     );
 
-    // The emulator's token (fakes) is in no cassette and no report.
+    // The emulator's token (fakes) is in no cassette and no report; nor is the run's
+    // canary, which the build got in a Secret: the cassette names it by placeholder.
     let token = [
         Secret::new("MODAL_TOKEN_ID", emulate.get("MODAL_TOKEN_ID")),
         Secret::new("MODAL_TOKEN_SECRET", emulate.get("MODAL_TOKEN_SECRET")),
     ];
     common::assert_no_value_in_tree(&out, &token);
+    let recorded = std::fs::read_to_string(&cassette).expect("the cassette reads");
+    assert!(
+        recorded.contains("REGISTRY_TOKEN: <redacted:REGISTRY_TOKEN>"),
+        "the build's Secret holds the canary's placeholder"
+    );
+    assert!(
+        !recorded.contains("sm-fake-canary-"),
+        "a canary value (they all start sm-fake-canary-) is in the cassette"
+    );
 
     // A killed run's sandbox: made here and left running; sweep finds it by its tags.
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");

@@ -357,13 +357,7 @@ pub async fn open_cloud(
             })
         }
         CloudMode::Replay { dir, pace } => {
-            let path = checked_cassette_path(dir, name, scenario)?;
-            if !path.is_file() {
-                return Err(format!(
-                    "no cassette for {name} × {scenario} at {} (record one with --record, or run it with --live)",
-                    path.display()
-                ));
-            }
+            let path = existing_cassette(dir, name, scenario)?;
             let cassette = load_cassette(&path, name, scenario)?;
             let header = (cassette.origin.clone(), cassette.written.clone());
             let source = replay_source(dir, &path, *pace, Some(header));
@@ -380,31 +374,52 @@ pub async fn open_cloud(
             )
             .await
             .map_err(|e| e.to_string())?;
-            let provider = (variant.connect)(
-                Mode::Replay {
-                    server_url: server.url(),
-                    pace: *pace,
-                },
-                volatiles,
-            )
-            .map_err(|e| format!("the {name} variant cannot replay: {e}"))?;
             let origin = path.display().to_string();
-            Ok(CloudSession {
-                provider,
-                source,
-                check: Some(SessionCheck {
-                    name: "replay",
-                    check: Box::new(move || {
-                        let served = server.observed().len();
-                        server
-                            .finish()
-                            .map(|()| format!("{served} requests served as recorded in {origin}"))
-                            .map_err(|e| e.to_string())
-                    }),
-                }),
+            replay_session(variant, server.url(), *pace, volatiles, source, move || {
+                let served = server.observed().len();
+                server
+                    .finish()
+                    .map(|()| format!("{served} requests served as recorded in {origin}"))
+                    .map_err(|e| e.to_string())
             })
         }
     }
+}
+
+/// The cassette of `name` × `scenario` under `dir`, which must exist: the error says where
+/// it was looked for and how to make one.
+fn existing_cassette(dir: &Path, name: &str, scenario: &str) -> Result<PathBuf, String> {
+    let path = checked_cassette_path(dir, name, scenario)?;
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "no cassette for {name} × {scenario} at {} (record one with --record, or run it with --live)",
+            path.display()
+        ))
+    }
+}
+
+/// `variant` replaying from the server at `server_url`, its numbers from `source`, and
+/// `finish` run after the scenario as its `replay` step.
+fn replay_session(
+    variant: &CloudVariant,
+    server_url: String,
+    pace: Pace,
+    volatiles: Arc<Volatiles>,
+    source: Source,
+    finish: impl FnOnce() -> Result<String, String> + Send + 'static,
+) -> Result<CloudSession, String> {
+    let provider = (variant.connect)(Mode::Replay { server_url, pace }, volatiles)
+        .map_err(|e| format!("the {} variant cannot replay: {e}", variant.name))?;
+    Ok(CloudSession {
+        provider,
+        source,
+        check: Some(SessionCheck {
+            name: "replay",
+            check: Box::new(finish),
+        }),
+    })
 }
 
 /// [`open_cloud`] for a variant over gRPC, recording or replaying.
@@ -452,13 +467,7 @@ async fn open_grpc(
             })
         }
         CloudMode::Replay { dir, pace } => {
-            let path = checked_cassette_path(dir, name, scenario)?;
-            if !path.is_file() {
-                return Err(format!(
-                    "no cassette for {name} × {scenario} at {} (record one with --record, or run it with --live)",
-                    path.display()
-                ));
-            }
+            let path = existing_cassette(dir, name, scenario)?;
             let cassette = load_grpc_cassette(&path, pool, name, scenario)?;
             let header = (cassette.origin.clone(), cassette.written.clone());
             let source = replay_source(dir, &path, *pace, Some(header));
@@ -476,27 +485,12 @@ async fn open_grpc(
             let server = GrpcReplayServer::start(cassette, pool.clone(), options)
                 .await
                 .map_err(|e| e.to_string())?;
-            let provider = (variant.connect)(
-                Mode::Replay {
-                    server_url: server.url(),
-                    pace: *pace,
-                },
-                volatiles,
-            )
-            .map_err(|e| format!("the {name} variant cannot replay: {e}"))?;
             let origin = path.display().to_string();
-            Ok(CloudSession {
-                provider,
-                source,
-                check: Some(SessionCheck {
-                    name: "replay",
-                    check: Box::new(move || {
-                        server
-                            .finish()
-                            .map(|()| format!("every call served as recorded in {origin}"))
-                            .map_err(|e| e.to_string())
-                    }),
-                }),
+            replay_session(variant, server.url(), *pace, volatiles, source, move || {
+                server
+                    .finish()
+                    .map(|()| format!("every call served as recorded in {origin}"))
+                    .map_err(|e| e.to_string())
             })
         }
     }

@@ -305,12 +305,13 @@ struct RunArgs {
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Run the cloud variants against their real APIs, with credentials from the
-    /// environment (E2B_API_KEY, DAYTONA_API_KEY, ...); a missing one is an error.
+    /// environment (E2B_API_KEY, DAYTONA_API_KEY, MODAL_TOKEN_ID and MODAL_TOKEN_SECRET,
+    /// ...); a missing one is an error.
     /// Without it, cloud variants replay their cassettes on loopback.
     #[arg(long)]
     live: bool,
-    /// Like --live, and write every exchange to <cassettes>/<variant>/<scenario>.yaml with
-    /// each credential replaced by a placeholder.
+    /// Like --live, and write every exchange (HTTP request, or gRPC call for modal) to
+    /// <cassettes>/<variant>/<scenario>.yaml with each credential replaced by a placeholder.
     #[arg(long, conflicts_with = "live")]
     record: bool,
     /// How fast replayed responses come back: at once (replayed timings then read

@@ -56,20 +56,7 @@ async fn recording_with_fake_credentials_writes_none_of_them() {
 
 /// Records `scenarios` into `dir`; returns their results and the secrets used.
 async fn record(root: &Path, dir: &Path, scenarios: &[&str]) -> (Vec<ScenarioResult>, Vec<Secret>) {
-    let docker = sandbox_matrix::run::variants::docker_provider(
-        root,
-        Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
-    )
-    .await
-    .map(Arc::new)
-    .expect("a Docker engine");
-    docker
-        .prepare(
-            &sandbox_providers::BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
-            &|line: &str| eprintln!("prepare: {line}"),
-        )
-        .await
-        .expect("the docker variant's base image");
+    let docker = common::prepared_docker(root).await;
     let mut results = Vec::new();
     let mut secrets = Vec::new();
     for &scenario in scenarios {

@@ -40,20 +40,7 @@ async fn author_modal_cassettes() {
 
 /// Records `scenarios` into `dir`; their results and the secrets used.
 async fn record(root: &Path, dir: &Path, scenarios: &[&str]) -> (Vec<ScenarioResult>, Vec<Secret>) {
-    let docker = sandbox_matrix::run::variants::docker_provider(
-        root,
-        Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
-    )
-    .await
-    .map(Arc::new)
-    .expect("a Docker engine");
-    docker
-        .prepare(
-            &sandbox_providers::BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
-            &|line: &str| eprintln!("prepare: {line}"),
-        )
-        .await
-        .expect("the docker variant's base image");
+    let docker = common::prepared_docker(root).await;
     let mut results = Vec::new();
     let mut secrets = Vec::new();
     for scenario in scenarios {
@@ -82,11 +69,7 @@ async fn author(
     )
     .await
     .expect("the modal emulator starts");
-    // Fakes the emulator generated: they grant nothing anywhere.
-    let credentials = Credentials {
-        token_id: Secret::new(TOKEN_ID_VAR, emulator.token_id()),
-        token_secret: Secret::new(TOKEN_SECRET_VAR, emulator.token_secret()),
-    };
+    let credentials = credentials(&emulator);
     let runner = Runner::new(
         new_run_id(),
         fake_canary(),
@@ -130,6 +113,14 @@ async fn author(
     let mut used = runner.secrets();
     used.extend(credentials.secrets());
     (result, used)
+}
+
+/// The token the emulator generated: fakes, which grant nothing anywhere.
+fn credentials(emulator: &Emulator) -> Credentials {
+    Credentials {
+        token_id: Secret::new(TOKEN_ID_VAR, emulator.token_id()),
+        token_secret: Secret::new(TOKEN_SECRET_VAR, emulator.token_secret()),
+    }
 }
 
 /// Prints step outcomes while authoring.
@@ -212,10 +203,7 @@ async fn author_modal_fault_cassettes() {
         let emulator = Emulator::start(docker.clone(), options)
             .await
             .expect("the modal emulator starts");
-        let credentials = Credentials {
-            token_id: Secret::new(TOKEN_ID_VAR, emulator.token_id()),
-            token_secret: Secret::new(TOKEN_SECRET_VAR, emulator.token_secret()),
-        };
+        let credentials = credentials(&emulator);
         let volatiles = Arc::new(sandbox_providers::api::Volatiles::default());
         let canary = fake_canary();
         volatiles.register_secret(&canary);

@@ -8,15 +8,14 @@
 
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::emulate::Emulate;
+use sandbox_providers::Secret;
 use sandbox_providers::api::network::RESOLVE_VAR;
 use sandbox_providers::api::{Endpoints, Mode, Volatiles};
 use sandbox_providers::e2b::E2bProvider;
-use sandbox_providers::{Provider, Secret};
 
 /// The fake key sent to the emulator, which checks only that one is sent.
 const FAKE_KEY: &str = "e2b_fake_emulate_key_0000";
@@ -63,20 +62,7 @@ async fn without_a_start_command_the_code_channel_does_not_answer() {
         return;
     }
     let root = common::root();
-    let docker = sandbox_matrix::run::variants::docker_provider(
-        &root,
-        Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
-    )
-    .await
-    .map(Arc::new)
-    .expect("a Docker engine");
-    docker
-        .prepare(
-            &sandbox_providers::BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
-            &|line: &str| eprintln!("prepare: {line}"),
-        )
-        .await
-        .expect("the base image");
+    let docker = common::prepared_docker(&root).await;
     let emulator = Emulator::start(
         docker,
         Options {

@@ -88,17 +88,17 @@ fn modal_runs_live_records_and_replays_through_the_cli() {
     // Recorded, then replayed from what was written, with no credential set.
     let cassettes = out.join("cassettes");
     let cassettes_arg = cassettes.display().to_string();
+    let lifecycle = [
+        "--cassettes",
+        &cassettes_arg,
+        "--variant",
+        "modal",
+        "--scenario",
+        "lifecycle",
+    ];
     let (code, log) = run(
         Some(&emulate),
-        &[
-            "--record",
-            "--cassettes",
-            &cassettes_arg,
-            "--variant",
-            "modal",
-            "--scenario",
-            "lifecycle",
-        ],
+        &[&["--record"], &lifecycle[..]].concat(),
         &out.join("record"),
     );
     assert_eq!(code, Some(0), "{log}");
@@ -108,18 +108,7 @@ fn modal_runs_live_records_and_replays_through_the_cli() {
         "no cassette at {}: {log}",
         cassette.display()
     );
-    let (code, log) = run(
-        None,
-        &[
-            "--cassettes",
-            &cassettes_arg,
-            "--variant",
-            "modal",
-            "--scenario",
-            "lifecycle",
-        ],
-        &out.join("replay"),
-    );
+    let (code, log) = run(None, &lifecycle, &out.join("replay"));
     assert_eq!(code, Some(0), "the recording replays: {log}");
     let replayed = results(&out.join("replay"));
     let scenario = &replayed["scenarios"][0];

@@ -9,6 +9,29 @@ pub mod emulate;
 pub mod registry;
 pub mod sdk;
 
+/// The docker variant of the checkout at `root`, its reference base image made or reused:
+/// what the emulators forward to.
+pub async fn prepared_docker(
+    root: &Path,
+) -> std::sync::Arc<sandbox_providers::docker::DockerProvider> {
+    use sandbox_providers::Provider as _;
+    let docker = sandbox_matrix::run::variants::docker_provider(
+        root,
+        Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
+    )
+    .await
+    .map(std::sync::Arc::new)
+    .expect("a Docker engine");
+    docker
+        .prepare(
+            &sandbox_providers::BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
+            &|line: &str| eprintln!("prepare: {line}"),
+        )
+        .await
+        .expect("the docker variant's base image");
+    docker
+}
+
 /// The project checkout (the workspace root).
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -138,18 +138,14 @@ pub fn record_options_with(credentials: Vec<Secret>, volatiles: Arc<Volatiles>) 
     }
 }
 
-/// What launch learned about a sandbox.
-struct Running {
-    router: Arc<Router>,
-}
-
 /// The `modal` variant.
 pub struct ModalProvider {
     plane: Arc<ControlPlane>,
     connection: Connection,
     volatiles: Arc<Volatiles>,
     app: tokio::sync::OnceCell<String>,
-    sandboxes: Mutex<HashMap<String, Arc<Running>>>,
+    /// Each launched sandbox's command router, by sandbox id.
+    sandboxes: Mutex<HashMap<String, Arc<Router>>>,
     /// Sandboxes this client terminated and saw end: cleanup does not terminate them again.
     gone: Mutex<HashSet<String>>,
     /// Images this client built and has not deleted, with their labels: Modal lists no
@@ -242,7 +238,7 @@ impl ModalProvider {
         )
     }
 
-    fn running(&self, sandbox: &SandboxId) -> Result<Arc<Running>> {
+    fn router_of(&self, sandbox: &SandboxId) -> Result<Arc<Router>> {
         lock(&self.sandboxes)
             .get(&sandbox.0)
             .cloned()
@@ -477,10 +473,7 @@ impl Provider for ModalProvider {
         };
         match ready.await {
             Ok(router) => {
-                let running = Arc::new(Running {
-                    router: Arc::new(router),
-                });
-                lock(&self.sandboxes).insert(id.clone(), running);
+                lock(&self.sandboxes).insert(id.clone(), Arc::new(router));
                 Ok((SandboxId(id), timings))
             }
             Err(e) => {
@@ -494,10 +487,9 @@ impl Provider for ModalProvider {
     }
 
     async fn run_code(&self, sandbox: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)> {
-        let running = self.running(sandbox)?;
+        let router = self.router_of(sandbox)?;
         let _order = self.in_order().await;
-        let (output, kernel) =
-            channel::run(&running.router, channel::DEFAULT_CONTEXT, code).await?;
+        let (output, kernel) = channel::run(&router, channel::DEFAULT_CONTEXT, code).await?;
         Ok((output, vec![timing("channel-kernel-answer", kernel, None)]))
     }
 
@@ -507,10 +499,10 @@ impl Provider for ModalProvider {
         context: &str,
         code: &str,
     ) -> Result<CodeOutput> {
-        let running = self.running(sandbox)?;
+        let router = self.router_of(sandbox)?;
         let _order = self.in_order().await;
         let context = format!("context-{context}");
-        Ok(channel::run(&running.router, &context, code).await?.0)
+        Ok(channel::run(&router, &context, code).await?.0)
     }
 
     async fn exec(
@@ -519,15 +511,15 @@ impl Provider for ModalProvider {
         argv: &[String],
         as_root: bool,
     ) -> Result<CommandOutput> {
-        let running = self.running(sandbox)?;
+        let router = self.router_of(sandbox)?;
         let _order = self.in_order().await;
-        running.router.exec(argv, as_root, EXEC_TIMEOUT).await
+        router.exec(argv, as_root, EXEC_TIMEOUT).await
     }
 
     async fn restart(&self, sandbox: &SandboxId) -> Result<Vec<Timing>> {
-        let running = self.running(sandbox)?;
+        let router = self.router_of(sandbox)?;
         let _order = self.in_order().await;
-        let restarted = channel::restart(&running.router, channel::DEFAULT_CONTEXT).await?;
+        let restarted = channel::restart(&router, channel::DEFAULT_CONTEXT).await?;
         Ok(vec![
             timing(
                 "kernel-restart",

@@ -1211,6 +1211,24 @@ async fn sweep(run_id: Option<&str>, selection: &Selection, options: &SweepOptio
         targets.iter().map(|(id, _)| (id.clone(), 0)).collect();
     for name in &variant_names {
         let provider = match variants::cloud(name) {
+            None if name == "datalayer" => {
+                match variants::connect_datalayer_configured(
+                    &selection.root.root,
+                    &harness_executable(),
+                )
+                .await
+                {
+                    Ok(Some(p)) => Ok(p),
+                    Ok(None) => {
+                        eprintln!(
+                            "datalayer: no registry configured ({} unset): what a run pushed to its own registry went with it; its images and containers are swept with docker's",
+                            sandbox_providers::datalayer::REGISTRY_VAR
+                        );
+                        continue;
+                    }
+                    Err(e) => Err(e),
+                }
+            }
             None => variants::connect_docker(&selection.root.root, &harness_executable()).await,
             Some(cloud) => (cloud.connect)(
                 sandbox_providers::api::Mode::Live,
@@ -1558,7 +1576,7 @@ async fn run(args: RunArgs) -> u8 {
         .with_interrupt_name(interrupt.by.clone());
     // What the self-scan looks for in every file the run writes: the run's canary and
     // registry token, and the provider keys and AWS session from the environment.
-    let written_secrets: Vec<_> = runner
+    let mut written_secrets: Vec<_> = runner
         .secrets()
         .into_iter()
         .chain(report::self_scan::environment_credentials())
@@ -1591,18 +1609,44 @@ async fn run(args: RunArgs) -> u8 {
     };
     let explicit = !args.selection.variants.is_empty();
     let mut variant_names = variant_names;
-    // Without --variant, run every variant that can run here: docker when an engine
-    // answers, a cloud variant live when asked, else where it has cassettes.
-    let docker = if variant_names.iter().any(|v| v == "docker") {
-        variants::connect_docker(root, &harness_executable()).await
-    } else {
-        Err(String::new())
-    };
-    if !explicit && let Err(e) = &docker {
-        eprintln!("docker: not run, {e} (ask for it with --variant docker to make that a failure)");
-        variant_names.retain(|v| v != "docker");
-    }
+    // Without --variant, run every variant that can run here: the local ones when an
+    // engine answers, a cloud variant live when asked, else where it has cassettes.
     let mut skip = std::collections::HashMap::new();
+    let mut local = std::collections::HashMap::new();
+    for name in variants::LOCAL {
+        if !variant_names.iter().any(|v| v == name) {
+            continue;
+        }
+        let scratch = std::env::temp_dir().join(format!("sandbox-matrix-{run_id}"));
+        match variants::connect_local(name, root, &harness_executable(), &scratch).await {
+            Ok(session) => {
+                if let Some(note) = &session.note {
+                    eprintln!("{name}: {note}");
+                }
+                written_secrets.extend(session.secrets.iter().cloned());
+                local.insert(*name, Ok(session));
+            }
+            Err(variants::LocalUnavailable::Config(e)) => {
+                eprintln!("error: the {name} variant cannot run: {e}");
+                return EXIT_BAD_INPUT;
+            }
+            Err(variants::LocalUnavailable::Skipped(reason)) => {
+                for scenario in &scenarios {
+                    skip.insert((name.to_string(), scenario.name.clone()), reason.clone());
+                }
+            }
+            Err(variants::LocalUnavailable::NoEngine(e)) if !explicit => {
+                eprintln!(
+                    "{name}: not run, {e} (ask for it with --variant {name} to make that a failure)"
+                );
+                variant_names.retain(|v| v != name);
+            }
+            Err(variants::LocalUnavailable::NoEngine(e)) => {
+                local.insert(*name, Err(e));
+            }
+        }
+    }
+    terminal.scrub_with(written_secrets.clone());
     for name in &variant_names {
         let Some(cloud) = variants::cloud(name) else {
             continue;
@@ -1679,9 +1723,10 @@ async fn run(args: RunArgs) -> u8 {
     eprintln!("{base_line}");
     let mut report_error = None;
     for name in &variant_names {
-        let plan = match &docker {
-            _ if name != "docker" => None,
-            Ok(p) => {
+        let plan = match local.get(name.as_str()) {
+            None => None,
+            Some(Ok(session)) => {
+                let p = &session.provider;
                 let not_ready = runner.prepare(p).await.err();
                 if let Some(made_from) = p.base_made_from() {
                     provenance.base = Some(format!(
@@ -1691,7 +1736,7 @@ async fn run(args: RunArgs) -> u8 {
                 }
                 Some((Some(p.clone()), not_ready))
             }
-            Err(e) => Some((None, Some(e.clone()))),
+            Some(Err(e)) => Some((None, Some(e.clone()))),
         };
         // Live variants build each environment once per run; a cassette holds its own build.
         if plan.is_some()
@@ -1777,6 +1822,16 @@ async fn run(args: RunArgs) -> u8 {
             for line in runner.release_shared(p).await {
                 eprintln!("{name}: {line}");
             }
+        }
+        // A registry started for the variant stops once its cleanup is done.
+        if let Some(Ok(session)) = local.remove(name.as_str())
+            && let Some(registry) = session.registry
+        {
+            let host = registry.host.clone();
+            drop(registry);
+            let _ =
+                std::fs::remove_dir(std::env::temp_dir().join(format!("sandbox-matrix-{run_id}")));
+            eprintln!("{name}: stopped the run's registry on {host}");
         }
         if cancel.is_cancelled() {
             break;

@@ -15,7 +15,7 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::registry::LocalRegistry;
+use common::registry;
 
 const BASE: &str = "sandbox-matrix/contract-base:v1";
 const ROOTFS: &str = "sandbox-matrix/contract-rootfs:trixie";
@@ -167,7 +167,7 @@ fn the_base_is_made_from_a_pulled_debian_image_by_digest_and_falls_back_to_mmdeb
     let root = common::root();
 
     // The registry serves this machine's Debian trixie root filesystem as Debian's image.
-    let registry = LocalRegistry::start_anonymous();
+    let registry = registry::start_anonymous();
     let debian = format!("{}/library/debian:trixie-slim", registry.host);
     restore.made.borrow_mut().push(debian.clone());
     docker(&["tag", &rootfs_before, &debian]);

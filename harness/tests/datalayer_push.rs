@@ -10,7 +10,7 @@ mod common;
 
 use std::io::Read;
 
-use common::registry::LocalRegistry;
+use common::registry::{self, LocalRegistry};
 use sandbox_providers::datalayer::{DatalayerProvider, Settings, attest, oci};
 use sandbox_providers::registry::Repository;
 use sandbox_providers::{
@@ -63,7 +63,7 @@ async fn pushes_an_index_with_attestations_and_launches_it_pulled_by_the_reader(
     // A deliberate fake canary, handed to the build as a registry token would be.
     let canary = Secret::new("REGISTRY_TOKEN", fake("canary"));
     let registry =
-        LocalRegistry::start_with_puller(("pusher", &push_password), ("puller", &pull_password));
+        registry::start_with_puller(("pusher", &push_password), ("puller", &pull_password));
     let repository = Repository::parse(&format!("{}/{REPOSITORY}", registry.host)).unwrap();
     let settings = Settings {
         push: credential(

@@ -52,6 +52,8 @@ fn run_once(variant: &str, scenario: &Scenario) -> Result<(String, ScenarioResul
             Arc::new(Print),
             CancellationToken::new(),
         );
+        // A local variant's registry, when it starts one, lives until the scenario ends.
+        let mut local = None;
         let (provider, check, source) = match variants::cloud(variant) {
             Some(cloud) => {
                 let session = variants::open_cloud(
@@ -63,23 +65,30 @@ fn run_once(variant: &str, scenario: &Scenario) -> Result<(String, ScenarioResul
                 .await?;
                 (session.provider, session.check, session.source)
             }
-            None => (
-                variants::connect_docker(
+            None => {
+                let scratch = common::out_dir(&format!("matrix-{variant}-{}", scenario.name));
+                let session = variants::connect_local(
+                    variant,
                     &common::root(),
                     std::path::Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
+                    &scratch,
                 )
-                .await?,
-                None,
-                Source::Live,
-            ),
+                .await
+                .map_err(|e| e.to_string())?;
+                let provider = session.provider.clone();
+                local = Some((session, scratch));
+                (provider, None, Source::Live)
+            }
         };
         let not_ready = runner.prepare(&provider).await.err();
-        Ok((
-            run_id,
-            runner
-                .run_scenario_checked(provider, scenario, not_ready, check, source, 1)
-                .await,
-        ))
+        let result = runner
+            .run_scenario_checked(provider, scenario, not_ready, check, source, 1)
+            .await;
+        if let Some((session, scratch)) = local {
+            drop(session);
+            let _ = std::fs::remove_dir_all(scratch);
+        }
+        Ok((run_id, result))
     })
 }
 
@@ -123,13 +132,21 @@ fn main() {
                 .or_default()
                 .clone();
             let capabilities = variants::capabilities(variant).expect("a known variant");
+            let unavailable = variants::local_skip(variant);
             let mut steps: Vec<(&'static str, Option<String>)> = scenario
                 .steps
                 .iter()
-                .map(|s| (s.name(), skip_reason(&capabilities, s)))
+                .map(|s| {
+                    (
+                        s.name(),
+                        unavailable
+                            .clone()
+                            .or_else(|| skip_reason(&capabilities, s)),
+                    )
+                })
                 .collect();
             if scenario.step(StepKind::Cleanup).is_none() {
-                steps.push((StepKind::Cleanup.name(), None));
+                steps.push((StepKind::Cleanup.name(), unavailable.clone()));
             }
             if cloud {
                 steps.push(("replay", None));
@@ -140,7 +157,7 @@ fn main() {
                 {
                     eprintln!("{variant}::{}::{step}: ignored, {reason}", scenario.name);
                 }
-                let ignore = (engine_missing && variant == "docker") || skip.is_some();
+                let ignore = (engine_missing && !cloud) || skip.is_some();
                 let (variant, scenario, outcome) =
                     (variant.to_owned(), scenario.clone(), outcome.clone());
                 let name = format!("{variant}::{}::{step}", scenario.name);
@@ -154,9 +171,7 @@ fn main() {
                         .ok_or_else(|| Failed::from(format!("the run has no {step} step")))?;
                     match &step_result.status {
                         // Cleanup is also checked from outside: the docker CLI lists nothing by the run's label.
-                        StepStatus::Passed
-                            if step == StepKind::Cleanup.name() && variant == "docker" =>
-                        {
+                        StepStatus::Passed if step == StepKind::Cleanup.name() && !cloud => {
                             let left = common::left_by_run(run_id);
                             if left.is_empty() {
                                 Ok(())

@@ -13,7 +13,7 @@ use std::process::{Command, Output};
 
 use common::Images;
 use common::emulate::Emulate;
-use common::registry::LocalRegistry;
+use common::registry;
 use sandbox_providers::api::network::{CA_FILE_VAR, RESOLVE_VAR};
 
 /// The repository the base is pushed to in the local registry.
@@ -115,7 +115,7 @@ fn against_the_emulator_and_a_registry_holding_the_base_e2b_is_ready() {
     // Fake credentials, made up for this test.
     let password = "sm-fake-preflight-password-1f3a";
     let fake_key = "e2b_fake_preflight_key_0000";
-    let registry = LocalRegistry::start("preflight", password);
+    let registry = registry::start("preflight", password);
     let target = format!("{}/{REPOSITORY}", registry.host);
     let static_auth = [
         ("SANDBOX_MATRIX_REGISTRY_AUTH", "static"),

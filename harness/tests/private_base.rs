@@ -13,7 +13,7 @@ use std::process::{Command, Output};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use common::Images;
-use common::registry::LocalRegistry;
+use common::registry;
 use sandbox_matrix::checks::secrets;
 use sandbox_matrix::report::results::{self, StepStatus};
 use sandbox_providers::Secret;
@@ -123,7 +123,7 @@ async fn the_base_is_pulled_by_digest_with_a_login_token_from_ecr() {
         return;
     }
     let token = fake_token("token");
-    let registry = LocalRegistry::start("AWS", &token);
+    let registry = registry::start("AWS", &token);
     let ecr = MockServer::start().await;
     ecr_answering(&ecr, &token).await;
     let target = format!("{}/{REPOSITORY}", registry.host);

@@ -226,6 +226,15 @@ pub struct Artifact {
     pub kind: String,
 }
 
+/// What a build measured of its artifact beyond the build step's own duration.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ArtifactFacts {
+    /// Spans inside the build, such as the datalayer variant's `push`.
+    pub timings: Vec<Timing>,
+    /// The artifact's compressed size in bytes, where the build pushed it somewhere.
+    pub compressed_bytes: Option<u64>,
+}
+
 /// A sandbox started by a provider, named by the provider's id for it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SandboxId(pub String);
@@ -410,6 +419,13 @@ pub trait Provider: Send + Sync {
 
     /// Builds the environment and returns its immutable id. `log` receives build log lines.
     async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact>;
+
+    /// What the build of `artifact` measured beyond its duration (a push and its size), for
+    /// the build step's result; the runner asks once after each build that passed. The
+    /// default has nothing.
+    fn artifact_facts(&self, _artifact: &Artifact) -> ArtifactFacts {
+        ArtifactFacts::default()
+    }
 
     /// A read-only call that proves the variant's service answers with the credentials it
     /// was made with (the engine's version, a page of templates or snapshots); it creates

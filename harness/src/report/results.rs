@@ -392,7 +392,8 @@ pub struct StepResult {
     pub timings: Vec<Timing>,
     /// Log lines (build output, answers), credentials redacted.
     pub log: Vec<String>,
-    /// What a conformance check's probe answered and measured, when the step is a check.
+    /// What a conformance check's probe answered and measured, when the step is a check;
+    /// for a build that pushed its artifact, its size (`compressed_bytes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<serde_json::Value>,
     /// For a `build` step that did not build: the artifact it took from an earlier scenario

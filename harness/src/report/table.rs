@@ -10,6 +10,11 @@ use crate::analyze::stats;
 use crate::report::results::{
     Modes, ReplayPace, RunResults, ScenarioResult, StepResult, StepStatus,
 };
+use crate::run::runner::COMPRESSED_BYTES;
+
+/// The build step's timing of a push to a registry, and the launch step's of the pull.
+const PUSH: &str = sandbox_providers::datalayer::PUSH_TIMING;
+const PULL: &str = sandbox_providers::datalayer::PULL_TIMING;
 
 /// What a cell holds when the run has nothing to put in it.
 const NOTHING: &str = "—";
@@ -79,10 +84,14 @@ impl Timed<'_> {
 }
 
 /// Every row: its label and how its cells are filled.
-const ROWS: [(&str, Fill); 16] = [
+const ROWS: [(&str, Fill); 17] = [
     ("Artifact launched", Fill::Plain(artifact)),
     ("Build", Fill::Timed(build)),
     ("Rebuild", Fill::Timed(rebuild)),
+    (
+        "Registry: push · pull · size",
+        Fill::Timed(registry_transfer),
+    ),
     ("Build logs", Fill::Plain(build_logs)),
     (
         "Credential for the private base",
@@ -322,11 +331,58 @@ fn scenario_bullets(scenario: &ScenarioResult) -> Vec<String> {
 }
 
 /// The first artifact id, shortened.
+/// A reference by digest (`<registry>/<repository>@sha256:…`) shows its digest.
 fn artifact(scenarios: &[&ScenarioResult]) -> String {
     scenarios
         .iter()
         .find_map(|scenario| scenario.artifact_id.as_deref())
-        .map_or_else(|| NOTHING.to_owned(), |id| shorten(id, ARTIFACT_ID_CHARS))
+        .map_or_else(
+            || NOTHING.to_owned(),
+            |id| {
+                let digest = id.rsplit_once('@').map_or(id, |(_, digest)| digest);
+                shorten(digest, ARTIFACT_ID_CHARS)
+            },
+        )
+}
+
+/// Where the build pushed its artifact to a registry: the build step's `push` timing, the
+/// launch step's `pull` (the first launch pulls), and the bytes pushed.
+fn registry_transfer<'a>(scenarios: &[&'a ScenarioResult]) -> Timed<'a> {
+    let Some((from, build)) = scenarios.iter().find_map(|scenario| {
+        let build = scenario.step("build")?;
+        build
+            .timings
+            .iter()
+            .any(|t| t.name == PUSH)
+            .then_some((*scenario, build))
+    }) else {
+        return Timed::Text(NOTHING.to_owned());
+    };
+    let timing = |step: &StepResult, name: &str| {
+        step.timings
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| seconds(t.duration, 1))
+    };
+    let pull = scenarios
+        .iter()
+        .filter_map(|scenario| scenario.step("launch"))
+        .find_map(|launch| timing(launch, PULL))
+        .unwrap_or_else(|| NOTHING.to_owned());
+    let size = build
+        .data
+        .as_ref()
+        .and_then(|data| data[COMPRESSED_BYTES].as_u64())
+        .map(|bytes| format!(" · {:.1} MB compressed", bytes as f64 / 1e6))
+        .unwrap_or_default();
+    Timed::Value {
+        from,
+        value: format!(
+            "push {} · pull {pull}",
+            timing(build, PUSH).unwrap_or_default()
+        ),
+        rest: size,
+    }
 }
 
 /// The build step's duration, to a tenth of a second.
@@ -954,6 +1010,50 @@ mod tests {
         assert_eq!(
             row(&table, "Scenario"),
             ["fail (secrets: secrets-scan, lifecycle: shutdown)"]
+        );
+    }
+
+    #[test]
+    fn a_pushed_artifact_shows_its_digest_push_pull_and_size() {
+        let build = StepResult {
+            data: Some(serde_json::json!({ COMPRESSED_BYTES: 123_456_789 })),
+            ..step(
+                "build",
+                StepStatus::Passed,
+                40_000,
+                600,
+                vec![timing(PUSH, 12_340, None)],
+                &[],
+            )
+        };
+        let launch = step(
+            "launch",
+            StepStatus::Passed,
+            9_000,
+            90,
+            vec![timing(PULL, 6_780, None)],
+            &[],
+        );
+        let pushed = ScenarioResult {
+            artifact_id: Some(
+                "127.0.0.1:5000/sandbox-matrix/environment@sha256:0123456789abcdef0123".into(),
+            ),
+            steps: vec![build, launch],
+            ..scenario("datalayer", "lifecycle")
+        };
+        let local = ScenarioResult {
+            artifact_id: Some("sha256:fedcba9876543210fedc".into()),
+            steps: vec![step("build", StepStatus::Passed, 4_000, 600, vec![], &[])],
+            ..scenario("docker", "lifecycle")
+        };
+        let table = render(&run(vec![pushed, local]));
+        assert_eq!(
+            row(&table, "Artifact launched"),
+            ["sha256:0123456789ab…", "sha256:fedcba987654…"]
+        );
+        assert_eq!(
+            row(&table, "Registry: push · pull · size"),
+            ["push 12.3 s · pull 6.8 s · 123.5 MB compressed", "—"]
         );
     }
 

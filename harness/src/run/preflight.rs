@@ -10,12 +10,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use comfy_table::{Table, presets::ASCII_MARKDOWN};
-use sandbox_providers::Provider;
 use sandbox_providers::api::{Mode, Volatiles};
 use sandbox_providers::registry::check::{check_base, describe};
+use sandbox_providers::{Provider, datalayer};
 
 use crate::run::base::{BASE_VAR, RunBase};
-use crate::run::variants;
+use crate::run::{local_registry, variants};
 
 /// Whether one check is met.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,7 +154,7 @@ pub async fn preflight(
         };
         report.rows.push(answers);
         let base_row = match (&base, name.as_str(), connected) {
-            (BaseCheck::Local, "docker", _) => row(
+            (BaseCheck::Local, "docker" | "datalayer", _) => row(
                 &name,
                 "base by digest",
                 Status::Ready,
@@ -214,6 +214,48 @@ async fn connect(root: &Path, harness: &Path, name: &str) -> (Row, Option<Arc<dy
                 ),
                 None,
             ),
+        };
+    }
+    if name == "datalayer" {
+        return match variants::connect_datalayer_configured(root, harness).await {
+            Ok(Some(p)) => (
+                row(
+                    name,
+                    "credentials",
+                    Status::Ready,
+                    "a push and a read-only pull login, found in the environment".to_owned(),
+                ),
+                Some(p),
+            ),
+            Ok(None) => match local_registry::missing_tools() {
+                None => (
+                    row(
+                        name,
+                        "credentials",
+                        Status::Ready,
+                        format!(
+                            "no {} set: a run starts its own registry on loopback, with logins of its own",
+                            datalayer::REGISTRY_VAR
+                        ),
+                    ),
+                    variants::connect_docker(root, harness).await.ok(),
+                ),
+                Some(missing) => (
+                    row(
+                        name,
+                        "credentials",
+                        Status::Missing,
+                        format!(
+                            "set {}, {} and {} (and their _PASSWORD), or let a run start its own registry: {missing}",
+                            datalayer::REGISTRY_VAR,
+                            datalayer::PUSH_USER_VAR,
+                            datalayer::PULL_USER_VAR
+                        ),
+                    ),
+                    None,
+                ),
+            },
+            Err(e) => (row(name, "credentials", Status::Missing, e), None),
         };
     }
     let Some(cloud) = variants::cloud(name) else {

@@ -28,6 +28,9 @@ use crate::run::shared::{AtCleanup, SharedArtifact, SharedBuilds};
 pub const IMPLICIT_CLEANUP_BUDGET: Duration = Duration::from_secs(120);
 /// Budget of a variant's preparation (the docker base image bootstrap takes minutes).
 pub const PREPARE_BUDGET: Duration = Duration::from_secs(30 * 60);
+/// The key of a build step's data that holds its artifact's compressed size in bytes.
+pub const COMPRESSED_BYTES: &str = "compressed_bytes";
+
 /// Budget of the floor measurement that follows a first result.
 const FLOOR_BUDGET: Duration = Duration::from_secs(120);
 /// Most log lines kept per step; the newest are kept.
@@ -875,6 +878,12 @@ impl StepContext {
         let credential_use = self.provider.credential_use(&request);
         self.state().base_credential = Some(credential_use.clone());
         let artifact = built?;
+        let facts = self.provider.artifact_facts(&artifact);
+        self.log.timings(facts.timings);
+        if let Some(bytes) = facts.compressed_bytes {
+            self.log
+                .data(serde_json::json!({ COMPRESSED_BYTES: bytes }));
+        }
         let resource = self.provider.artifact_resource(&artifact);
         self.record_created(seq, resource.clone(), &artifact.kind, &artifact.id);
         if let (Some(sharing), Some(resource)) = (&self.sharing, resource) {

@@ -11,10 +11,12 @@ use sandbox_providers::api::grpc::{
 use sandbox_providers::api::replay::{Pace, ReplayOptions, ReplayServer};
 use sandbox_providers::api::{Cassette, Mode, Recorder, Volatiles};
 use sandbox_providers::docker::{BaseRecipe, DockerProvider, DoctorBinary};
-use sandbox_providers::modal;
+use sandbox_providers::registry::Repository;
 use sandbox_providers::{Capabilities, Provider, ProviderError};
+use sandbox_providers::{CredentialSource, RegistryCredential, Secret, datalayer, modal};
 
 use crate::report::results::{Replay, Source};
+use crate::run::local_registry::{self, LocalRegistry};
 use crate::run::runner::SessionCheck;
 
 /// Where, under the project root, the docker variant's base image recipe lives.
@@ -116,17 +118,24 @@ pub const CLOUD: &[CloudVariant] = &[
     },
 ];
 
+/// The variants on the local engine, in report order: `docker` (a local image id) and
+/// `datalayer` (the image pushed by digest to a registry and pulled back).
+pub const LOCAL: &[&str] = &["docker", "datalayer"];
+
 /// What the variant named `name` can do, known before connecting to it.
 pub fn capabilities(name: &str) -> Option<Capabilities> {
     match name {
         "docker" => Some(sandbox_providers::docker::CAPABILITIES),
+        "datalayer" => Some(datalayer::CAPABILITIES),
         _ => cloud(name).map(|c| c.capabilities.clone()),
     }
 }
 
 /// Every variant name, in report order.
 pub fn known() -> Vec<&'static str> {
-    std::iter::once("docker")
+    LOCAL
+        .iter()
+        .copied()
         .chain(CLOUD.iter().map(|c| c.name))
         .collect()
 }
@@ -522,6 +531,175 @@ pub async fn connect_docker(root: &Path, harness: &Path) -> Result<Arc<dyn Provi
 /// The reference base's recipe in the checkout at `root`, with `harness` as its doctor.
 pub fn base_recipe(root: &Path, harness: &Path) -> BaseRecipe {
     BaseRecipe::new(root.join(BASE_RECIPE_DIR), doctor_binary(harness))
+}
+
+/// A local variant connected for a run.
+pub struct LocalSession {
+    /// The variant's provider.
+    pub provider: Arc<dyn Provider>,
+    /// The registry started for the run when none is configured (datalayer); dropping it
+    /// stops it, so it is dropped after the variant's cleanup.
+    pub registry: Option<LocalRegistry>,
+    /// Credentials made for the run (the local registry's logins), for the self-scan.
+    pub secrets: Vec<Secret>,
+    /// What the run set up for the variant, to say before it runs.
+    pub note: Option<String>,
+}
+
+impl std::fmt::Debug for LocalSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalSession")
+            .field("variant", &self.provider.variant())
+            .field("registry", &self.registry)
+            .field("note", &self.note)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a local variant cannot run here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocalUnavailable {
+    /// No engine answers: the variant is not run (a failure when asked for by name).
+    NoEngine(String),
+    /// Something it needs is not installed: its scenarios are skipped, with the command
+    /// that installs it.
+    Skipped(String),
+    /// Its settings are wrong: bad input, before anything runs.
+    Config(String),
+}
+
+impl std::fmt::Display for LocalUnavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoEngine(e) | Self::Skipped(e) | Self::Config(e) => f.write_str(e),
+        }
+    }
+}
+
+/// The repository a run's own registry holds the datalayer variant's artifacts in.
+pub const LOCAL_REPOSITORY: &str = "sandbox-matrix/environment";
+
+/// Connects the local variant `name` (see [`LOCAL`]) for a run; `scratch` is where a
+/// registry started for the run keeps its data. The datalayer variant pushes to the
+/// registry its variables name ([`datalayer::REGISTRY_VAR`]) or, with none set, to one
+/// started on loopback for the run with a pushing and a read-only user of its own.
+pub async fn connect_local(
+    name: &str,
+    root: &Path,
+    harness: &Path,
+    scratch: &Path,
+) -> Result<LocalSession, LocalUnavailable> {
+    let docker = docker_provider(root, harness)
+        .await
+        .map_err(LocalUnavailable::NoEngine)?;
+    if name != "datalayer" {
+        return Ok(LocalSession {
+            provider: Arc::new(docker),
+            registry: None,
+            secrets: Vec::new(),
+            note: None,
+        });
+    }
+    if let Some(settings) =
+        datalayer::Settings::from_env().map_err(|e| LocalUnavailable::Config(e.to_string()))?
+    {
+        let note = format!(
+            "pushing to {} as {}, pulling as {}",
+            settings.repository, settings.push.username, settings.pull.username
+        );
+        return Ok(LocalSession {
+            provider: Arc::new(datalayer::DatalayerProvider::new(docker, settings)),
+            registry: None,
+            secrets: Vec::new(),
+            note: Some(note),
+        });
+    }
+    if let Some(reason) = local_skip(name) {
+        return Err(LocalUnavailable::Skipped(reason));
+    }
+    // Made for this run, and good only against the registry that stops with it.
+    let made =
+        |name: &str, role: &str| Secret::new(name, format!("sm-run-{role}-{}", random_hex()));
+    let (push, pull) = (
+        made(datalayer::PUSH_PASSWORD_VAR, "push"),
+        made(datalayer::PULL_PASSWORD_VAR, "pull"),
+    );
+    let (pusher, puller) = ("sandbox-matrix-push", "sandbox-matrix-pull");
+    let started = {
+        let scratch = scratch.to_owned();
+        let (push, pull) = (push.expose().to_owned(), pull.expose().to_owned());
+        tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&scratch)
+                .map_err(|e| format!("cannot make {}: {e}", scratch.display()))?;
+            LocalRegistry::start_with_puller(&scratch, (pusher, &push), (puller, &pull))
+        })
+        .await
+        .map_err(|e| LocalUnavailable::NoEngine(format!("starting a registry: {e}")))?
+        .map_err(LocalUnavailable::NoEngine)?
+    };
+    let repository = Repository::parse(&format!("{}/{LOCAL_REPOSITORY}", started.host))
+        .map_err(|e| LocalUnavailable::Config(e.to_string()))?;
+    let credential = |username: &str, password: &Secret| RegistryCredential {
+        registry: started.host.clone(),
+        username: username.to_owned(),
+        password: password.clone(),
+        source: CredentialSource::Static,
+    };
+    let settings = datalayer::Settings {
+        repository,
+        push: credential(pusher, &push),
+        pull: credential(puller, &pull),
+    };
+    let note = format!(
+        "no registry configured ({} unset): started one for this run on {} (docker-registry), pushing as {pusher}, pulling as the read-only {puller}",
+        datalayer::REGISTRY_VAR,
+        started.host
+    );
+    Ok(LocalSession {
+        provider: Arc::new(datalayer::DatalayerProvider::new(docker, settings)),
+        registry: Some(started),
+        secrets: vec![push, pull],
+        note: Some(note),
+    })
+}
+
+/// Why the local variant `name` is skipped on this machine, known before connecting: the
+/// datalayer variant with no registry configured where none can be started.
+pub fn local_skip(name: &str) -> Option<String> {
+    if name != "datalayer"
+        || std::env::var_os(datalayer::REGISTRY_VAR).is_some_and(|v| !v.is_empty())
+    {
+        return None;
+    }
+    local_registry::missing_tools().map(|missing| {
+        format!(
+            "no registry configured ({} unset) and none can be started here: {missing}",
+            datalayer::REGISTRY_VAR
+        )
+    })
+}
+
+/// The datalayer variant on the registry its variables configure, for a sweep; `None`
+/// when none is configured (a run then used a registry of its own, gone with it).
+pub async fn connect_datalayer_configured(
+    root: &Path,
+    harness: &Path,
+) -> Result<Option<Arc<dyn Provider>>, String> {
+    let Some(settings) = datalayer::Settings::from_env().map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    let docker = docker_provider(root, harness).await?;
+    Ok(Some(Arc::new(datalayer::DatalayerProvider::new(
+        docker, settings,
+    ))))
+}
+
+/// 16 random bytes as hex.
+fn random_hex() -> String {
+    use rand::Rng as _;
+    (0..16)
+        .map(|_| format!("{:02x}", rand::rng().random::<u8>()))
+        .collect()
 }
 
 /// [`connect_docker`]'s provider itself, for what only the docker variant does (pushing

@@ -23,9 +23,9 @@ use bollard::query_parameters::RemoveImageOptionsBuilder;
 use crate::docker::DockerProvider;
 use crate::registry::{DigestReference, Repository};
 use crate::{
-    Artifact, BASE_ARG, BaseImage, BuildRequest, Capabilities, CodeOutput, CommandOutput,
-    CredentialSource, ErrorKind, Labelled, LogFn, Provider, ProviderError, RegistryCredential,
-    Resource, Result, RunLabels, SandboxId, Secret, ShutdownReport, Timing,
+    Artifact, ArtifactFacts, BASE_ARG, BaseImage, BuildRequest, Capabilities, CodeOutput,
+    CommandOutput, CredentialSource, ErrorKind, Labelled, LogFn, Provider, ProviderError,
+    RegistryCredential, Resource, Result, RunLabels, SandboxId, Secret, ShutdownReport, Timing,
 };
 
 /// The repository artifacts are pushed to: `<host[:port]>/<repository>`.
@@ -42,6 +42,10 @@ pub const PULL_PASSWORD_VAR: &str = "SANDBOX_MATRIX_DATALAYER_PULL_PASSWORD";
 pub const ARTIFACT_KIND: &str = "oci-index-digest";
 /// The resource kind of a pushed index in the registry.
 pub const MANIFEST_RESOURCE: &str = "manifest";
+/// The build step's timing of the push: export, attestations and upload.
+pub const PUSH_TIMING: &str = "push";
+/// The launch step's timing of the pull by digest, as the read-only user.
+pub const PULL_TIMING: &str = "pull";
 /// The builder, as the provenance names it beside the engine's version: the docker
 /// variant's build goes through bollard without its BuildKit session.
 pub const BUILDER: &str = "classic builder (bollard without its BuildKit session)";
@@ -126,6 +130,8 @@ pub struct DatalayerProvider {
     docker: DockerProvider,
     settings: Settings,
     pushed: Mutex<HashMap<String, Pushed>>,
+    /// Held while a launch checks for and pulls the image.
+    pulling: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for DatalayerProvider {
@@ -143,6 +149,7 @@ impl DatalayerProvider {
             docker,
             settings,
             pushed: Mutex::new(HashMap::new()),
+            pulling: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -337,8 +344,15 @@ impl Provider for DatalayerProvider {
         self.docker.prepare(base, progress).await
     }
 
+    /// The engine, then both logins at the registry.
     async fn check_access(&self) -> Result<String> {
-        self.docker.check_access().await
+        let engine = self.docker.check_access().await?;
+        let registry = &self.settings.repository.registry;
+        let push = oci::check_login(registry, &self.settings.push).await?;
+        let pull = oci::check_login(registry, &self.settings.pull).await?;
+        Ok(format!(
+            "{engine}; registry {registry}: push user {push}, read-only user {pull}"
+        ))
     }
 
     async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact> {
@@ -360,6 +374,20 @@ impl Provider for DatalayerProvider {
         self.docker.credential_use(request)
     }
 
+    /// The push (export, attestations and upload) and the bytes pushed.
+    fn artifact_facts(&self, artifact: &Artifact) -> ArtifactFacts {
+        self.pushed(artifact)
+            .map(|pushed| ArtifactFacts {
+                timings: vec![Timing {
+                    name: PUSH_TIMING.into(),
+                    duration: pushed.push,
+                    resolution: None,
+                }],
+                compressed_bytes: Some(pushed.size),
+            })
+            .unwrap_or_default()
+    }
+
     async fn launch(
         &self,
         artifact: &Artifact,
@@ -372,11 +400,17 @@ impl Provider for DatalayerProvider {
             )
         })?;
         let mut timings = Vec::new();
-        if !pushed.pulled {
+        // The first launch removes the build's local copy and pulls; a later one pulls
+        // again only when the engine no longer holds the image (a scenario's cleanup
+        // removes the images carrying its labels, the pulled one among them). Launches at
+        // once (a burst) pull one at a time: the first pulls, the others find it held.
+        let pulling = self.pulling.lock().await;
+        let pulled = self.pushed(artifact).is_some_and(|p| p.pulled);
+        if !pulled || !self.holds(&artifact.id).await? {
             let started = Instant::now();
             self.pull(&artifact.id, &pushed).await?;
             timings.push(Timing {
-                name: "pull".into(),
+                name: PULL_TIMING.into(),
                 duration: started.elapsed(),
                 resolution: None,
             });
@@ -389,6 +423,7 @@ impl Provider for DatalayerProvider {
                 p.pulled = true;
             }
         }
+        drop(pulling);
         let (sandbox, launched) = self.docker.launch(artifact, labels).await?;
         timings.extend(launched);
         Ok((sandbox, timings))
@@ -438,11 +473,30 @@ impl Provider for DatalayerProvider {
     }
 
     /// A `manifest` (an index pushed by digest, with the manifests it lists) is deleted
-    /// from the registry with the push credential; anything else is the engine's.
+    /// from the registry with the push credential, and its pulled copy from the engine;
+    /// anything else is the engine's.
     async fn delete_resource(&self, resource: &Resource) -> Result<()> {
         if resource.kind == MANIFEST_RESOURCE {
             let reference = DigestReference::parse(&resource.id)?;
-            return oci::delete(&reference, &self.settings.push).await;
+            oci::delete(&reference, &self.settings.push).await?;
+            // And the copy pulled by that digest, where the engine still holds it.
+            return match self
+                .docker
+                .engine()
+                .remove_image(
+                    &resource.id,
+                    None::<bollard::query_parameters::RemoveImageOptions>,
+                    None,
+                )
+                .await
+            {
+                Ok(_)
+                | Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => Ok(()),
+                Err(e) => Err(crate::docker::engine_error(e)
+                    .context(format!("removing the pulled image {}", resource.id))),
+            };
         }
         self.docker.delete_resource(resource).await
     }
@@ -464,6 +518,19 @@ impl Provider for DatalayerProvider {
 }
 
 impl DatalayerProvider {
+    /// Whether the engine holds the image `reference` names.
+    async fn holds(&self, reference: &str) -> Result<bool> {
+        match self.docker.engine().inspect_image(reference).await {
+            Ok(_) => Ok(true),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(false),
+            Err(e) => {
+                Err(crate::docker::engine_error(e).context(format!("inspecting {reference}")))
+            }
+        }
+    }
+
     /// The local image of `artifact`, by the engine's id.
     fn local(&self, artifact: &Artifact) -> Result<Artifact> {
         let pushed = self.pushed(artifact).ok_or_else(|| {

@@ -384,6 +384,58 @@ pub async fn push(
     Ok(repository.at(&artifact.index.digest))
 }
 
+/// Longest a login check may take.
+const LOGIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Checks, creating nothing, that `registry` takes `credential`'s Basic login at `/v2/`:
+/// what it answered, or why not. A registry that asks for a Bearer token instead is said so:
+/// its token service is asked at the first push or pull.
+pub async fn check_login(registry: &str, credential: &RegistryCredential) -> Result<String> {
+    let scheme = crate::registry::check::scheme(registry);
+    let answer = reqwest::Client::builder()
+        .timeout(LOGIN_TIMEOUT)
+        .build()
+        .map(|client| {
+            client
+                .get(format!("{scheme}://{registry}/v2/"))
+                .basic_auth(&credential.username, Some(credential.password.expose()))
+        })
+        .map_err(|e| ProviderError::new(ErrorKind::Config, format!("an HTTP client: {e}")))?
+        .send()
+        .await
+        .map_err(|e| {
+            ProviderError::new(
+                ErrorKind::Transport,
+                format!("registry {registry} does not answer GET /v2/: {e}"),
+            )
+        })?;
+    let status = answer.status();
+    let challenge = answer
+        .headers()
+        .get(reqwest::header::WWW_AUTHENTICATE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    if status.is_success() {
+        return Ok(format!("{} logs in", credential.username));
+    }
+    if status == reqwest::StatusCode::UNAUTHORIZED
+        && challenge.to_ascii_lowercase().starts_with("bearer")
+    {
+        return Ok(format!(
+            "{} is asked of the registry's token service at the first push or pull",
+            credential.username
+        ));
+    }
+    Err(ProviderError::new(
+        ErrorKind::Api,
+        format!(
+            "registry {registry} refused the login of {}: GET /v2/ answered {status}",
+            credential.username
+        ),
+    ))
+}
+
 /// Whether the registry said the manifest is not there.
 fn manifest_unknown(e: &oci_client::errors::OciDistributionError) -> bool {
     use oci_client::errors::{OciDistributionError as E, OciErrorCode};

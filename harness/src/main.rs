@@ -284,9 +284,10 @@ struct RootArg {
 
 #[derive(Args)]
 struct Selection {
-    /// Variant to run; repeat for several. Default: every known variant that can run here
-    /// (for `run`: docker when an engine answers, and each cloud variant where it has a
-    /// cassette, or live with --live).
+    /// Variant to run; repeat for several (docker, datalayer, e2b, daytona, modal).
+    /// Default: every known variant that can run here (for `run`: docker and datalayer when
+    /// an engine answers, and each cloud variant where it has a cassette, or live with
+    /// --live).
     #[arg(long = "variant", value_name = "NAME")]
     variants: Vec<String>,
     /// Scenario to run: a name in scenarios/ (`lifecycle`) or a path to a YAML file;
@@ -1346,6 +1347,21 @@ async fn sweep(run_id: Option<&str>, selection: &Selection, options: &SweepOptio
             tokio::time::sleep(std::time::Duration::from_secs(2)).await;
         }
     }
+    // What a killed run's own registry kept (its process died with the run).
+    for (target, _) in &targets {
+        let scratch = variants::run_scratch(target);
+        if !scratch.exists() {
+            continue;
+        }
+        if options.dry_run {
+            println!("run {target}: would remove {}", scratch.display());
+        } else if let Err(e) = std::fs::remove_dir_all(&scratch) {
+            eprintln!("run {target}: could not remove {}: {e}", scratch.display());
+            code = EXIT_FAILED;
+        } else {
+            println!("run {target}: removed {}", scratch.display());
+        }
+    }
     if removed.is_empty() {
         eprintln!(
             "no run to sweep: no ledger of a run whose process is gone, no labelled resource older than {}",
@@ -1617,7 +1633,7 @@ async fn run(args: RunArgs) -> u8 {
         if !variant_names.iter().any(|v| v == name) {
             continue;
         }
-        let scratch = std::env::temp_dir().join(format!("sandbox-matrix-{run_id}"));
+        let scratch = variants::run_scratch(&run_id);
         match variants::connect_local(name, root, &harness_executable(), &scratch).await {
             Ok(session) => {
                 if let Some(note) = &session.note {
@@ -1635,13 +1651,13 @@ async fn run(args: RunArgs) -> u8 {
                     skip.insert((name.to_string(), scenario.name.clone()), reason.clone());
                 }
             }
-            Err(variants::LocalUnavailable::NoEngine(e)) if !explicit => {
+            Err(variants::LocalUnavailable::NotReady(e)) if !explicit => {
                 eprintln!(
                     "{name}: not run, {e} (ask for it with --variant {name} to make that a failure)"
                 );
                 variant_names.retain(|v| v != name);
             }
-            Err(variants::LocalUnavailable::NoEngine(e)) => {
+            Err(variants::LocalUnavailable::NotReady(e)) => {
                 local.insert(*name, Err(e));
             }
         }
@@ -1829,8 +1845,7 @@ async fn run(args: RunArgs) -> u8 {
         {
             let host = registry.host.clone();
             drop(registry);
-            let _ =
-                std::fs::remove_dir(std::env::temp_dir().join(format!("sandbox-matrix-{run_id}")));
+            let _ = std::fs::remove_dir(variants::run_scratch(&run_id));
             eprintln!("{name}: stopped the run's registry on {host}");
         }
         if cancel.is_cancelled() {

@@ -4,7 +4,11 @@
 //! listing python3 and jupyter_server, a provenance naming the base's digest and the build
 //! arguments by name, no build secret in any blob), then launched: the local copy removed,
 //! pulled by digest as a read-only user who cannot push, `1+1` through Jupyter; cleanup
-//! deletes the index and its manifests from the registry. Needs Docker.
+//! deletes the index and its manifests from the registry. Then the variant through the
+//! CLI: `preflight` checks both logins and names a refused one; with no registry
+//! configured and no `docker-registry` to start one, `run` skips the variant with the
+//! install command; a run killed with kill -9 takes the registry it started down with it,
+//! and `sweep --run` removes what it left. Needs Docker.
 
 mod common;
 
@@ -325,4 +329,229 @@ async fn pushes_an_index_with_attestations_and_launches_it_pulled_by_the_reader(
             .unwrap();
         assert_eq!(answer.status(), 404, "{digest} is still served");
     }
+}
+
+/// The registry variables, cleared so a test sees only what it sets.
+const REGISTRY_VARS: &[&str] = &[
+    "SANDBOX_MATRIX_DATALAYER_REGISTRY",
+    "SANDBOX_MATRIX_DATALAYER_PUSH_USER",
+    "SANDBOX_MATRIX_DATALAYER_PUSH_PASSWORD",
+    "SANDBOX_MATRIX_DATALAYER_PULL_USER",
+    "SANDBOX_MATRIX_DATALAYER_PULL_PASSWORD",
+    "SANDBOX_MATRIX_BASE",
+];
+
+/// `sandbox-matrix <args>` on this checkout with the registry variables cleared, then
+/// `env` set; its exit code and everything it printed.
+fn cli(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"));
+    command.args(args).arg("--root").arg(common::root());
+    for name in REGISTRY_VARS {
+        command.env_remove(name);
+    }
+    let output = command
+        .envs(env.iter().copied())
+        .output()
+        .expect("sandbox-matrix runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.code(), text)
+}
+
+/// The preflight table's row of the datalayer variant's `check`.
+fn preflight_row<'a>(shown: &'a str, check: &str) -> &'a str {
+    shown
+        .lines()
+        .find(|l| l.contains("| datalayer") && l.contains(&format!("| {check}")))
+        .unwrap_or_else(|| panic!("no datalayer × {check} row in:\n{shown}"))
+}
+
+#[test]
+fn preflight_checks_both_logins_and_names_a_refused_one() {
+    if !common::docker_or_skip("preflight_checks_both_logins_and_names_a_refused_one") {
+        return;
+    }
+    let (push_password, pull_password) = (fake("push"), fake("pull"));
+    let registry =
+        registry::start_with_puller(("pusher", &push_password), ("puller", &pull_password));
+    let repository = format!("{}/{REPOSITORY}", registry.host);
+    let settings = |pull: &str| {
+        [
+            ("SANDBOX_MATRIX_DATALAYER_REGISTRY", repository.clone()),
+            ("SANDBOX_MATRIX_DATALAYER_PUSH_USER", "pusher".to_owned()),
+            (
+                "SANDBOX_MATRIX_DATALAYER_PUSH_PASSWORD",
+                push_password.clone(),
+            ),
+            ("SANDBOX_MATRIX_DATALAYER_PULL_USER", "puller".to_owned()),
+            ("SANDBOX_MATRIX_DATALAYER_PULL_PASSWORD", pull.to_owned()),
+        ]
+    };
+    let good = settings(&pull_password);
+    let good: Vec<(&str, &str)> = good.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (code, shown) = cli(&["preflight", "--variant", "datalayer"], &good);
+    assert_eq!(code, Some(0), "{shown}");
+    let answers = preflight_row(&shown, "API answers");
+    assert!(
+        answers.contains("push user pusher logs in")
+            && answers.contains("read-only user puller logs in"),
+        "{answers}"
+    );
+
+    let wrong = fake("wrong");
+    let bad = settings(&wrong);
+    let bad: Vec<(&str, &str)> = bad.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (code, shown) = cli(&["preflight", "--variant", "datalayer"], &bad);
+    assert_eq!(code, Some(1), "{shown}");
+    assert!(
+        preflight_row(&shown, "API answers").contains("refused the login of puller"),
+        "{shown}"
+    );
+    for value in [&push_password, &pull_password, &wrong] {
+        assert!(
+            !shown.contains(value.as_str()),
+            "a password was printed: {shown}"
+        );
+    }
+}
+
+#[test]
+fn without_a_registry_or_the_tools_to_start_one_the_variant_is_skipped_with_the_install_command() {
+    if !common::docker_or_skip("datalayer_without_a_registry_is_skipped") {
+        return;
+    }
+    // A PATH with neither docker-registry nor htpasswd on it.
+    let empty = common::out_dir("datalayer-empty-path");
+    let path = empty.to_str().expect("a UTF-8 path");
+    let out = common::out_dir("datalayer-skipped");
+    let (_, shown) = cli(
+        &[
+            "run",
+            "--variant",
+            "datalayer",
+            "--scenario",
+            "lifecycle",
+            "--out",
+            out.to_str().expect("a UTF-8 path"),
+        ],
+        &[("PATH", path)],
+    );
+    assert!(
+        shown.contains(
+            "datalayer::lifecycle: skipped, no registry configured (SANDBOX_MATRIX_DATALAYER_REGISTRY unset) and none can be started here: docker-registry and htpasswd not found (apt-get install docker-registry apache2-utils)"
+        ),
+        "{shown}"
+    );
+    let (code, shown) = cli(&["preflight", "--variant", "datalayer"], &[("PATH", path)]);
+    assert_eq!(code, Some(1), "{shown}");
+    assert!(
+        preflight_row(&shown, "credentials")
+            .contains("apt-get install docker-registry apache2-utils"),
+        "{shown}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+    let _ = std::fs::remove_dir_all(&empty);
+}
+
+/// Pids of running `docker-registry` processes whose command line names `needle`.
+fn registries_naming(needle: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .expect("/proc lists processes")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            (cmdline.starts_with("docker-registry") && cmdline.contains(needle))
+                .then(|| e.file_name().to_string_lossy().into_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn a_killed_run_takes_its_registry_down_and_sweep_removes_what_it_left() {
+    use std::io::{BufRead, BufReader};
+    if !common::docker_or_skip("a_killed_run_takes_its_registry_down") {
+        return;
+    }
+    let out = common::out_dir("datalayer-killed");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"));
+    for name in REGISTRY_VARS {
+        command.env_remove(name);
+    }
+    let mut child = command
+        .args([
+            "run",
+            "--variant",
+            "datalayer",
+            "--scenario",
+            "lifecycle",
+            "--root",
+        ])
+        .arg(common::root())
+        .arg("--out")
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("sandbox-matrix starts");
+    let lines = BufReader::new(child.stderr.take().expect("stderr is piped")).lines();
+    let (mut host, mut run_id, mut seen) = (None, None, Vec::new());
+    for line in lines.map_while(Result::ok) {
+        if let Some((_, rest)) = line.split_once("started one for this run on ") {
+            host = rest.split_whitespace().next().map(str::to_owned);
+        }
+        if let Some(rest) = line.strip_prefix("run ") {
+            run_id = rest.split(':').next().map(str::to_owned);
+        }
+        let building = line.trim() == "▸ build";
+        seen.push(line);
+        if building {
+            break;
+        }
+    }
+    let host = host.unwrap_or_else(|| panic!("no registry started: {seen:#?}"));
+    let run_id = run_id.unwrap_or_else(|| panic!("no run id printed: {seen:#?}"));
+    let port = host.rsplit(':').next().expect("host:port").to_owned();
+    // The registry behind the read-only gate has a port of its own, in its folder's name.
+    let folder = format!("sandbox-matrix-{run_id}");
+    assert!(
+        !registries_naming(&folder).is_empty(),
+        "no docker-registry of the run ({folder}, gate on {port}) is running"
+    );
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    child.kill().expect("kill -9");
+    child.wait().expect("the run ends");
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !registries_naming(&folder).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(
+        registries_naming(&folder),
+        Vec::<String>::new(),
+        "the run's registry outlived it"
+    );
+
+    let (code, swept) = cli(
+        &[
+            "sweep",
+            "--run",
+            &run_id,
+            "--variant",
+            "docker",
+            "--variant",
+            "datalayer",
+            "--out",
+            out.to_str().expect("a UTF-8 path"),
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{swept}");
+    let scratch = std::env::temp_dir().join(&folder);
+    assert!(!scratch.exists(), "{} is left: {swept}", scratch.display());
+    assert!(common::left_by_run(&run_id).is_empty(), "{swept}");
+    let _ = std::fs::remove_dir_all(&out);
 }

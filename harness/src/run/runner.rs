@@ -97,11 +97,15 @@ pub fn new_run_id() -> String {
 /// A fresh fake canary credential for one run: it is handed to builds the way a registry
 /// token would be and must never be found in an artifact or sandbox.
 pub fn fake_canary() -> Secret {
-    let value: String = (0..16)
-        .map(|_| format!("{:02x}", rand::rng().random::<u8>()))
-        .collect();
     // Fake by construction: the value says so and grants nothing anywhere.
-    Secret::new("REGISTRY_TOKEN", format!("sm-fake-canary-{value}"))
+    Secret::new("REGISTRY_TOKEN", format!("sm-fake-canary-{}", random_hex()))
+}
+
+/// 16 random bytes as hex: the random part of values made for one run.
+pub fn random_hex() -> String {
+    (0..16)
+        .map(|_| format!("{:02x}", rand::rng().random::<u8>()))
+        .collect()
 }
 
 impl Runner {

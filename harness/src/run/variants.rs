@@ -17,7 +17,7 @@ use sandbox_providers::{CredentialSource, RegistryCredential, Secret, datalayer,
 
 use crate::report::results::{Replay, Source};
 use crate::run::local_registry::{self, LocalRegistry};
-use crate::run::runner::SessionCheck;
+use crate::run::runner::{SessionCheck, random_hex};
 
 /// Where, under the project root, the docker variant's base image recipe lives.
 pub const BASE_RECIPE_DIR: &str = "fixtures/images/contract-base";
@@ -559,8 +559,9 @@ impl std::fmt::Debug for LocalSession {
 /// Why a local variant cannot run here.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LocalUnavailable {
-    /// No engine answers: the variant is not run (a failure when asked for by name).
-    NoEngine(String),
+    /// No engine answers, or what the variant starts for the run (its registry) does not
+    /// start: the variant is not run (a failure when asked for by name).
+    NotReady(String),
     /// Something it needs is not installed: its scenarios are skipped, with the command
     /// that installs it.
     Skipped(String),
@@ -571,7 +572,7 @@ pub enum LocalUnavailable {
 impl std::fmt::Display for LocalUnavailable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::NoEngine(e) | Self::Skipped(e) | Self::Config(e) => f.write_str(e),
+            Self::NotReady(e) | Self::Skipped(e) | Self::Config(e) => f.write_str(e),
         }
     }
 }
@@ -591,7 +592,7 @@ pub async fn connect_local(
 ) -> Result<LocalSession, LocalUnavailable> {
     let docker = docker_provider(root, harness)
         .await
-        .map_err(LocalUnavailable::NoEngine)?;
+        .map_err(LocalUnavailable::NotReady)?;
     if name != "datalayer" {
         return Ok(LocalSession {
             provider: Arc::new(docker),
@@ -634,8 +635,8 @@ pub async fn connect_local(
             LocalRegistry::start_with_puller(&scratch, (pusher, &push), (puller, &pull))
         })
         .await
-        .map_err(|e| LocalUnavailable::NoEngine(format!("starting a registry: {e}")))?
-        .map_err(LocalUnavailable::NoEngine)?
+        .map_err(|e| LocalUnavailable::NotReady(format!("starting a registry: {e}")))?
+        .map_err(LocalUnavailable::NotReady)?
     };
     let repository = Repository::parse(&format!("{}/{LOCAL_REPOSITORY}", started.host))
         .map_err(|e| LocalUnavailable::Config(e.to_string()))?;
@@ -694,12 +695,10 @@ pub async fn connect_datalayer_configured(
     ))))
 }
 
-/// 16 random bytes as hex.
-fn random_hex() -> String {
-    use rand::Rng as _;
-    (0..16)
-        .map(|_| format!("{:02x}", rand::rng().random::<u8>()))
-        .collect()
+/// Where a run's own registry keeps its data while the run lasts; `sweep` removes what a
+/// killed run left there.
+pub fn run_scratch(run_id: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("sandbox-matrix-{run_id}"))
 }
 
 /// [`connect_docker`]'s provider itself, for what only the docker variant does (pushing

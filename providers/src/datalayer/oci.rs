@@ -410,17 +410,14 @@ pub async fn check_login(registry: &str, credential: &RegistryCredential) -> Res
             )
         })?;
     let status = answer.status();
-    let challenge = answer
-        .headers()
-        .get(reqwest::header::WWW_AUTHENTICATE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
     if status.is_success() {
         return Ok(format!("{} logs in", credential.username));
     }
     if status == reqwest::StatusCode::UNAUTHORIZED
-        && challenge.to_ascii_lowercase().starts_with("bearer")
+        && matches!(
+            crate::registry::check::challenge(answer.headers()),
+            Some(crate::registry::check::Challenge::Bearer { .. })
+        )
     {
         return Ok(format!(
             "{} is asked of the registry's token service at the first push or pull",

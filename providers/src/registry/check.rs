@@ -217,7 +217,7 @@ pub(crate) fn scheme(registry: &str) -> &'static str {
 
 /// What `GET /v2/` asked for.
 #[derive(Debug, PartialEq, Eq)]
-enum Challenge {
+pub(crate) enum Challenge {
     Basic,
     Bearer {
         realm: String,
@@ -226,7 +226,7 @@ enum Challenge {
 }
 
 /// The first Basic or Bearer challenge in `WWW-Authenticate`.
-fn challenge(headers: &HeaderMap) -> Option<Challenge> {
+pub(crate) fn challenge(headers: &HeaderMap) -> Option<Challenge> {
     headers
         .get_all(WWW_AUTHENTICATE)
         .iter()

@@ -7,8 +7,8 @@
 //! deletes the index and its manifests from the registry. Then the variant through the
 //! CLI: `preflight` checks both logins and names a refused one; with no registry
 //! configured and no `docker-registry` to start one, `run` skips the variant with the
-//! install command; a run killed with kill -9 takes the registry it started down with it,
-//! and `sweep --run` removes what it left. Needs Docker.
+//! install command; a run killed with kill -9 (before its build) takes the registry it
+//! started down with it, and `sweep --run` removes what it left. Needs Docker.
 
 mod common;
 
@@ -503,14 +503,14 @@ fn a_killed_run_takes_its_registry_down_and_sweep_removes_what_it_left() {
         if let Some((_, rest)) = line.split_once("started one for this run on ") {
             host = rest.split_whitespace().next().map(str::to_owned);
         }
+        // Killed once the run has its id and its registry, before it builds: a build the
+        // engine is still committing would race the sweep.
         if let Some(rest) = line.strip_prefix("run ") {
             run_id = rest.split(':').next().map(str::to_owned);
-        }
-        let building = line.trim() == "▸ build";
-        seen.push(line);
-        if building {
+            seen.push(line);
             break;
         }
+        seen.push(line);
     }
     let host = host.unwrap_or_else(|| panic!("no registry started: {seen:#?}"));
     let run_id = run_id.unwrap_or_else(|| panic!("no run id printed: {seen:#?}"));
@@ -521,7 +521,6 @@ fn a_killed_run_takes_its_registry_down_and_sweep_removes_what_it_left() {
         !registries_naming(&folder).is_empty(),
         "no docker-registry of the run ({folder}, gate on {port}) is running"
     );
-    std::thread::sleep(std::time::Duration::from_secs(2));
     child.kill().expect("kill -9");
     child.wait().expect("the run ends");
 

@@ -3,7 +3,7 @@
 //! build, sandbox and exec is real) answers the modal variant running the lifecycle and
 //! core-tier scenarios in record mode, which writes
 //! `fixtures/cassettes/modal/<scenario>.yaml`, and the fault cassettes under `faults/`.
-//! That recording writes no credential is `tests/modal_cli.rs`'s to check, through the CLI.
+//! That recording writes no credential is `tests/engine/modal_cli.rs`'s to check, through the CLI.
 //!
 //! Needs Docker: `cargo test -p sandbox-matrix --test author_modal -- --ignored`.
 

@@ -1,5 +1,5 @@
 """Daytona's official Python SDK (daytona==0.226.1) runs its own flow against a Daytona
-emulator; harness/tests/sdk_daytona.rs runs it against `sandbox-matrix emulate daytona`.
+emulator; harness/tests/engine/sdk_daytona.rs runs it against `sandbox-matrix emulate daytona`.
 
 create (from a snapshot) -> code_interpreter.run_code("print(1+1)")
   -> process.code_run("print(1+1)") -> process.exec("echo hi") -> delete

@@ -6,7 +6,7 @@ Jupyter Server template:    create, public traffic off -> jupyter -> commands.ru
   its kernels, once with the sandbox's traffic access token as the SDK sends it (200) and
   once without (refused): what the project's e2b client relies on.
 
-Run by harness/tests/sdk_e2b.rs with the venv of harness/tests/sdk/requirements.txt, from an
+Run by harness/tests/engine/sdk_e2b.rs with the venv of harness/tests/sdk/requirements.txt, from an
 empty working directory. Environment:
   SANDBOX_MATRIX_EMULATOR_URL  https://<domain>:<port> of the emulator, e.g.
                                https://e2b.localhost:8443. Its host:port is the SDK's

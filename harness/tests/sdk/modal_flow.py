@@ -8,7 +8,7 @@
   -> terminate(), then wait() reports it ended; terminate() again is a no-op
   -> a sandbox from an image whose build fails: ImageBuildError with the failing step's output
 
-Run by harness/tests/sdk_modal.rs with the venv of harness/tests/sdk/requirements.txt, from an
+Run by harness/tests/engine/sdk_modal.rs with the venv of harness/tests/sdk/requirements.txt, from an
 empty working directory (so no modal config file applies). Environment:
   MODAL_SERVER_URL        the emulator's plain gRPC URL, http://127.0.0.1:<port>
   MODAL_TOKEN_ID          the token id the emulator printed (a fake)

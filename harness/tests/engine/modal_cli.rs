@@ -4,9 +4,9 @@
 //! lifecycle's cassette written by `run --record` replays with no credential in the
 //! environment; and no value of the emulator's token reaches any file.
 //!
-//! Needs Docker (required under CI=true): `cargo test -p sandbox-matrix --test modal_cli`.
+//! Needs Docker (required under CI=true): `cargo test -p sandbox-matrix --test engine modal_cli::`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -7,9 +7,9 @@
 //! emulator leaves nothing.
 //!
 //! Needs Docker (required under CI=true).
-//! `cargo test -p sandbox-matrix --test modal_client_emulator`.
+//! `cargo test -p sandbox-matrix --test engine modal_client_emulator::`.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

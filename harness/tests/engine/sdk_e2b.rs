@@ -15,9 +15,9 @@
 //!
 //! Needs Docker and the SDK venv (`SANDBOX_MATRIX_SDK_VENV`, default `target/sdk-venv`; the
 //! .ci/run step "Provider SDKs" makes it). Without the venv it skips, except under CI=true.
-//! `cargo test -p sandbox-matrix --test sdk_e2b`.
+//! `cargo test -p sandbox-matrix --test engine sdk_e2b::`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

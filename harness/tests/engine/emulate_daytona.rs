@@ -5,9 +5,9 @@
 //! command prints (the URL, the test CA to trust, the name pin); without the CA the
 //! client refuses the emulator, so TLS is really checked.
 //!
-//! Needs Docker: `cargo test -p sandbox-matrix --test emulate_daytona`.
+//! Needs Docker: `cargo test -p sandbox-matrix --test engine emulate_daytona::`.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

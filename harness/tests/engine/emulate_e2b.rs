@@ -4,9 +4,9 @@
 //! (the test CA to trust, the name pin); and without the CA the client refuses the
 //! emulator, so TLS is really checked. The emulator also refuses what E2B refuses.
 //!
-//! Needs Docker: `cargo test -p sandbox-matrix --test emulate_e2b`.
+//! Needs Docker: `cargo test -p sandbox-matrix --test engine emulate_e2b::`.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

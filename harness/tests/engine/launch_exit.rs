@@ -3,7 +3,7 @@
 //! `connection refused`; one whose server hangs fails at the step's budget, not at a
 //! client timeout. Needs Docker (required under CI=true).
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 

@@ -3,7 +3,7 @@
 //! by SIGTERM in build, launch or first-result leaves nothing `sweep --run ID` does not
 //! remove. Needs Docker (required under CI=true).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! Ctrl-C in the middle of a step stops it, cleanup still runs, and the run exits 130
 //! with the results it had measured written.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

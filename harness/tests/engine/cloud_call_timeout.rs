@@ -3,7 +3,7 @@
 //! the e2b and daytona clients are pointed at a loopback server that accepts and stays
 //! silent, and a build with a 65 s budget must end at that budget, named. No Docker.
 
-mod common;
+use crate::common;
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! A wrong token fails the build naming the registry, and the token is found nowhere in the
 //! run folder or the image. Everything runs through the CLI binary. Needs Docker.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -9,9 +9,9 @@
 //! the next one normally; with `--no-task` a sandbox never gets a task (nor a result) until
 //! terminated; an option naming an RPC it does not serve is bad input (exit 2).
 //!
-//! Needs Docker (required under CI=true). `cargo test -p sandbox-matrix --test modal_emulator`.
+//! Needs Docker (required under CI=true). `cargo test -p sandbox-matrix --test engine modal_emulator::`.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

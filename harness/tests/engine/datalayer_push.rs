@@ -10,7 +10,7 @@
 //! install command; a run killed with kill -9 (before its build) takes the registry it
 //! started down with it, and `sweep --run` removes what it left. Needs Docker.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 

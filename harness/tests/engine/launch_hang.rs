@@ -3,7 +3,7 @@
 //! what launch waited for, and cleanup still removes its container and image. Needs Docker
 //! (required under CI=true).
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

@@ -5,9 +5,9 @@
 //! value.
 //!
 //! The second test needs Docker, Debian's `docker-registry` and `htpasswd`:
-//! `cargo test -p sandbox-matrix --test preflight`.
+//! `cargo test -p sandbox-matrix --test engine preflight::`.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 

@@ -12,9 +12,9 @@
 //!
 //! Needs Docker and the SDK venv (`SANDBOX_MATRIX_SDK_VENV`, default `target/sdk-venv`;
 //! .ci/run's step "Provider SDKs" makes it). Without the venv it skips, except under
-//! CI=true. `cargo test -p sandbox-matrix --test sdk_daytona`.
+//! CI=true. `cargo test -p sandbox-matrix --test engine sdk_daytona::`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! and the last scenario to use the shared artifact removes it. Needs Docker (required
 //! under CI=true).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

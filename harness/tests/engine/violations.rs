@@ -5,7 +5,7 @@
 //! it and check 9 must name the form and the place of the leak. The table as measured is
 //! printed, and cleanup must leave nothing.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! a wrong expected answer, PID 1 ignoring SIGTERM, a build secret left in a file. One run
 //! of the real CLI on the docker variant; JUnit is read back with an XML parser.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

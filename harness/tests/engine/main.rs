@@ -1,0 +1,32 @@
+//! The tests that need a Docker engine (required under CI=true, skipped with a printed
+//! reason elsewhere), in one binary so that `cargo test` runs them side by side: most of
+//! their time is the engine's and the sandboxes' (builds, container starts, kernels, a
+//! budget running out), not this process's. One module per subject; filter by module,
+//! e.g. `cargo test -p sandbox-matrix --test engine violations::`.
+//!
+//! Not here: `base_from_image` (it retags the reference base the others build on),
+//! `sweep` and `sweep_cloud` (a sweep without `--run` may remove what a neighbour is
+//! using), and the `author_*` binaries (ignored; they rewrite cassettes).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod breakage;
+mod cloud_call_timeout;
+mod crash_cleanup;
+mod datalayer_push;
+mod emulate_daytona;
+mod emulate_e2b;
+mod interrupt;
+mod launch_exit;
+mod launch_hang;
+mod modal_cli;
+mod modal_client_emulator;
+mod modal_emulator;
+mod preflight;
+mod private_base;
+mod sdk_daytona;
+mod sdk_e2b;
+mod sdk_modal;
+mod shared_build;
+mod violations;

@@ -142,16 +142,16 @@ local_run() {
     SM=${CARGO_TARGET_DIR:-$root/target}/debug/sandbox-matrix
   fi
   # Replay needs no credentials; make sure none is used.
-  unset E2B_API_KEY DAYTONA_API_KEY DAYTONA_JWT_TOKEN DAYTONA_ORGANIZATION_ID MODAL_TOKEN_ID MODAL_TOKEN_SECRET GITHUB_STEP_SUMMARY
+  unset DATALAYER_API_KEY E2B_API_KEY DAYTONA_API_KEY DAYTONA_JWT_TOKEN DAYTONA_ORGANIZATION_ID MODAL_TOKEN_ID MODAL_TOKEN_SECRET GITHUB_STEP_SUMMARY
   echo "== local nightly against replay in $work, repeat $repeat"
   local v
   echo "== baseline: a first replay run"
-  for v in e2b daytona modal; do
+  for v in datalayer-runtimes e2b daytona modal; do
     shard "$v" replay "$repeat" "$work/baseline-shards/$v" >/dev/null 2>&1 || die "the baseline's $v shard failed"
   done
   merge "$work/baseline-shards" "$work/baseline"
   echo "== the nightly's jobs, replayed"
-  for v in e2b daytona modal; do shard "$v" replay "$repeat" "$work/shards/$v" 2>/dev/null | tail -1; done
+  for v in datalayer-runtimes e2b daytona modal; do shard "$v" replay "$repeat" "$work/shards/$v" 2>/dev/null | tail -1; done
   merge "$work/shards" "$work/merged"
   compare "$work/merged" "$work/baseline/results.json" >/dev/null
   # Replayed timings are not the services' (at instant pace they time the harness alone), and

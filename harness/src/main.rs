@@ -180,7 +180,8 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         port: u16,
         /// The domain it serves (default: e2b.test for e2b, daytona.test for daytona,
-        /// modal.test for modal's TLS front).
+        /// modal.test for modal's TLS front, datalayer.test for datalayer: its API at
+        /// r1.<domain>).
         #[arg(long, value_name = "DOMAIN")]
         domain: Option<String>,
         /// Where to write the test CA's certificate (PEM). Default: a file in the temp
@@ -210,6 +211,18 @@ enum Command {
         /// Modal cannot schedule them.
         #[arg(long)]
         no_task: bool,
+        /// datalayer: the name its one environment (the reference environment, built at
+        /// start) is listed and launched under (default python-cpu-env).
+        #[arg(long, value_name = "NAME")]
+        environment_name: Option<String>,
+        /// datalayer: the first create answers 200 with `success: false` and this message,
+        /// as the platform does when it refuses a runtime.
+        #[arg(long, value_name = "MESSAGE")]
+        refuse_create: Option<String>,
+        /// datalayer: each runtime's ingress answers 503 to its first N requests, as an
+        /// ingress does while it warms up.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        warm_up: u32,
         /// daytona: build this environment (a folder of fixtures/environments, such as
         /// `reference`) into a snapshot before serving, and print its name
         /// (DAYTONA_SNAPSHOT) and id (DAYTONA_SNAPSHOT_ID); a sandbox is created from either.
@@ -307,7 +320,7 @@ struct RunArgs {
     out: Option<PathBuf>,
     /// Run the cloud variants against their real APIs, with credentials from the
     /// environment (E2B_API_KEY, DAYTONA_API_KEY, MODAL_TOKEN_ID and MODAL_TOKEN_SECRET,
-    /// ...); a missing one is an error.
+    /// DATALAYER_API_KEY, ...); a missing one is an error.
     /// Without it, cloud variants replay their cassettes on loopback.
     #[arg(long)]
     live: bool,
@@ -347,6 +360,8 @@ enum EmulatedProvider {
     Daytona,
     /// Modal's gRPC control plane and task command router.
     Modal,
+    /// Datalayer's runtimes API and each runtime's Jupyter Server at its ingress.
+    Datalayer,
 }
 
 /// Replay pacing, as the command line names it.
@@ -432,6 +447,9 @@ fn main() -> ExitCode {
                 router_jwt_ttl,
                 unavailable_once,
                 no_task,
+                environment_name,
+                refuse_create,
+                warm_up,
                 root,
             } => {
                 let options = EmulateArgs {
@@ -444,6 +462,11 @@ fn main() -> ExitCode {
                     router_jwt_ttl,
                     unavailable_once,
                     no_task,
+                    datalayer: sandbox_matrix::emulate::datalayer::Faults {
+                        refuse_create,
+                        warm_up,
+                    },
+                    environment_name,
                 };
                 emulate(provider, options, &root.root).await
             }
@@ -828,6 +851,8 @@ struct EmulateArgs {
     router_jwt_ttl: Option<u64>,
     unavailable_once: Vec<String>,
     no_task: bool,
+    datalayer: sandbox_matrix::emulate::datalayer::Faults,
+    environment_name: Option<String>,
 }
 
 async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> u8 {
@@ -841,6 +866,8 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
         router_jwt_ttl,
         unavailable_once,
         no_task,
+        datalayer,
+        environment_name,
     } = args;
     use sandbox_matrix::emulate;
     use sandbox_providers::api::network::{CA_FILE_VAR, RESOLVE_VAR};
@@ -861,6 +888,27 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
             if router_jwt_ttl.is_some() || !unavailable_once.is_empty() || no_task =>
         {
             eprintln!("error: --router-jwt-ttl, --unavailable-once and --no-task are modal's");
+            return EXIT_BAD_INPUT;
+        }
+        EmulatedProvider::Datalayer
+            if template.is_some()
+                || start_cmd.is_some()
+                || snapshot.is_some()
+                || router_jwt_ttl.is_some()
+                || !unavailable_once.is_empty()
+                || no_task =>
+        {
+            eprintln!(
+                "error: datalayer takes --environment-name, --refuse-create and --warm-up; its one environment is the reference environment, built at start"
+            );
+            return EXIT_BAD_INPUT;
+        }
+        EmulatedProvider::E2b | EmulatedProvider::Daytona | EmulatedProvider::Modal
+            if environment_name.is_some()
+                || datalayer.refuse_create.is_some()
+                || datalayer.warm_up > 0 =>
+        {
+            eprintln!("error: --environment-name, --refuse-create and --warm-up are datalayer's");
             return EXIT_BAD_INPUT;
         }
         EmulatedProvider::Daytona if template.is_some() || start_cmd.is_some() => {
@@ -971,6 +1019,47 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
             let ca = emulator.ca_pem().to_owned();
             (ca, settings, Emulating::Daytona(emulator))
         }
+        EmulatedProvider::Datalayer => {
+            let name = environment_name
+                .unwrap_or_else(|| emulate::datalayer::DEFAULT_ENVIRONMENT.to_owned());
+            let options = emulate::datalayer::Options {
+                port,
+                domain: domain.unwrap_or_else(|| emulate::datalayer::DEFAULT_DOMAIN.to_owned()),
+                environment: environment.clone(),
+                environment_name: name.clone(),
+                faults: datalayer,
+            };
+            let emulator = match emulate::datalayer::Emulator::start(docker, options).await {
+                Ok(e) => e,
+                Err(e) => {
+                    eprintln!("error: cannot start the datalayer emulator: {e}");
+                    return EXIT_FAILED;
+                }
+            };
+            eprintln!("building {} into environment {name}", environment.display());
+            if let Err(e) = emulator
+                .seed(&|line: &str| eprintln!("environment: {line}"))
+                .await
+            {
+                eprintln!("error: environment {name}: {e}");
+                Emulating::Datalayer(emulator).stop().await;
+                return EXIT_FAILED;
+            }
+            let settings = vec![
+                (
+                    sandbox_providers::datalayer::runtimes::URL_VAR,
+                    emulator.api_url(),
+                ),
+                ("SANDBOX_MATRIX_DATALAYER_PLAIN_URL", emulator.plain_url()),
+                (
+                    sandbox_providers::datalayer::runtimes::ENVIRONMENT_VAR,
+                    name,
+                ),
+                (RESOLVE_VAR, format!("{}=127.0.0.1", emulator.domain())),
+            ];
+            let ca = emulator.ca_pem().to_owned();
+            (ca, settings, Emulating::Datalayer(emulator))
+        }
         EmulatedProvider::Modal => {
             let options = emulate::modal::Options {
                 port,
@@ -1054,6 +1143,8 @@ enum Emulating {
     Daytona(sandbox_matrix::emulate::daytona::Emulator),
     /// Modal's.
     Modal(sandbox_matrix::emulate::modal::Emulator),
+    /// Datalayer's runtimes API.
+    Datalayer(sandbox_matrix::emulate::datalayer::Emulator),
 }
 
 impl Emulating {
@@ -1069,6 +1160,10 @@ impl Emulating {
                 emulator.cleanup().await;
             }
             Self::Modal(emulator) => {
+                emulator.stop();
+                emulator.cleanup().await;
+            }
+            Self::Datalayer(emulator) => {
                 emulator.stop();
                 emulator.cleanup().await;
             }

@@ -417,6 +417,14 @@ pub trait Provider: Send + Sync {
         Ok(())
     }
 
+    /// For a variant that builds nothing ([`Capabilities::build`] unset) because its
+    /// platform builds environments and launches them by name: the artifact a `build` step
+    /// hands to launch instead, and the reason the step gives for skipping. `None` for a
+    /// variant that builds.
+    fn platform_artifact(&self) -> Option<(Artifact, String)> {
+        None
+    }
+
     /// Builds the environment and returns its immutable id. `log` receives build log lines.
     async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact>;
 

@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 
-use sandbox_providers::api::Cassette;
 use schemas::SchemaSet;
 use serde_json::json;
 
@@ -22,62 +21,12 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
-fn cassettes() -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut dirs = vec![root().join("fixtures/cassettes/daytona")];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "yaml") {
-                found.push(path);
-            }
-        }
-    }
-    found.sort();
-    found
-}
-
 #[test]
 fn every_body_of_every_daytona_cassette_matches_its_schema() {
-    let catalogue = catalogue();
-    let paths = cassettes();
-    for scenario in ["lifecycle.yaml", "core-tier.yaml"] {
-        assert!(
-            paths.iter().any(|p| p.ends_with(scenario)),
-            "fixtures/cassettes/daytona/{scenario} is missing"
-        );
-    }
-    let mut problems = Vec::new();
-    let mut frames = 0;
-    for path in &paths {
-        let cassette = Cassette::load(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        for (n, exchange) in cassette.exchanges.iter().enumerate() {
-            frames += exchange.websocket.as_ref().map_or(0, Vec::len);
-            let (method, at) = (&exchange.request.method, &exchange.request.path);
-            let here = format!("{} #{n} {method} {at}", path.display());
-            let Some(endpoint) = catalogue.endpoint(method, at) else {
-                problems.push(format!("{here}: no index entry"));
-                continue;
-            };
-            problems.extend(catalogue.check_body(
-                endpoint.request.as_ref(),
-                exchange.request.body.as_ref(),
-                &format!("{here} request"),
-            ));
-            problems.extend(catalogue.check_frames(endpoint, exchange.websocket.as_ref(), &here));
-            let status = exchange.response.status.to_string();
-            match endpoint.response.get(&status) {
-                Some(file) => problems.extend(catalogue.check_body(
-                    file.as_ref(),
-                    exchange.response.body.as_ref(),
-                    &format!("{here} response {status}"),
-                )),
-                None => problems.push(format!("{here}: status {status} is not in the index")),
-            }
-        }
-    }
+    let (problems, frames) = catalogue().check_cassettes(
+        &root().join("fixtures/cassettes/daytona"),
+        &["lifecycle.yaml", "core-tier.yaml"],
+    );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     assert!(frames > 0, "no WebSocket frame was checked");
 }

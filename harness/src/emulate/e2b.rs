@@ -39,10 +39,9 @@ use sandbox_providers::{
 };
 use serde_json::{Value, json};
 
-use futures_util::{SinkExt as _, StreamExt as _};
-use sandbox_providers::api::ws::{Rewound, accept, close_with, split_upgrades};
+use sandbox_providers::api::ws::{Rewound, accept, split_upgrades};
 use sandbox_providers::docker::DockerProvider;
-use tokio_tungstenite::tungstenite::{self, Message, client::IntoClientRequest as _};
+use tokio_tungstenite::tungstenite;
 
 use super::{Answer, EmulateError, Front, HttpRequest, Site, lock};
 
@@ -671,49 +670,7 @@ impl Emulator {
         if !(open || version_only) {
             return Answer::json(403, json!({"message": "Forbidden", "reason": null}));
         }
-        let (base, token) = match self.inner.docker.jupyter_endpoint(inner).await {
-            Ok(found) => found,
-            Err(e) => return Answer::error(502, &e.to_string()),
-        };
-        let query = if r.query.is_empty() {
-            String::new()
-        } else {
-            format!("?{}", r.query)
-        };
-        let method =
-            reqwest::Method::from_bytes(r.method.as_bytes()).unwrap_or(reqwest::Method::GET);
-        let mut request = self
-            .inner
-            .http
-            .request(method, format!("{base}{}{query}", r.path))
-            .header("Authorization", format!("token {}", token.expose()))
-            .body(r.body.clone());
-        if let Some(kind) = r.headers.get("content-type") {
-            request = request.header("Content-Type", kind);
-        }
-        match request.send().await {
-            Ok(response) => {
-                let status = response.status().as_u16();
-                let json = response
-                    .headers()
-                    .get("content-type")
-                    .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-                Answer {
-                    status,
-                    content_type: if json {
-                        "application/json"
-                    } else {
-                        "text/plain"
-                    },
-                    body: response
-                        .bytes()
-                        .await
-                        .map(|b| b.to_vec())
-                        .unwrap_or_default(),
-                }
-            }
-            Err(e) => Answer::error(502, &format!("the sandbox's Jupyter Server: {e}")),
-        }
+        super::forward_to_jupyter(&self.inner.docker, &self.inner.http, inner, &r.path, r).await
     }
 
     /// Serves one WebSocket upgrade: a kernel's channels on a Jupyter template's port
@@ -767,71 +724,13 @@ impl Emulator {
                 _ => Err((404, format!("the emulator has no WebSocket at {path}"))),
             }
         };
-        let Some(mut socket) = accept(stream, check).await else {
+        let Some(socket) = accept(stream, check).await else {
             return;
         };
         let Some((inner, path)) = lock(&admitted).take() else {
             return;
         };
-        let upstream = async {
-            let (base, token) = self
-                .inner
-                .docker
-                .jupyter_endpoint(&inner)
-                .await
-                .map_err(|e| e.to_string())?;
-            let url = format!("ws{}{path}", base.trim_start_matches("http"));
-            let mut request = url
-                .as_str()
-                .into_client_request()
-                .map_err(|e| e.to_string())?;
-            let value = format!("token {}", token.expose())
-                .parse()
-                .map_err(|_| "a bad token".to_owned())?;
-            request.headers_mut().insert("authorization", value);
-            tokio_tungstenite::connect_async(request)
-                .await
-                .map(|(ws, _)| ws)
-                .map_err(|e| e.to_string())
-        };
-        let mut upstream = match upstream.await {
-            Ok(ws) => ws,
-            Err(e) => {
-                close_with(&mut socket, 1011, &format!("the sandbox's kernel: {e}")).await;
-                return;
-            }
-        };
-        // Frame for frame both ways until either side closes.
-        loop {
-            tokio::select! {
-                from_client = socket.next() => match from_client {
-                    Some(Ok(Message::Close(frame))) => {
-                        let _ = upstream.close(frame).await;
-                        break;
-                    }
-                    Some(Ok(message)) => {
-                        if upstream.send(message).await.is_err() {
-                            break;
-                        }
-                    }
-                    _ => break,
-                },
-                from_kernel = upstream.next() => match from_kernel {
-                    Some(Ok(Message::Close(frame))) => {
-                        let _ = socket.close(frame).await;
-                        break;
-                    }
-                    Some(Ok(Message::Frame(_))) => {}
-                    Some(Ok(message)) => {
-                        if socket.send(message).await.is_err() {
-                            break;
-                        }
-                    }
-                    _ => break,
-                },
-            }
-        }
-        let _ = upstream.close(None).await;
+        super::relay_to_kernel(&self.inner.docker, &inner, &path, socket).await;
     }
 
     async fn in_sandbox(

@@ -8,6 +8,7 @@
 //! host forms (`api.<domain>`, `<port>-<id>.<domain>`), the client pinning `<domain>` and
 //! every name under it to 127.0.0.1 and trusting the test CA.
 
+pub mod datalayer;
 pub mod daytona;
 pub mod e2b;
 pub mod modal;
@@ -392,4 +393,130 @@ pub(crate) async fn remove_labelled(docker: &dyn Provider, labels: Vec<RunLabels
             let _ = docker.delete_resource(&resource).await;
         }
     }
+}
+
+/// Forwards `r` to the Jupyter Server of the docker sandbox `inner` at `path` (the request's
+/// path as that server sees it), with the server's own token: what an emulator's code
+/// channel serves once it has admitted the request.
+pub(crate) async fn forward_to_jupyter(
+    docker: &sandbox_providers::docker::DockerProvider,
+    http: &reqwest::Client,
+    inner: &sandbox_providers::SandboxId,
+    path: &str,
+    r: &HttpRequest,
+) -> Answer {
+    let (base, token) = match docker.jupyter_endpoint(inner).await {
+        Ok(found) => found,
+        Err(e) => return Answer::error(502, &e.to_string()),
+    };
+    let query = if r.query.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", r.query)
+    };
+    let method = reqwest::Method::from_bytes(r.method.as_bytes()).unwrap_or(reqwest::Method::GET);
+    let mut request = http
+        .request(method, format!("{base}{path}{query}"))
+        .header("Authorization", format!("token {}", token.expose()))
+        .body(r.body.clone());
+    if let Some(kind) = r.headers.get("content-type") {
+        request = request.header("Content-Type", kind);
+    }
+    match request.send().await {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            let json = response
+                .headers()
+                .get("content-type")
+                .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+            Answer {
+                status,
+                content_type: if json {
+                    "application/json"
+                } else {
+                    "text/plain"
+                },
+                body: response
+                    .bytes()
+                    .await
+                    .map(|b| b.to_vec())
+                    .unwrap_or_default(),
+            }
+        }
+        Err(e) => Answer::error(502, &format!("the sandbox's Jupyter Server: {e}")),
+    }
+}
+
+/// Relays an admitted kernel WebSocket, frame for frame both ways, to the kernel channels
+/// at `path` (with its query) of the docker sandbox `inner`'s Jupyter Server, until either
+/// side closes; a kernel that cannot be reached closes the client's socket with 1011.
+pub(crate) async fn relay_to_kernel(
+    docker: &sandbox_providers::docker::DockerProvider,
+    inner: &sandbox_providers::SandboxId,
+    path: &str,
+    mut socket: tokio_tungstenite::WebSocketStream<sandbox_providers::api::ws::Rewound>,
+) {
+    use futures_util::{SinkExt as _, StreamExt as _};
+    use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest as _};
+    let upstream = async {
+        let (base, token) = docker
+            .jupyter_endpoint(inner)
+            .await
+            .map_err(|e| e.to_string())?;
+        let url = format!("ws{}{path}", base.trim_start_matches("http"));
+        let mut request = url
+            .as_str()
+            .into_client_request()
+            .map_err(|e| e.to_string())?;
+        let value = format!("token {}", token.expose())
+            .parse()
+            .map_err(|_| "a bad token".to_owned())?;
+        request.headers_mut().insert("authorization", value);
+        tokio_tungstenite::connect_async(request)
+            .await
+            .map(|(ws, _)| ws)
+            .map_err(|e| e.to_string())
+    };
+    let mut upstream = match upstream.await {
+        Ok(ws) => ws,
+        Err(e) => {
+            sandbox_providers::api::ws::close_with(
+                &mut socket,
+                1011,
+                &format!("the sandbox's kernel: {e}"),
+            )
+            .await;
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            from_client = socket.next() => match from_client {
+                Some(Ok(Message::Close(frame))) => {
+                    let _ = upstream.close(frame).await;
+                    break;
+                }
+                Some(Ok(message)) => {
+                    if upstream.send(message).await.is_err() {
+                        break;
+                    }
+                }
+                _ => break,
+            },
+            from_kernel = upstream.next() => match from_kernel {
+                Some(Ok(Message::Close(frame))) => {
+                    let _ = socket.close(frame).await;
+                    break;
+                }
+                Some(Ok(Message::Frame(_))) => {}
+                Some(Ok(message)) => {
+                    if socket.send(message).await.is_err() {
+                        break;
+                    }
+                }
+                _ => break,
+            },
+        }
+    }
+    let _ = upstream.close(None).await;
 }

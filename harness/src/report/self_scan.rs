@@ -10,13 +10,18 @@ use sandbox_providers::Secret;
 
 use crate::checks::secrets;
 
-/// Environment variables holding credentials a run may use: provider keys, the AWS
-/// session, the registry password. Their values join the run's own secrets (its canary,
+/// Environment variables holding credentials a run may use: provider keys and tokens, the
+/// AWS session, the registry passwords. Their values join the run's own secrets (its canary,
 /// its registry token) in the self-scan.
 pub const CREDENTIAL_VARS: &[&str] = &[
     "E2B_API_KEY",
     "E2B_ACCESS_TOKEN",
     "DAYTONA_API_KEY",
+    "DAYTONA_JWT_TOKEN",
+    "MODAL_TOKEN_SECRET",
+    "DATALAYER_API_KEY",
+    "SANDBOX_MATRIX_DATALAYER_PUSH_PASSWORD",
+    "SANDBOX_MATRIX_DATALAYER_PULL_PASSWORD",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
     "SANDBOX_MATRIX_REGISTRY_PASSWORD",

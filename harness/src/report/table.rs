@@ -335,10 +335,14 @@ fn scenario_bullets(scenario: &ScenarioResult) -> Vec<String> {
 fn artifact(scenarios: &[&ScenarioResult]) -> String {
     scenarios
         .iter()
-        .find_map(|scenario| scenario.artifact_id.as_deref())
+        .find_map(|scenario| Some((scenario, scenario.artifact_id.as_deref()?)))
         .map_or_else(
             || NOTHING.to_owned(),
-            |id| {
+            |(scenario, id)| {
+                // A variant that builds nothing launches an environment its platform names.
+                if scenario.capabilities.as_ref().is_some_and(|c| !c.build) {
+                    return format!("environment `{}`", shorten(id, ARTIFACT_ID_CHARS));
+                }
                 let digest = id.rsplit_once('@').map_or(id, |(_, digest)| digest);
                 shorten(digest, ARTIFACT_ID_CHARS)
             },

@@ -153,7 +153,14 @@ pub async fn preflight(
             ),
         };
         report.rows.push(answers);
+        let builds = variants::capabilities(&name).is_none_or(|c| c.build);
         let base_row = match (&base, name.as_str(), connected) {
+            _ if !builds => row(
+                &name,
+                "base by digest",
+                Status::Ready,
+                "not needed: this variant builds nothing (its platform builds the environments it launches)".to_owned(),
+            ),
             (BaseCheck::Local, "docker" | "datalayer", _) => row(
                 &name,
                 "base by digest",

@@ -517,6 +517,13 @@ impl Runner {
             );
         }
         if let Some(reason) = skip_reason(run.capabilities, step) {
+            // A platform that builds its own environments still hands launch what to start.
+            if step.kind == StepKind::Build
+                && let Some((artifact, why)) = run.provider.platform_artifact()
+            {
+                run.state.lock().expect("scenario state lock").artifact = Some(artifact);
+                return skipped(step, why);
+            }
             return skipped(step, reason);
         }
         let mut result = self

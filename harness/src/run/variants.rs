@@ -63,8 +63,20 @@ pub struct CloudVariant {
     pub grpc: Option<GrpcWire>,
 }
 
-/// The cloud variants, in report order.
+/// The cloud variants, in report order: Datalayer's platform launch first, beside the
+/// `datalayer` artifact it launches.
 pub const CLOUD: &[CloudVariant] = &[
+    CloudVariant {
+        name: datalayer::runtimes::VARIANT,
+        connect: |mode, volatiles| {
+            datalayer::runtimes::RuntimesProvider::from_env(mode, volatiles)
+                .map(|p| Arc::new(p) as Arc<dyn Provider>)
+        },
+        matched_headers: datalayer::runtimes::REPLAY_MATCHED_HEADERS,
+        replay_credentials: datalayer::runtimes::replay_credentials,
+        capabilities: datalayer::runtimes::CAPABILITIES,
+        grpc: None,
+    },
     CloudVariant {
         name: "e2b",
         connect: |mode, volatiles| {

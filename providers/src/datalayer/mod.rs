@@ -12,6 +12,7 @@
 
 pub mod attest;
 pub mod oci;
+pub mod runtimes;
 
 use std::collections::HashMap;
 use std::sync::Mutex;

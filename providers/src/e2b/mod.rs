@@ -4,13 +4,12 @@
 //! uploads each `COPY` step's files, starts the build and polls its status with a log
 //! offset. A sandbox is created from `templateID:buildID`, with the run's labels as
 //! metadata and public traffic off; code runs on the template's Jupyter Server (port
-//! 49999, see [`kernel`]) in a kernel of our own, reached with the sandbox's traffic
+//! 49999, see [`crate::jupyter::server`]) in a kernel of our own, reached with the sandbox's traffic
 //! access token, and commands through envd's Connect process API (port 49983,
 //! `Process/Start`, server-streaming). E2B ignores the image's `USER`,
 //! `WORKDIR` and `ENV`, so the template ends by setting them again and every call passes
 //! the contract's user, working directory, locale and time zone.
 
-pub mod kernel;
 mod template;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -26,11 +25,11 @@ use sandbox_contract::IDENTITY;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use self::kernel::Channel;
 use crate::api::{
     ApiClient, ApiRequest, ApiResponse, ApiSettings, Endpoints, Mode, Network, Normalizer, ReqBody,
     Target, Volatiles,
 };
+use crate::jupyter::server::{Channel, Server};
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, CreateLog,
     CreateRecorder, ErrorKind, Labelled, LogFn, Provider, ProviderError, Resource, RestartKind,
@@ -48,7 +47,10 @@ pub const DEFAULT_DOMAIN: &str = "e2b.app";
 pub const ARTIFACT_KIND: &str = "e2b-build";
 /// Port of envd, the in-sandbox daemon (Connect).
 pub const ENVD_PORT: u16 = 49983;
-pub use kernel::CODE_PORT;
+/// Port of the template's Jupyter Server.
+pub const CODE_PORT: u16 = 49999;
+/// The header E2B's proxy reads the traffic access token from.
+pub const TRAFFIC_TOKEN_HEADER: &str = "E2B-Traffic-Access-Token";
 
 /// Request headers a replay compares with the cassette's, after redaction: the API key
 /// (`<redacted:E2B_API_KEY>`), envd's access token, the traffic access token, the user
@@ -295,8 +297,14 @@ impl E2bProvider {
     fn channel<'a>(&'a self, sandbox: &'a SandboxId, state: &'a SandboxState) -> Channel<'a> {
         Channel {
             client: &self.client,
-            sandbox,
-            traffic: state.traffic.as_ref(),
+            server: Server::SandboxPort {
+                sandbox,
+                port: CODE_PORT,
+            },
+            admit: state
+                .traffic
+                .as_ref()
+                .map(|token| (TRAFFIC_TOKEN_HEADER, "", token)),
         }
     }
 

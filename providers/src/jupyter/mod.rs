@@ -5,6 +5,10 @@
 //! default (`""`) WebSocket subprotocol, where each message names its
 //! `channel`. Only `ws://` is exercised: `wss://` goes through rustls with the
 //! webpki roots, built in for the daytona variant's interpreter WebSocket.
+//!
+//! [`server`] is the same protocol through a cloud variant's recorded transports.
+
+pub mod server;
 
 use std::fmt;
 use std::time::Duration;

@@ -1,10 +1,7 @@
-//! The e2b variant's code channel: the template's Jupyter Server on port 49999 (the
-//! reference environment's start command), reached at `https://49999-<id>.<domain>`
-//! through the same recorded HTTP and WebSocket transports as every other call.
-//!
-//! The server runs without a token of its own: the sandbox is created with public traffic
-//! off, so E2B's proxy admits only requests carrying the sandbox's traffic access token
-//! (`E2B-Traffic-Access-Token`, the header E2B's SDKs send). Kernels are managed over
+//! A Jupyter Server reached through the same recorded HTTP and WebSocket transports as
+//! every other call of a cloud variant: e2b's template server on a sandbox port
+//! (`https://49999-<id>.<domain>`, behind E2B's proxy and its traffic access token), or a
+//! Datalayer runtime's ingress URL (with the runtime's token). Kernels are managed over
 //! REST (`POST /api/kernels`, `.../restart`); code runs over the kernel's channels
 //! WebSocket, one socket per call, so each call is one exchange of a cassette.
 //!
@@ -19,17 +16,13 @@ use reqwest::Method;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::api::ws::{WsMessage, WsSession};
-use crate::api::{ApiClient, ApiRequest, PollIntervals, Target};
-use crate::jupyter::{
+use super::{
     Execution, answers_kernel_info, check_kernel_id, kernel_lost, parse_json, shell_message,
 };
+use crate::api::ws::{WsMessage, WsSession};
+use crate::api::{ApiClient, ApiRequest, PollIntervals, Target};
 use crate::{CodeOutput, ErrorKind, ProviderError, Result, SandboxId, Secret};
 
-/// Port of the template's Jupyter Server.
-pub const CODE_PORT: u16 = 49999;
-/// The header E2B's proxy reads the traffic access token from.
-pub const TRAFFIC_TOKEN_HEADER: &str = "E2B-Traffic-Access-Token";
 /// The kernel every context runs.
 const KERNEL_NAME: &str = "python3";
 /// How often an unanswered `kernel_info_request` is sent again.
@@ -37,15 +30,30 @@ const KERNEL_INFO_RESEND: Duration = Duration::from_secs(1);
 /// Placeholder name of a message timestamp in cassettes.
 const DATE_VOLATILE: &str = "jupyter-date";
 
-/// Where a sandbox's code channel is, and the token its proxy wants.
+/// Where a Jupyter Server is served.
+#[derive(Clone, Copy)]
+pub enum Server<'a> {
+    /// On a port of a sandbox, at the provider's sandbox host form.
+    SandboxPort {
+        /// The sandbox.
+        sandbox: &'a SandboxId,
+        /// The port.
+        port: u16,
+    },
+    /// At a base URL the provider handed out (an ingress), paths appended to it.
+    Url(&'a str),
+}
+
+/// Where a Jupyter Server is, and the header that admits a request to it.
 #[derive(Clone, Copy)]
 pub struct Channel<'a> {
     /// The client every call goes through.
     pub client: &'a ApiClient,
-    /// The sandbox.
-    pub sandbox: &'a SandboxId,
-    /// Its traffic access token, when public traffic is off.
-    pub traffic: Option<&'a Secret>,
+    /// Where the server is.
+    pub server: Server<'a>,
+    /// A header every request carries (its name, and the secret sent as its value with
+    /// the prefix), such as E2B's traffic access token or `Authorization: token <t>`.
+    pub admit: Option<(&'static str, &'static str, &'a Secret)>,
 }
 
 #[derive(Deserialize)]
@@ -56,16 +64,25 @@ struct KernelModel {
 impl Channel<'_> {
     /// A request to the Jupyter Server.
     pub fn request(&self, method: Method, path: &str) -> ApiRequest {
-        let request = ApiRequest::new(
-            method,
-            Target::Sandbox {
-                port: CODE_PORT,
-                sandbox_id: self.sandbox.0.clone(),
-            },
-            path,
-        );
-        match self.traffic {
-            Some(token) => request.header(TRAFFIC_TOKEN_HEADER, token.expose()),
+        let request = match self.server {
+            Server::SandboxPort { sandbox, port } => ApiRequest::new(
+                method,
+                Target::Sandbox {
+                    port,
+                    sandbox_id: sandbox.0.clone(),
+                },
+                path,
+            ),
+            Server::Url(base) => ApiRequest::new(
+                method,
+                Target::Absolute(format!("{}{path}", base.trim_end_matches('/'))),
+                path,
+            ),
+        };
+        match self.admit {
+            Some((name, prefix, token)) => {
+                request.header(name, format!("{prefix}{}", token.expose()))
+            }
             None => request,
         }
     }

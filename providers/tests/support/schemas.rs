@@ -203,3 +203,69 @@ impl SchemaSet {
         }
     }
 }
+
+/// Every `*.yaml` cassette under `dir` and its sub-folders, sorted.
+pub fn cassettes_under(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "yaml") {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+impl SchemaSet {
+    /// Checks every cassette under `dir` against this catalogue: each request and response
+    /// body against the schema its method, path and status name, each WebSocket frame
+    /// against its sender's. Panics when one of `required` (file names) is missing; returns
+    /// what does not match and how many frames were checked.
+    pub fn check_cassettes(&self, dir: &Path, required: &[&str]) -> (Vec<String>, usize) {
+        let paths = cassettes_under(dir);
+        for name in required {
+            assert!(
+                paths.iter().any(|p| p.ends_with(name)),
+                "{}/{name} is missing",
+                dir.display()
+            );
+        }
+        let mut problems = Vec::new();
+        let mut frames = 0;
+        for path in &paths {
+            let cassette = sandbox_providers::api::Cassette::load(path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            for (n, exchange) in cassette.exchanges.iter().enumerate() {
+                frames += exchange.websocket.as_ref().map_or(0, Vec::len);
+                let (method, at) = (&exchange.request.method, &exchange.request.path);
+                let here = format!("{} #{n} {method} {at}", path.display());
+                let Some(endpoint) = self.endpoint(method, at) else {
+                    problems.push(format!("{here}: no index entry"));
+                    continue;
+                };
+                problems.extend(self.check_body(
+                    endpoint.request.as_ref(),
+                    exchange.request.body.as_ref(),
+                    &format!("{here} request"),
+                ));
+                problems.extend(self.check_frames(endpoint, exchange.websocket.as_ref(), &here));
+                let status = exchange.response.status.to_string();
+                match endpoint.response.get(&status) {
+                    Some(file) => problems.extend(self.check_body(
+                        file.as_ref(),
+                        exchange.response.body.as_ref(),
+                        &format!("{here} response {status}"),
+                    )),
+                    None => problems.push(format!("{here}: status {status} is not in the index")),
+                }
+            }
+        }
+        (problems, frames)
+    }
+}

@@ -1,0 +1,594 @@
+//! An emulator of Datalayer's runtimes API (`/api/runtimes/v1`), written from what
+//! Datalayer's own Python client (`datalayer-core` 1.1.40) sends and reads, served over
+//! HTTPS on 127.0.0.1 (and plain HTTP on another loopback port) and backed by the local
+//! docker variant, so every answer about a runtime is real.
+//!
+//! Its one environment is the environment folder it was started with, built on the docker
+//! variant and listed under a name (`python-cpu-env` unless told) with a burning rate. A
+//! runtime is a docker sandbox of that build: created by `POST /runtimes` (`type`,
+//! `environment_name` — or the newer client's `environment.name` — `given_name`,
+//! `credits_limit`), got, listed and deleted by its `pod_name`. Its `uid` is no key: a get
+//! or delete by uid answers 404 and the runtime stays, as a client keyed by uid would leak
+//! it. What the platform refuses comes back as a 200 whose body says `success: false`.
+//!
+//! Each runtime's Jupyter Server is served at its ingress, `<origin>/jupyter/server/<pod>`
+//! on the host the client called, admitting the runtime's token (`Authorization: token
+//! <t>`, `Bearer <t>`, or `?token=<t>`) and forwarding to the docker sandbox's server
+//! with that server's own token; kernel WebSockets are relayed frame for frame. Faults for
+//! cassettes: the next create refused with `success: false`, and an ingress that answers
+//! 503 for its first N requests, as a warming ingress does.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use sandbox_providers::api::Network;
+use sandbox_providers::api::ws::{Rewound, accept, split_upgrades};
+use sandbox_providers::docker::DockerProvider;
+use sandbox_providers::{Artifact, Provider, Resource, RunLabels, SandboxId};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite;
+
+use super::{Answer, EmulateError, Front, HttpRequest, Site, lock};
+
+/// The domain the emulator serves when none is given: the API at `r1.<domain>`.
+pub const DEFAULT_DOMAIN: &str = "datalayer.test";
+/// The environment name it lists when none is given.
+pub const DEFAULT_ENVIRONMENT: &str = sandbox_providers::datalayer::runtimes::DEFAULT_ENVIRONMENT;
+/// Credits a minute its environment burns.
+pub const BURNING_RATE: f64 = 0.01;
+/// The label under `<domain>` the API is served at.
+const API_LABEL: &str = "r1";
+/// The ingress path prefix: `/jupyter/server/<pod_name>`.
+const INGRESS_PREFIX: &str = "/jupyter/server/";
+/// The variant label of the docker sandboxes and builds it makes.
+const EMULATOR_VARIANT: &str = "datalayer-emulator";
+/// How long a runtime's reservation lasts.
+const RESERVATION: Duration = Duration::from_secs(600);
+
+/// Where and as what the emulator serves.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Port on 127.0.0.1; 0 takes a free one.
+    pub port: u16,
+    /// The domain: the API is `https://r1.<domain>`.
+    pub domain: String,
+    /// The environment folder its one environment is built from.
+    pub environment: PathBuf,
+    /// The name that environment is listed under.
+    pub environment_name: String,
+    /// Faults, for fault cassettes.
+    pub faults: Faults,
+}
+
+/// Misbehaviours the emulator can be started with.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    /// The next create answers 200 with `success: false` and this message.
+    pub refuse_create: Option<String>,
+    /// Each runtime's ingress answers 503 to this many requests before serving.
+    pub warm_up: u32,
+}
+
+struct Runtime {
+    pod_name: String,
+    uid: String,
+    given_name: String,
+    environment_name: String,
+    token: String,
+    inner: SandboxId,
+    started_at: SystemTime,
+    /// 503s its ingress still gives.
+    warming: u32,
+}
+
+#[derive(Default)]
+struct World {
+    /// The environment's build, once seeded.
+    built: Option<Artifact>,
+    runtimes: Vec<Runtime>,
+    labels: Vec<RunLabels>,
+    counter: u32,
+    refuse_create: Option<String>,
+}
+
+/// The runtimes emulator. Dropping it stops serving; [`Emulator::cleanup`] removes what
+/// its docker sandboxes and build left.
+#[derive(Clone)]
+pub struct Emulator {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    site: Site,
+    /// The plain HTTP address (WebSocket upgrades too), on loopback.
+    plain: std::net::SocketAddr,
+    docker: Arc<DockerProvider>,
+    options: Options,
+    world: Mutex<World>,
+    http: reqwest::Client,
+}
+
+impl std::fmt::Debug for Emulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Emulator").field(&self.inner.site).finish()
+    }
+}
+
+fn time(at: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+/// `{"success": false, "message": …}` with `status`.
+fn refused(status: u16, message: &str) -> Answer {
+    Answer::json(status, json!({ "success": false, "message": message }))
+}
+
+impl Emulator {
+    /// Serves the runtimes API over HTTPS on 127.0.0.1 with `docker` behind it; its
+    /// environment is built by [`Self::seed`].
+    pub async fn start(
+        docker: Arc<DockerProvider>,
+        options: Options,
+    ) -> Result<Self, EmulateError> {
+        let domain = Site::normalise(&options.domain);
+        let (plain_listener, plain) = super::bind_loopback(0).await?;
+        let (split_listener, split) = super::bind_loopback(0).await?;
+        let mut front = Front::with_upstream(options.port, split, &domain).await?;
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .map_err(|e| EmulateError::Backend(format!("an HTTP client: {e}")))?;
+        let refuse_create = options.faults.refuse_create.clone();
+        let emulator = Self {
+            inner: Arc::new(Inner {
+                site: Site::new(domain, &front),
+                plain: split,
+                docker,
+                options,
+                world: Mutex::new(World {
+                    refuse_create,
+                    ..World::default()
+                }),
+                http,
+            }),
+        };
+        let sockets = emulator.clone();
+        front.serve(split_upgrades(split_listener, plain, move |stream| {
+            sockets.clone().kernel_socket(stream)
+        }));
+        let serving = emulator.clone();
+        emulator
+            .inner
+            .site
+            .serve(front, plain_listener, move |request| {
+                serving.clone().serve(request)
+            });
+        Ok(emulator)
+    }
+
+    /// Builds the environment folder on the docker variant: what `POST /runtimes` starts.
+    pub async fn seed(&self, log: &sandbox_providers::LogFn) -> Result<(), EmulateError> {
+        let labels = RunLabels {
+            run_id: format!("datalayer-emulator-{}", self.port()),
+            variant: EMULATOR_VARIANT.into(),
+            scenario: super::seed_scenario(&self.inner.options.environment),
+        };
+        self.world().labels.push(labels.clone());
+        let artifact = super::seed_build(
+            self.inner.docker.as_ref(),
+            &self.inner.options.environment,
+            labels,
+            log,
+        )
+        .await?;
+        self.world().built = Some(artifact);
+        Ok(())
+    }
+
+    /// Stops serving (what [`Self::cleanup`] removes is left to it).
+    pub fn stop(&self) {
+        self.inner.site.stop();
+    }
+
+    /// The HTTPS port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.inner.site.port()
+    }
+
+    /// The domain, without a port.
+    pub fn domain(&self) -> &str {
+        self.inner.site.domain()
+    }
+
+    /// The test CA's certificate, PEM.
+    pub fn ca_pem(&self) -> &str {
+        self.inner.site.ca_pem()
+    }
+
+    /// `DATALAYER_RUNTIMES_URL` over HTTPS: `https://r1.<domain>:<port>`.
+    pub fn api_url(&self) -> String {
+        format!("https://{API_LABEL}.{}:{}", self.domain(), self.port())
+    }
+
+    /// The same API over plain HTTP on loopback, for a client that cannot be pinned or
+    /// given the test CA (Datalayer's Python client).
+    pub fn plain_url(&self) -> String {
+        format!("http://{}", self.inner.plain)
+    }
+
+    /// What a client of [`Self::api_url`] needs: the test CA trusted and the domain pinned.
+    pub fn network(&self) -> Network {
+        self.inner.site.network()
+    }
+
+    /// The runtimes it holds, by `pod_name`.
+    pub fn runtimes(&self) -> Vec<String> {
+        self.world()
+            .runtimes
+            .iter()
+            .map(|r| r.pod_name.clone())
+            .collect()
+    }
+
+    fn world(&self) -> std::sync::MutexGuard<'_, World> {
+        lock(&self.inner.world)
+    }
+
+    /// Removes, by their labels, whatever its docker sandboxes and build left.
+    pub async fn cleanup(&self) {
+        let labels = self.world().labels.clone();
+        super::remove_labelled(self.inner.docker.as_ref() as &dyn Provider, labels).await;
+    }
+
+    async fn serve(self, request: HttpRequest) -> Answer {
+        if let Some(rest) = request.path.strip_prefix(INGRESS_PREFIX) {
+            let (pod, path) = rest.split_once('/').unwrap_or((rest, ""));
+            return self.ingress(pod, &format!("/{path}"), &request).await;
+        }
+        let Some(route) = request.path.strip_prefix("/api/runtimes/v1") else {
+            return refused(404, &format!("the emulator has no {}", request.path));
+        };
+        let bearer = request
+            .headers
+            .get("authorization")
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|token| !token.trim().is_empty());
+        if !bearer {
+            return refused(401, "missing or empty Authorization: Bearer token");
+        }
+        let parts: Vec<&str> = route.trim_start_matches('/').split('/').collect();
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        let origin = self.origin(&request.host);
+        match (request.method.as_str(), parts.as_slice()) {
+            ("GET", ["environments"]) => self.environments(),
+            ("POST", ["runtimes"]) => self.create(&body, &origin).await,
+            ("GET", ["runtimes"]) => {
+                let world = self.world();
+                let listed: Vec<Value> = world
+                    .runtimes
+                    .iter()
+                    .map(|r| self.describe(r, &origin))
+                    .collect();
+                Answer::json(
+                    200,
+                    json!({ "success": true, "message": "", "runtimes": listed }),
+                )
+            }
+            ("GET", ["runtimes", pod]) => {
+                let world = self.world();
+                match world.runtimes.iter().find(|r| r.pod_name == *pod) {
+                    Some(r) => Answer::json(
+                        200,
+                        json!({ "success": true, "message": "", "runtime": self.describe(r, &origin) }),
+                    ),
+                    None => refused(404, &format!("no runtime with pod_name {pod}")),
+                }
+            }
+            ("DELETE", ["runtimes", pod]) => self.delete(pod).await,
+            _ => refused(
+                404,
+                &format!("the emulator has no {} {}", request.method, request.path),
+            ),
+        }
+    }
+
+    /// The scheme and host a client called: an ingress is served on it.
+    fn origin(&self, host: &str) -> String {
+        let name = host.rsplit_once(':').map_or(host, |(name, _)| name);
+        let scheme = if self.inner.site.label(&name.to_ascii_lowercase()).is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{host}")
+    }
+
+    fn environments(&self) -> Answer {
+        let name = &self.inner.options.environment_name;
+        Answer::json(
+            200,
+            json!({
+                "success": true,
+                "message": "",
+                "environments": [{
+                    "name": name,
+                    "title": format!("{name} (emulated: the docker variant's build of the {} environment)",
+                        super::seed_scenario(&self.inner.options.environment)),
+                    "description": "the sandbox-matrix emulator's one environment",
+                    "language": "python",
+                    "owner": "sandbox-matrix",
+                    "visibility": "public",
+                    "burning_rate": BURNING_RATE,
+                }],
+            }),
+        )
+    }
+
+    fn describe(&self, r: &Runtime, origin: &str) -> Value {
+        json!({
+            "pod_name": r.pod_name,
+            "uid": r.uid,
+            "given_name": r.given_name,
+            "environment_name": r.environment_name,
+            "type": "notebook",
+            "ingress": format!("{origin}{INGRESS_PREFIX}{}", r.pod_name),
+            "token": r.token,
+            "reservation_id": format!("reservation-{}", r.uid),
+            "burning_rate": BURNING_RATE,
+            "started_at": time(r.started_at),
+            "expired_at": time(r.started_at + RESERVATION),
+        })
+    }
+
+    async fn create(&self, body: &Value, origin: &str) -> Answer {
+        if let Some(message) = self.world().refuse_create.take() {
+            return Answer::json(200, json!({ "success": false, "message": message }));
+        }
+        let environment = body["environment_name"]
+            .as_str()
+            .or_else(|| body["environment"]["name"].as_str())
+            .unwrap_or_default()
+            .to_owned();
+        let given_name = body["given_name"].as_str().unwrap_or_default().to_owned();
+        let credits = body["credits_limit"].as_f64();
+        if body["type"].as_str().is_none() {
+            return refused(400, "`type` is required (such as \"notebook\")");
+        }
+        if environment != self.inner.options.environment_name {
+            return Answer::json(
+                200,
+                json!({ "success": false,
+                        "message": format!("Runtime creation failed: no environment `{environment}`") }),
+            );
+        }
+        if !credits.is_some_and(|c| c > 0.0) {
+            return Answer::json(
+                200,
+                json!({ "success": false,
+                        "message": "Runtime creation failed: credits_limit must be a positive number" }),
+            );
+        }
+        let Some(artifact) = self.world().built.clone() else {
+            return Answer::json(
+                200,
+                json!({ "success": false,
+                        "message": "Runtime creation failed: the environment is not built yet" }),
+            );
+        };
+        let n = {
+            let mut world = self.world();
+            world.counter += 1;
+            world.counter
+        };
+        let pod_name = format!("jupyter-{environment}-{n:05}");
+        let labels = RunLabels {
+            run_id: format!("datalayer-emulator-{}-{n}", self.port()),
+            variant: EMULATOR_VARIANT.into(),
+            scenario: given_name.clone(),
+        };
+        self.world().labels.push(labels.clone());
+        let inner = match self.inner.docker.launch(&artifact, &labels).await {
+            Ok((inner, _)) => inner,
+            Err(e) => return refused(500, &format!("starting the runtime: {e}")),
+        };
+        let runtime = Runtime {
+            uid: format!("01JDEMU{n:019}"),
+            pod_name,
+            given_name,
+            environment_name: environment,
+            // Fake: an emulator token, redacted by clients like a real one.
+            token: format!("sm-fake-runtime-token-{n:05}"),
+            inner,
+            started_at: SystemTime::now(),
+            warming: self.inner.options.faults.warm_up,
+        };
+        let described = self.describe(&runtime, origin);
+        self.world().runtimes.push(runtime);
+        Answer::json(
+            201,
+            json!({ "success": true, "message": "Runtime created.", "runtime": described }),
+        )
+    }
+
+    async fn delete(&self, pod: &str) -> Answer {
+        let removed = {
+            let mut world = self.world();
+            let at = world.runtimes.iter().position(|r| r.pod_name == pod);
+            at.map(|i| world.runtimes.remove(i))
+        };
+        let Some(runtime) = removed else {
+            return refused(404, &format!("no runtime with pod_name {pod}"));
+        };
+        let docker = &self.inner.docker;
+        let _ = docker
+            .shutdown(&runtime.inner, Duration::from_secs(10))
+            .await;
+        let container = Resource {
+            kind: "container".into(),
+            id: runtime.inner.0.clone(),
+        };
+        if let Err(e) = docker.delete_resource(&container).await {
+            return refused(500, &format!("removing the runtime: {e}"));
+        }
+        Answer::json(
+            200,
+            json!({ "success": true, "message": "Runtime deleted." }),
+        )
+    }
+
+    /// Admits a request to `pod`'s ingress by the runtime's token; the docker sandbox
+    /// behind it, or what refuses the request.
+    fn admit(
+        &self,
+        pod: &str,
+        headers: &HashMap<String, String>,
+        query: &str,
+    ) -> Result<SandboxId, Answer> {
+        let mut world = self.world();
+        let Some(runtime) = world.runtimes.iter_mut().find(|r| r.pod_name == pod) else {
+            return Err(Answer::error(
+                502,
+                &format!("no runtime behind ingress {pod}"),
+            ));
+        };
+        if runtime.warming > 0 {
+            runtime.warming -= 1;
+            return Err(Answer::error(503, "the ingress is warming up"));
+        }
+        let sent = headers
+            .get("authorization")
+            .and_then(|v| {
+                v.strip_prefix("token ")
+                    .or_else(|| v.strip_prefix("Bearer "))
+            })
+            .map(str::to_owned)
+            .or_else(|| query_param(query, "token"));
+        if sent.as_deref() != Some(runtime.token.as_str()) {
+            return Err(Answer::json(
+                403,
+                json!({ "message": "Forbidden", "reason": null }),
+            ));
+        }
+        Ok(runtime.inner.clone())
+    }
+
+    async fn ingress(&self, pod: &str, path: &str, r: &HttpRequest) -> Answer {
+        let inner = match self.admit(pod, &r.headers, &r.query) {
+            Ok(inner) => inner,
+            Err(answer) => return answer,
+        };
+        let forwarded = HttpRequest {
+            method: r.method.clone(),
+            host: r.host.clone(),
+            path: path.to_owned(),
+            query: without_token(&r.query),
+            headers: r.headers.clone(),
+            body: r.body.clone(),
+        };
+        super::forward_to_jupyter(
+            &self.inner.docker,
+            &self.inner.http,
+            &inner,
+            path,
+            &forwarded,
+        )
+        .await
+    }
+
+    /// Serves one WebSocket upgrade: a kernel's channels at a runtime's ingress.
+    async fn kernel_socket(self, stream: Rewound) {
+        let admitted: Arc<Mutex<Option<(SandboxId, String)>>> = Arc::default();
+        let seen = admitted.clone();
+        let this = self.clone();
+        let check = move |request: &tungstenite::handshake::server::Request| {
+            let headers: HashMap<String, String> = request
+                .headers()
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.as_str().to_ascii_lowercase(),
+                        v.to_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect();
+            let query = request.uri().query().unwrap_or_default();
+            let Some(rest) = request.uri().path().strip_prefix(INGRESS_PREFIX) else {
+                return Err((404, "no WebSocket outside an ingress".to_owned()));
+            };
+            let (pod, path) = rest.split_once('/').unwrap_or((rest, ""));
+            let parts: Vec<&str> = path.split('/').collect();
+            if !matches!(parts.as_slice(), ["api", "kernels", _, "channels"]) {
+                return Err((404, format!("the emulator has no WebSocket at /{path}")));
+            }
+            let inner = this
+                .admit(pod, &headers, query)
+                .map_err(|a| (a.status, String::from_utf8_lossy(&a.body).into_owned()))?;
+            let query = without_token(query);
+            let query = if query.is_empty() {
+                String::new()
+            } else {
+                format!("?{query}")
+            };
+            *lock(&seen) = Some((inner, format!("/{path}{query}")));
+            Ok(())
+        };
+        let Some(socket) = accept(stream, check).await else {
+            return;
+        };
+        let Some((inner, path)) = lock(&admitted).take() else {
+            return;
+        };
+        super::relay_to_kernel(&self.inner.docker, &inner, &path, socket).await;
+    }
+}
+
+/// The pairs of a raw query, percent-decoded.
+fn query_pairs(query: &str) -> Vec<(String, String)> {
+    reqwest::Url::parse(&format!("http://query.invalid/?{query}"))
+        .map(|url| url.query_pairs().into_owned().collect())
+        .unwrap_or_default()
+}
+
+/// The value of `name` in a raw query, percent-decoded.
+fn query_param(query: &str, name: &str) -> Option<String> {
+    query_pairs(query)
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
+}
+
+/// `query` without its `token` parameter: the server behind wants its own.
+fn without_token(query: &str) -> String {
+    let mut url = match reqwest::Url::parse("http://query.invalid/") {
+        Ok(url) => url,
+        Err(_) => return String::new(),
+    };
+    let kept: Vec<(String, String)> = query_pairs(query)
+        .into_iter()
+        .filter(|(k, _)| k != "token")
+        .collect();
+    if !kept.is_empty() {
+        url.query_pairs_mut().extend_pairs(kept);
+    }
+    url.query().unwrap_or_default().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_runtime_token_is_taken_out_of_a_forwarded_query() {
+        assert_eq!(
+            without_token("session_id=a-1&token=sm-fake&x=%2F"),
+            "session_id=a-1&x=%2F"
+        );
+        assert_eq!(
+            query_param("a=1&token=sm%2Dfake", "token").as_deref(),
+            Some("sm-fake")
+        );
+        assert_eq!(without_token(""), "");
+    }
+}

@@ -1,6 +1,7 @@
 //! The behaviour suite: every scenario in `scenarios/` on every known variant, one test per
 //! step, named `variant::scenario::step`. A scenario runs once per process, the first time
-//! one of its steps is asked for; each test then reports its own step. Cloud variants run
+//! one of its steps is asked for; each test then reports its own step. Trials are dealt
+//! one scenario at a time in turn, so that the test threads run scenarios side by side. Cloud variants run
 //! in replay, on every scenario they have a cassette for, with one more test,
 //! `variant::scenario::replay`, passing when the cassette went as recorded. A step the
 //! variant's capabilities leave nothing to test (`runner::skip_reason`) is registered as
@@ -120,7 +121,10 @@ fn main() {
     // Listing needs no engine; running does, and says why it skips without one.
     let engine_missing = !args.list && !common::docker_or_skip("the docker variant's matrix");
     let mut outcomes: HashMap<(String, String), Outcome> = HashMap::new();
-    let mut trials = Vec::new();
+    // One list of trials per variant × scenario; they are dealt out one of each in turn
+    // below, so that the test threads run different scenarios side by side instead of
+    // waiting on the one scenario all of its steps' trials share.
+    let mut groups: Vec<Vec<Trial>> = Vec::new();
     for variant in variants::known() {
         for scenario in &scenarios {
             let cloud = variants::cloud(variant).is_some();
@@ -151,6 +155,7 @@ fn main() {
             if cloud {
                 steps.push(("replay", None));
             }
+            let mut trials = Vec::new();
             for (step, skip) in steps {
                 if let Some(reason) = &skip
                     && !args.list
@@ -193,7 +198,19 @@ fn main() {
                 .with_ignored_flag(ignore);
                 trials.push(trial);
             }
+            groups.push(trials);
         }
     }
-    libtest_mimic::run(&args, trials).exit();
+    let mut dealt = Vec::new();
+    let mut queues: Vec<_> = groups.into_iter().map(Vec::into_iter).collect();
+    while !queues.is_empty() {
+        queues.retain_mut(|queue| match queue.next() {
+            Some(trial) => {
+                dealt.push(trial);
+                true
+            }
+            None => false,
+        });
+    }
+    libtest_mimic::run(&args, dealt).exit();
 }

@@ -477,16 +477,19 @@ impl BaseRecipe {
 }
 
 /// The Dockerfile that makes the root filesystem from the Debian `image`: it checks the
-/// image is `suite` and installs `packages` with apt, leaving no package lists behind.
+/// image is `suite` and installs `packages` with apt, leaving no package lists behind; an
+/// image that already holds every package is left as it is, with no apt call (no mirror
+/// is asked for what is there).
 fn rootfs_dockerfile(image: &str, suite: &str, packages: &[String]) -> String {
+    let packages = packages.join(" ");
     format!(
         "FROM {image}\n\
          RUN . /etc/os-release \\\n \
          && if [ \"$VERSION_CODENAME\" != \"{suite}\" ]; then echo \"{image} is Debian $VERSION_CODENAME, not {suite}\" >&2; exit 1; fi \\\n \
-         && apt-get update \\\n \
-         && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {} \\\n \
-         && rm -rf /var/lib/apt/lists/*\n",
-        packages.join(" ")
+         && if dpkg -s {packages} >/dev/null 2>&1; then echo \"every package is installed already\"; \\\n \
+         else apt-get update \\\n \
+         && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {packages} \\\n \
+         && rm -rf /var/lib/apt/lists/*; fi\n"
     )
 }
 
@@ -667,6 +670,13 @@ mod tests {
             text.contains("apt-get install -y --no-install-recommends python3 tini \\\n"),
             "{text}"
         );
-        assert!(text.ends_with("rm -rf /var/lib/apt/lists/*\n"), "{text}");
+        assert!(
+            text.contains("if dpkg -s python3 tini >/dev/null 2>&1; then"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("rm -rf /var/lib/apt/lists/*; fi\n"),
+            "{text}"
+        );
     }
 }

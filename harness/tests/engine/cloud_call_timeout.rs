@@ -77,29 +77,40 @@ fn hung_build(variant: &str, env: &[(&str, String)]) {
     assert!(took < Duration::from_secs(120), "the run took {took:?}");
 }
 
+/// Both variants side by side: each run spends its 65 s waiting, so one test thread (not
+/// two) waits for both.
 #[test]
-fn a_silent_e2b_service_fails_build_at_the_step_budget() {
+fn silent_e2b_and_daytona_services_fail_build_at_the_step_budget() {
     let address = silent_server();
-    hung_build(
-        "e2b",
-        &[
-            // Fake: the silent server reads nothing.
-            ("E2B_API_KEY", "sm-fake-e2b-key".to_owned()),
-            ("E2B_API_URL", format!("http://{address}")),
-            ("E2B_DOMAIN", address.clone()),
-        ],
-    );
-}
-
-#[test]
-fn a_silent_daytona_service_fails_build_at_the_step_budget() {
-    let address = silent_server();
-    hung_build(
-        "daytona",
-        &[
-            // Fake: the silent server reads nothing.
-            ("DAYTONA_API_KEY", "sm-fake-daytona-key".to_owned()),
-            ("DAYTONA_API_URL", format!("http://{address}/api")),
-        ],
-    );
+    std::thread::scope(|scope| {
+        let e2b = scope.spawn(|| {
+            hung_build(
+                "e2b",
+                &[
+                    // Fake: the silent server reads nothing.
+                    ("E2B_API_KEY", "sm-fake-e2b-key".to_owned()),
+                    ("E2B_API_URL", format!("http://{address}")),
+                    ("E2B_DOMAIN", address.clone()),
+                ],
+            )
+        });
+        let daytona = scope.spawn(|| {
+            hung_build(
+                "daytona",
+                &[
+                    // Fake: the silent server reads nothing.
+                    ("DAYTONA_API_KEY", "sm-fake-daytona-key".to_owned()),
+                    ("DAYTONA_API_URL", format!("http://{address}/api")),
+                ],
+            )
+        });
+        // Both are joined before either's failure is raised, so neither is left running.
+        let (e2b, daytona) = (e2b.join(), daytona.join());
+        for (variant, outcome) in [("e2b", e2b), ("daytona", daytona)] {
+            if let Err(panic) = outcome {
+                eprintln!("the {variant} run failed its assertions");
+                std::panic::resume_unwind(panic);
+            }
+        }
+    });
 }

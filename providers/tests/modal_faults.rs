@@ -1,6 +1,6 @@
 //! The modal variant against faults replayed at the gRPC layer: each cassette under
 //! fixtures/cassettes/modal/faults/ was recorded from `sandbox-matrix emulate modal` with
-//! one fault switched on (`harness/tests/author_modal.rs`, `author_modal_fault_cassettes`),
+//! one fault switched on (`harness/tests/engine/author_modal.rs`, `author_modal_fault_cassettes`),
 //! and is replayed here with the calls that recorded it. Replay is strict (order,
 //! metadata, every exchange used), so each test also proves what the client did.
 //! No Docker needed.

@@ -6,11 +6,15 @@
 //!
 //! Not here: `base_from_image` (it retags the reference base the others build on),
 //! `sweep` and `sweep_cloud` (a sweep without `--run` may remove what a neighbour is
-//! using), and the `author_*` binaries (ignored; they rewrite cassettes).
+//! using). The `author_*` modules' authoring tests are ignored: they rewrite cassettes
+//! (`cargo test -p sandbox-matrix --test engine -- --ignored author_e2b::`).
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod author_daytona;
+mod author_e2b;
+mod author_modal;
 mod breakage;
 mod cloud_call_timeout;
 mod crash_cleanup;

@@ -4,9 +4,9 @@
 //! the e2b client runs the lifecycle and core-tier scenarios against it in record mode,
 //! writing `fixtures/cassettes/e2b/<scenario>.yaml`.
 //!
-//! Needs Docker: `cargo test -p sandbox-matrix --test author_e2b -- --ignored`.
+//! Needs Docker: `cargo test -p sandbox-matrix --test engine author_e2b:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -8,9 +8,9 @@
 //! with the domain pinned to 127.0.0.1, and the daytona client records against it: each
 //! scenario through the real runner, and the build alone from a private base.
 //! Needs Docker:
-//! `cargo test -p sandbox-matrix --test author_daytona -- --ignored`.
+//! `cargo test -p sandbox-matrix --test engine author_daytona:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

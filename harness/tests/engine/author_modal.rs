@@ -5,9 +5,9 @@
 //! `fixtures/cassettes/modal/<scenario>.yaml`, and the fault cassettes under `faults/`.
 //! That recording writes no credential is `tests/engine/modal_cli.rs`'s to check, through the CLI.
 //!
-//! Needs Docker: `cargo test -p sandbox-matrix --test author_modal -- --ignored`.
+//! Needs Docker: `cargo test -p sandbox-matrix --test engine author_modal:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -742,20 +742,32 @@ impl Provider for DockerProvider {
         if kernel.started.is_none() {
             let started = Instant::now();
             let server = sandbox.server.clone();
-            let started_kernel = async {
-                let kernel_id = server.start_kernel(KERNEL_NAME).await?;
-                let socket = server.connect(&kernel_id).await?;
-                Ok::<_, ProviderError>((kernel_id, socket))
+            // A kernel whose process dies at start (ipykernel missing, say) is only found
+            // out by the server dropping it after its restarts; until then its socket is
+            // answered by nothing, so connecting and the first answer race that watch.
+            let failed = |kernel: &mut Kernel, e: ProviderError| {
+                kernel.failure = Some(e.clone());
+                e
             };
-            match started_kernel.await {
-                Ok(started) => kernel.started = Some(started),
-                Err(e) => {
-                    kernel.failure = Some(e.clone());
-                    return Err(e);
-                }
-            }
-            let (_, socket) = kernel.started.as_mut().expect("kernel was just set");
-            let output = socket.execute(code, EXECUTE_DEADLINE).await?;
+            let kernel_id = match server.start_kernel(KERNEL_NAME).await {
+                Ok(id) => id,
+                Err(e) => return Err(failed(&mut kernel, e)),
+            };
+            let gone = server.kernel_gone(&kernel_id);
+            tokio::pin!(gone);
+            let mut socket = tokio::select! {
+                socket = server.connect(&kernel_id) => match socket {
+                    Ok(socket) => socket,
+                    Err(e) => return Err(failed(&mut kernel, e)),
+                },
+                e = &mut gone => return Err(failed(&mut kernel, e)),
+            };
+            let output = tokio::select! {
+                output = socket.execute(code, EXECUTE_DEADLINE) => output,
+                e = &mut gone => return Err(failed(&mut kernel, e)),
+            };
+            kernel.started = Some((kernel_id.clone(), socket));
+            let output = output?;
             timings.push(Timing {
                 name: "kernel-start-to-first-answer".into(),
                 duration: started.elapsed(),

@@ -45,6 +45,8 @@ const POLL_MAX: Duration = Duration::from_millis(200);
 const POLL_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often an unanswered `kernel_info_request` is sent again.
 const KERNEL_INFO_RESEND: Duration = Duration::from_secs(1);
+/// How often [`JupyterServer::kernel_gone`] asks whether the kernel still exists.
+const KERNEL_WATCH_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a polite close may take before the socket is dropped.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How much of an error body goes into an error message.
@@ -154,6 +156,37 @@ impl JupyterServer {
         })?;
         check_kernel_id(&model.id).map_err(|e| e.context("POST /api/kernels"))?;
         Ok(model.id)
+    }
+
+    /// Resolves once `GET /api/kernels/{id}` answers 404, with the error saying why: Jupyter
+    /// Server drops a kernel whose process died and whose restarts all failed (five, about
+    /// 20 s), while its model still says `starting` and a socket to it is answered by
+    /// nothing (jupyter_server waits 60 s for the kernel before resetting it). Polled every
+    /// second; any other answer keeps watching, so race it against the call it guards.
+    pub async fn kernel_gone(&self, kernel_id: &str) -> ProviderError {
+        let path = format!("/api/kernels/{kernel_id}");
+        loop {
+            tokio::time::sleep(KERNEL_WATCH_INTERVAL).await;
+            let Ok(auth) = self.auth_header() else {
+                // No request can be authorized: the call being guarded fails on its own.
+                return std::future::pending().await;
+            };
+            let answer = self
+                .http
+                .get(format!("{}{path}", self.base_url))
+                .header(AUTHORIZATION, auth)
+                .timeout(POLL_CALL_TIMEOUT)
+                .send()
+                .await;
+            if answer.is_ok_and(|r| r.status() == StatusCode::NOT_FOUND) {
+                return ProviderError::new(
+                    ErrorKind::Transport,
+                    format!(
+                        "kernel {kernel_id} is gone: its process died and every restart failed, so Jupyter Server removed it (GET {path} answers 404)"
+                    ),
+                );
+            }
+        }
     }
 
     /// `POST /api/kernels/{id}/restart`.

@@ -1,15 +1,11 @@
-//! Faults through the whole harness, on the e2b variant replayed from its lifecycle
-//! cassette with one exchange broken: the step fails with the cause, within its budget,
-//! cleanup still reaches the provider, and JUnit carries the cause. No Docker.
-
-mod common;
+//! The e2b variant, replayed from its lifecycle cassette with one exchange broken: a
+//! sandbox that never gets ready, a socket reset mid-answer, a rate-limited create.
 
 use std::time::{Duration, Instant};
 
-use sandbox_matrix::report;
-use sandbox_matrix::report::results::{
-    Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, StepStatus,
-};
+use crate::{common, junit, reason};
+
+use sandbox_matrix::report::results::{ScenarioResult, StepStatus};
 use sandbox_providers::api::cassette::Body;
 use sandbox_providers::api::replay::{Observed, Pace};
 use sandbox_providers::api::{Cassette, Exchange};
@@ -76,26 +72,8 @@ async fn run(cassette: Cassette) -> (ScenarioResult, Vec<Observed>, String, Dura
     let started = Instant::now();
     let (result, server) = common::replay_e2b(cassette, &scenario, Pace::Instant).await;
     let took = started.elapsed();
-    let junit = report::junit::render(&RunResults {
-        schema_version: RESULTS_SCHEMA_VERSION.into(),
-        provenance: Provenance {
-            run_id: "faults".into(),
-            harness_version: env!("CARGO_PKG_VERSION").into(),
-            host: "test".into(),
-            started_at: "2026-11-29T00:00:00Z".into(),
-            base: None,
-            shards: Vec::new(),
-        },
-        scenarios: vec![result.clone()],
-    });
+    let junit = junit(&result);
     (result, server.observed(), junit, took)
-}
-
-fn reason(result: &ScenarioResult, step: &str) -> String {
-    match &result.step(step).expect("the step ran").status {
-        StepStatus::Failed { reason } => reason.clone(),
-        other => panic!("{step} should have failed: {other:?}"),
-    }
 }
 
 fn deleted(observed: &[Observed], sandbox: &str) -> bool {

@@ -1,0 +1,103 @@
+//! Faults through the whole harness, on replayed cloud variants: a variant's recorded
+//! lifecycle cassette with one exchange broken, or with what the variant's emulator
+//! recorded under a fault put in its place, run by the runner as `run` runs it. Each test
+//! checks what the runner does with the fault: which step fails and why, within its
+//! budget, that cleanup still reaches the provider, and that the replay went exactly as
+//! the cut cassette says (every exchange used, in order), which is how a retry, a poll
+//! or a delete the runner must make is shown to have been made. No Docker.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod datalayer_runtimes;
+mod e2b;
+mod modal;
+
+use std::path::PathBuf;
+
+use sandbox_matrix::report;
+use sandbox_matrix::report::results::{
+    Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, StepStatus,
+};
+use sandbox_matrix::run::variants::{self, CloudMode};
+use sandbox_providers::api::replay::Pace;
+
+/// Every step the faults' scenarios run, and the replay's check: what a run that met its
+/// fault and recovered passes.
+const EVERY_STEP: &[&str] = &[
+    "build",
+    "launch",
+    "first-result",
+    "shutdown",
+    "cleanup",
+    "replay",
+];
+
+/// The run's JUnit with `result` as its only scenario.
+fn junit(result: &ScenarioResult) -> String {
+    report::junit::render(&RunResults {
+        schema_version: RESULTS_SCHEMA_VERSION.into(),
+        provenance: Provenance {
+            run_id: "faults".into(),
+            harness_version: env!("CARGO_PKG_VERSION").into(),
+            host: "test".into(),
+            started_at: "2026-11-29T00:00:00Z".into(),
+            base: None,
+            shards: Vec::new(),
+        },
+        scenarios: vec![result.clone()],
+    })
+}
+
+/// Why `step` failed; panics when it did not.
+fn reason(result: &ScenarioResult, step: &str) -> String {
+    match &result.step(step).expect("the step ran").status {
+        StepStatus::Failed { reason } => reason.clone(),
+        other => panic!("{step} should have failed: {other:?}"),
+    }
+}
+
+/// Asserts that every step of `steps` passed, naming the ones that did not.
+fn assert_passed(result: &ScenarioResult, steps: &[&str]) {
+    for step in steps {
+        assert_eq!(
+            result.step(step).map(|s| &s.status),
+            Some(&StepStatus::Passed),
+            "{step} did not pass; failures: {:?}",
+            common::failures(result)
+        );
+    }
+}
+
+/// Asserts that every step of `steps` was skipped.
+fn assert_skipped(result: &ScenarioResult, steps: &[&str]) {
+    for step in steps {
+        let status = result.step(step).map(|s| &s.status);
+        assert!(
+            matches!(status, Some(StepStatus::Skipped { .. })),
+            "{step} should have been skipped: {status:?}"
+        );
+    }
+}
+
+/// Runs `steps` as scenario `lifecycle` of cloud variant `variant`, replaying the
+/// cassette `write` puts at the path given to it, at `pace`, as `run --cassettes` does.
+async fn replay(
+    variant: &str,
+    test: &str,
+    steps: &str,
+    pace: Pace,
+    write: impl FnOnce(PathBuf),
+) -> ScenarioResult {
+    let dir = common::out_dir(&format!("replay-faults-{test}"));
+    write(variants::cassette_path(&dir, variant, "lifecycle"));
+    let scenario = common::temp_scenario("lifecycle", steps);
+    let cloud = variants::cloud(variant).expect("a cloud variant");
+    common::run_cloud(
+        &common::quiet_runner(),
+        cloud,
+        &scenario,
+        &CloudMode::Replay { dir, pace },
+    )
+    .await
+}

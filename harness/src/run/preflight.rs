@@ -253,10 +253,11 @@ async fn connect(root: &Path, harness: &Path, name: &str) -> (Row, Option<Arc<dy
                         "credentials",
                         Status::Missing,
                         format!(
-                            "set {}, {} and {} (and their _PASSWORD), or let a run start its own registry: {missing}",
+                            "set {}, {} and {} (and their _PASSWORD; or {}=ecr for the push), or let a run start its own registry: {missing}",
                             datalayer::REGISTRY_VAR,
                             datalayer::PUSH_USER_VAR,
-                            datalayer::PULL_USER_VAR
+                            datalayer::PULL_USER_VAR,
+                            datalayer::PUSH_AUTH_VAR
                         ),
                     ),
                     None,

@@ -613,17 +613,25 @@ pub async fn connect_local(
             note: None,
         });
     }
-    if let Some(settings) =
-        datalayer::Settings::from_env().map_err(|e| LocalUnavailable::Config(e.to_string()))?
+    if let Some(settings) = datalayer::Settings::from_env()
+        .await
+        .map_err(|e| LocalUnavailable::Config(e.to_string()))?
     {
         let note = format!(
             "pushing to {} as {}, pulling as {}",
-            settings.repository, settings.push.username, settings.pull.username
+            settings.repository,
+            settings.push_login(),
+            settings.pull.username
         );
+        // A login token made for the run is in no variable the self-scan reads.
+        let secrets = (settings.push.source == CredentialSource::EcrLoginToken)
+            .then(|| settings.push.password.clone())
+            .into_iter()
+            .collect();
         return Ok(LocalSession {
             provider: Arc::new(datalayer::DatalayerProvider::new(docker, settings)),
             registry: None,
-            secrets: Vec::new(),
+            secrets,
             note: Some(note),
         });
     }
@@ -698,7 +706,10 @@ pub async fn connect_datalayer_configured(
     root: &Path,
     harness: &Path,
 ) -> Result<Option<Arc<dyn Provider>>, String> {
-    let Some(settings) = datalayer::Settings::from_env().map_err(|e| e.to_string())? else {
+    let Some(settings) = datalayer::Settings::from_env()
+        .await
+        .map_err(|e| e.to_string())?
+    else {
         return Ok(None);
     };
     let docker = docker_provider(root, harness).await?;

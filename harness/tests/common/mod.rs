@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod ecr;
 pub mod emulate;
 pub mod registry;
 pub mod sdk;

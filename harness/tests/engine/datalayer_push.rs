@@ -336,6 +336,7 @@ const REGISTRY_VARS: &[&str] = &[
     "SANDBOX_MATRIX_DATALAYER_REGISTRY",
     "SANDBOX_MATRIX_DATALAYER_PUSH_USER",
     "SANDBOX_MATRIX_DATALAYER_PUSH_PASSWORD",
+    "SANDBOX_MATRIX_DATALAYER_PUSH_AUTH",
     "SANDBOX_MATRIX_DATALAYER_PULL_USER",
     "SANDBOX_MATRIX_DATALAYER_PULL_PASSWORD",
     "SANDBOX_MATRIX_BASE",
@@ -344,11 +345,21 @@ const REGISTRY_VARS: &[&str] = &[
 /// `sandbox-matrix <args>` on this checkout with the registry variables cleared, then
 /// `env` set; its exit code and everything it printed.
 fn cli(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    cli_with(args, env, |_| {})
+}
+
+/// [`cli`], the command first given to `prepare`.
+fn cli_with(
+    args: &[&str],
+    env: &[(&str, &str)],
+    prepare: impl FnOnce(&mut std::process::Command),
+) -> (Option<i32>, String) {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"));
     command.args(args).arg("--root").arg(common::root());
     for name in REGISTRY_VARS {
         command.env_remove(name);
     }
+    prepare(&mut command);
     let output = command
         .envs(env.iter().copied())
         .output()
@@ -416,6 +427,92 @@ fn preflight_checks_both_logins_and_names_a_refused_one() {
             "a password was printed: {shown}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_push_logs_in_with_a_login_token_from_ecr_in_preflight_and_in_a_run() {
+    if !common::docker_or_skip("the_push_logs_in_with_a_login_token_from_ecr") {
+        return;
+    }
+    // The registry's push user is ECR's: AWS, with the login token as its password.
+    let (token, pull_password) = (fake("ecr-token"), fake("pull"));
+    let registry = registry::start_with_puller(("AWS", &token), ("puller", &pull_password));
+    let ecr = wiremock::MockServer::start().await;
+    let repository = format!("{}/{REPOSITORY}", registry.host);
+    let out = common::out_dir("datalayer-ecr");
+    let cli_ecr = |args: Vec<String>, ecr_uri: String| {
+        let env = [
+            ("SANDBOX_MATRIX_DATALAYER_REGISTRY", repository.clone()),
+            ("SANDBOX_MATRIX_DATALAYER_PUSH_AUTH", "ecr".to_owned()),
+            ("SANDBOX_MATRIX_DATALAYER_PULL_USER", "puller".to_owned()),
+            (
+                "SANDBOX_MATRIX_DATALAYER_PULL_PASSWORD",
+                pull_password.clone(),
+            ),
+            ("AWS_ENDPOINT_URL_ECR", ecr_uri),
+        ];
+        tokio::task::spawn_blocking(move || {
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            cli_with(&args, &env, common::ecr::fake_aws)
+        })
+    };
+    let preflight = |ecr_uri: String| {
+        cli_ecr(
+            ["preflight", "--variant", "datalayer"]
+                .map(String::from)
+                .to_vec(),
+            ecr_uri,
+        )
+    };
+
+    common::ecr::answering(&ecr, &token).await;
+    let (code, shown) = preflight(ecr.uri()).await.expect("preflight ran");
+    assert_eq!(code, Some(0), "{shown}");
+    let answers = preflight_row(&shown, "API answers");
+    assert!(
+        answers.contains("push user AWS logs in")
+            && answers.contains("read-only user puller logs in"),
+        "{answers}"
+    );
+
+    // A run pushes as AWS, pulls as the reader, and writes the token nowhere.
+    let run = [
+        "run",
+        "--variant",
+        "datalayer",
+        "--scenario",
+        "lifecycle",
+        "--out",
+        out.to_str().expect("a UTF-8 path"),
+    ]
+    .map(String::from)
+    .to_vec();
+    let (code, shown) = cli_ecr(run, ecr.uri()).await.expect("the run ran");
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(
+        shown.contains("as AWS (an ECR login token), pulling as puller"),
+        "{shown}"
+    );
+    assert!(!shown.contains(&token), "the token was printed: {shown}");
+    common::assert_no_value_in_tree(&out, &[Secret::new("ECR_LOGIN_TOKEN", token.clone())]);
+
+    // A token the registry does not take: the push login is refused, by name.
+    let wrong = fake("wrong-token");
+    common::ecr::answering(&ecr, &wrong).await;
+    let (code, shown) = preflight(ecr.uri()).await.expect("preflight ran");
+    assert_eq!(code, Some(1), "{shown}");
+    assert!(
+        preflight_row(&shown, "API answers").contains("refused the login of AWS"),
+        "{shown}"
+    );
+    for value in [&token, &wrong, &pull_password] {
+        assert!(
+            !shown.contains(value.as_str()),
+            "a password was printed: {shown}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]

@@ -10,15 +10,12 @@ use crate::common;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as BASE64;
 use common::Images;
 use common::registry;
 use sandbox_matrix::checks::secrets;
 use sandbox_matrix::report::results::{self, StepStatus};
 use sandbox_providers::Secret;
-use wiremock::matchers::{header, method, path};
-use wiremock::{Mock, MockServer, ResponseTemplate};
+use wiremock::MockServer;
 
 const REPOSITORY: &str = "sandbox-matrix/contract-base";
 
@@ -34,30 +31,6 @@ fn rand_u64() -> u64 {
     RandomState::new().hash_one(std::time::SystemTime::now())
 }
 
-/// The ECR API's answer to GetAuthorizationToken, with `token` for the user AWS.
-async fn ecr_answering(server: &MockServer, token: &str) {
-    server.reset().await;
-    Mock::given(method("POST"))
-        .and(path("/"))
-        .and(header(
-            "x-amz-target",
-            "AmazonEC2ContainerRegistry_V20150921.GetAuthorizationToken",
-        ))
-        .respond_with(
-            ResponseTemplate::new(200)
-                .insert_header("content-type", "application/x-amz-json-1.1")
-                .set_body_json(serde_json::json!({
-                    "authorizationData": [{
-                        "authorizationToken": BASE64.encode(format!("AWS:{token}")),
-                        "expiresAt": 4102444800.0,
-                        "proxyEndpoint": "http://127.0.0.1"
-                    }]
-                })),
-        )
-        .mount(server)
-        .await;
-}
-
 /// The CLI with the registry's environment: an ECR login token from `ecr`, fake AWS keys.
 fn cli(ecr: &MockServer, args: &[&str], extra: &[(&str, &str)]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"));
@@ -68,20 +41,8 @@ fn cli(ecr: &MockServer, args: &[&str], extra: &[(&str, &str)]) -> Output {
         .env_remove("SANDBOX_MATRIX_BASE")
         .env_remove("SANDBOX_MATRIX_APPROVED_BASES")
         .env("SANDBOX_MATRIX_REGISTRY_AUTH", "ecr")
-        .env("AWS_ENDPOINT_URL_ECR", ecr.uri())
-        .env("AWS_REGION", "us-east-1")
-        // Deliberate fake canaries, made up for this test and shaped like no real key: the
-        // stand-in ECR API takes anything, and the SDK only signs with them.
-        .env("AWS_ACCESS_KEY_ID", "sm-fake-access-key-id")
-        .env("AWS_SECRET_ACCESS_KEY", "sm-fake-secret-access-key")
-        .env_remove("AWS_SESSION_TOKEN")
-        .env_remove("AWS_PROFILE")
-        .env("AWS_CONFIG_FILE", "/nonexistent/sandbox-matrix-aws-config")
-        .env(
-            "AWS_SHARED_CREDENTIALS_FILE",
-            "/nonexistent/sandbox-matrix-aws-credentials",
-        )
-        .env("AWS_EC2_METADATA_DISABLED", "true");
+        .env("AWS_ENDPOINT_URL_ECR", ecr.uri());
+    common::ecr::fake_aws(&mut command);
     for (key, value) in extra {
         command.env(key, value);
     }
@@ -125,7 +86,7 @@ async fn the_base_is_pulled_by_digest_with_a_login_token_from_ecr() {
     let token = fake_token("token");
     let registry = registry::start("AWS", &token);
     let ecr = MockServer::start().await;
-    ecr_answering(&ecr, &token).await;
+    common::ecr::answering(&ecr, &token).await;
     let target = format!("{}/{REPOSITORY}", registry.host);
     let mut images = Images(vec![format!("{target}:v1")]);
 
@@ -275,7 +236,7 @@ async fn the_base_is_pulled_by_digest_with_a_login_token_from_ecr() {
 
     // A wrong token: the ECR API answers one the registry refuses; the build fails naming it.
     let wrong = fake_token("wrong");
-    ecr_answering(&ecr, &wrong).await;
+    common::ecr::answering(&ecr, &wrong).await;
     let out = work.join("wrong");
     let failed = run_docker(
         &ecr,

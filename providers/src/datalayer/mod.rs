@@ -35,6 +35,10 @@ pub const REGISTRY_VAR: &str = "SANDBOX_MATRIX_DATALAYER_REGISTRY";
 pub const PUSH_USER_VAR: &str = "SANDBOX_MATRIX_DATALAYER_PUSH_USER";
 /// The pushing user's password.
 pub const PUSH_PASSWORD_VAR: &str = "SANDBOX_MATRIX_DATALAYER_PUSH_PASSWORD";
+/// How the push logs in: `static` ([`PUSH_USER_VAR`] and [`PUSH_PASSWORD_VAR`], the
+/// default) or `ecr` (a login token from ECR's `GetAuthorizationToken`, through the
+/// standard AWS credential chain, as [`crate::registry::credential::ecr_login_token`]).
+pub const PUSH_AUTH_VAR: &str = "SANDBOX_MATRIX_DATALAYER_PUSH_AUTH";
 /// The read-only user that pulls.
 pub const PULL_USER_VAR: &str = "SANDBOX_MATRIX_DATALAYER_PULL_USER";
 /// The pulling user's password.
@@ -67,8 +71,9 @@ pub struct Settings {
 
 impl Settings {
     /// Reads the settings from the environment; `None` when [`REGISTRY_VAR`] is unset (the
-    /// variant is then skipped). A missing credential variable is named.
-    pub fn from_env() -> Result<Option<Self>> {
+    /// variant is then skipped). A missing credential variable is named. With
+    /// [`PUSH_AUTH_VAR`]`=ecr` the push login is asked of ECR here, once for the run.
+    pub async fn from_env() -> Result<Option<Self>> {
         let Some(repository) = std::env::var(REGISTRY_VAR).ok().filter(|v| !v.is_empty()) else {
             return Ok(None);
         };
@@ -93,13 +98,27 @@ impl Settings {
                 source: CredentialSource::Static,
             })
         };
-        let push = credential(PUSH_USER_VAR, PUSH_PASSWORD_VAR, PUSH_PASSWORD_VAR)?;
+        let push = match std::env::var(PUSH_AUTH_VAR).as_deref().map(str::trim) {
+            Err(_) | Ok("" | "static") => {
+                credential(PUSH_USER_VAR, PUSH_PASSWORD_VAR, PUSH_PASSWORD_VAR)?
+            }
+            Ok("ecr") => crate::registry::credential::ecr_login_token(&repository.registry)
+                .await
+                .map_err(|e| e.context(format!("{PUSH_AUTH_VAR}=ecr")))?,
+            Ok(other) => {
+                return Err(ProviderError::new(
+                    ErrorKind::Config,
+                    format!("{PUSH_AUTH_VAR}={other:?}: expected `static` or `ecr`"),
+                ));
+            }
+        };
         let pull = credential(PULL_USER_VAR, PULL_PASSWORD_VAR, PULL_PASSWORD_VAR)?;
         if push.username == pull.username {
             return Err(ProviderError::new(
                 ErrorKind::Config,
                 format!(
-                    "{PUSH_USER_VAR} and {PULL_USER_VAR} name the same user: the pull must be made by a separate read-only user"
+                    "the push user ({}) and {PULL_USER_VAR} name the same user: the pull must be made by a separate read-only user",
+                    push.username
                 ),
             ));
         }
@@ -108,6 +127,16 @@ impl Settings {
             push,
             pull,
         }))
+    }
+
+    /// The push login, for a person: the user and where its password came from.
+    pub fn push_login(&self) -> String {
+        match self.push.source {
+            CredentialSource::EcrLoginToken => {
+                format!("{} (an ECR login token)", self.push.username)
+            }
+            _ => self.push.username.clone(),
+        }
     }
 }
 

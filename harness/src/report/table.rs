@@ -194,13 +194,11 @@ pub(crate) fn grid(results: &RunResults) -> Grid {
             (*label, cells)
         })
         .collect();
-    let columns = variants
-        .iter()
-        .map(|(variant, scenarios)| column(variant, scenarios))
-        .collect();
+    let columns = headers(&variants);
     let notes = variants
         .iter()
-        .filter_map(|(variant, scenarios)| note(variant, scenarios))
+        .zip(&columns)
+        .filter_map(|((_, scenarios), header)| note(header, scenarios))
         .collect();
     Grid {
         columns,
@@ -209,7 +207,39 @@ pub(crate) fn grid(results: &RunResults) -> Grid {
     }
 }
 
-/// A column's header: `variant · mode`, modes joined by `+` when they are mixed.
+/// Variants that are a launch mode of a provider shown under the provider's name:
+/// `datalayer-runtimes` is Datalayer's platform launch of the environment, beside
+/// `datalayer`, the artifact pulled from its registry.
+const LAUNCH_MODES: &[(&str, &str)] =
+    &[(sandbox_providers::datalayer::runtimes::VARIANT, "datalayer")];
+
+/// Each column's header: `provider · mode` ([`LAUNCH_MODES`]), or `variant · mode` where
+/// two columns would otherwise read the same.
+fn headers(variants: &[(&str, Vec<&ScenarioResult>)]) -> Vec<String> {
+    let provider = |variant: &str| {
+        LAUNCH_MODES
+            .iter()
+            .find(|(launch, _)| *launch == variant)
+            .map_or(variant.to_owned(), |(_, provider)| (*provider).to_owned())
+    };
+    let short: Vec<String> = variants
+        .iter()
+        .map(|(variant, scenarios)| column(&provider(variant), scenarios))
+        .collect();
+    variants
+        .iter()
+        .zip(&short)
+        .map(|((variant, scenarios), header)| {
+            if short.iter().filter(|h| *h == header).count() > 1 {
+                column(variant, scenarios)
+            } else {
+                header.clone()
+            }
+        })
+        .collect()
+}
+
+/// A column's header: `name · mode`, modes joined by `+` when they are mixed.
 fn column(variant: &str, scenarios: &[&ScenarioResult]) -> String {
     format!(
         "{variant} · {}",
@@ -217,8 +247,9 @@ fn column(variant: &str, scenarios: &[&ScenarioResult]) -> String {
     )
 }
 
-/// The note of a column with replayed results: what they were replayed from.
-fn note(variant: &str, scenarios: &[&ScenarioResult]) -> Option<Note> {
+/// The note of the column headed `header` with replayed results: what they were
+/// replayed from.
+fn note(header: &str, scenarios: &[&ScenarioResult]) -> Option<Note> {
     let mut cassettes: Vec<String> = Vec::new();
     for replay in scenarios.iter().filter_map(|s| s.source.replay()) {
         let pace = match replay.pace {
@@ -242,7 +273,6 @@ fn note(variant: &str, scenarios: &[&ScenarioResult]) -> Option<Note> {
     if cassettes.is_empty() {
         return None;
     }
-    let header = column(variant, scenarios);
     let heading = if scenarios.iter().any(|s| s.source.is_measured()) {
         format!(
             "{header}: timings from its measured results only; the others replayed, not measured, from"
@@ -1238,6 +1268,33 @@ mod tests {
         .iter()
         .map(|label| row(table, label).remove(0))
         .collect()
+    }
+
+    #[test]
+    fn the_platform_launch_is_headed_datalayer_unless_the_registry_launch_reads_the_same() {
+        let header =
+            |results: &RunResults| cells(render(results).lines().next().expect("a header"));
+        let replayed = run(vec![
+            lifecycle("datalayer", Source::Live),
+            lifecycle("datalayer-runtimes", replay_source(ReplayPace::Instant)),
+        ]);
+        assert_eq!(
+            header(&replayed),
+            ["", "datalayer · live", "datalayer · replay"]
+        );
+        assert!(
+            render(&replayed).contains("\n\ndatalayer · replay: replayed, not measured, from:"),
+            "{}",
+            render(&replayed)
+        );
+        let both_live = run(vec![
+            lifecycle("datalayer", Source::Live),
+            lifecycle("datalayer-runtimes", Source::Live),
+        ]);
+        assert_eq!(
+            header(&both_live),
+            ["", "datalayer · live", "datalayer-runtimes · live"]
+        );
     }
 
     #[test]

@@ -1394,14 +1394,15 @@ impl StepContext {
                 if !found.contains(&shared.resource) {
                     found.push(shared.resource.clone());
                 }
-                // A rebuild of it carries the same labels.
+                // A rebuild of it carries the same labels; what it made (a pushed
+                // artifact's local image too) is under them, of whatever kind.
                 if shared.built_in != self.labels.scenario {
                     let builder = RunLabels {
                         scenario: shared.built_in.clone(),
                         ..self.labels.clone()
                     };
                     for resource in self.provider.list_resources(&builder).await? {
-                        if resource.kind == shared.resource.kind && !found.contains(&resource) {
+                        if !found.contains(&resource) {
                             found.push(resource);
                         }
                     }
@@ -1439,7 +1440,7 @@ impl StepContext {
             };
             if shared.built_in != self.labels.scenario {
                 for resource in self.provider.list_resources(&builder).await? {
-                    if resource.kind == shared.resource.kind && !left.contains(&resource) {
+                    if !left.contains(&resource) {
                         left.push(resource);
                     }
                 }

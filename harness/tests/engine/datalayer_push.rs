@@ -476,13 +476,16 @@ async fn the_push_logs_in_with_a_login_token_from_ecr_in_preflight_and_in_a_run(
         "{answers}"
     );
 
-    // A run pushes as AWS, pulls as the reader, and writes the token nowhere.
+    // A run pushes as AWS, pulls as the reader, and writes the token nowhere; its rebuild
+    // (pushed, never launched) leaves no image behind either.
     let run = [
         "run",
         "--variant",
         "datalayer",
         "--scenario",
         "lifecycle",
+        "--scenario",
+        "rebuild",
         "--out",
         out.to_str().expect("a UTF-8 path"),
     ]
@@ -495,6 +498,17 @@ async fn the_push_logs_in_with_a_login_token_from_ecr_in_preflight_and_in_a_run(
         "{shown}"
     );
     assert!(!shown.contains(&token), "the token was printed: {shown}");
+    let run_id = std::fs::read_dir(&out)
+        .expect("the run's reports")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|name| name != "latest")
+        .expect("a run folder");
+    assert_eq!(
+        common::left_by_run(&run_id),
+        Vec::<String>::new(),
+        "{shown}"
+    );
     common::assert_no_value_in_tree(&out, &[Secret::new("ECR_LOGIN_TOKEN", token.clone())]);
 
     // A token the registry does not take: the push login is refused, by name.

@@ -503,30 +503,44 @@ impl Provider for DatalayerProvider {
     }
 
     /// A `manifest` (an index pushed by digest, with the manifests it lists) is deleted
-    /// from the registry with the push credential, and its pulled copy from the engine;
-    /// anything else is the engine's.
+    /// from the registry with the push credential, then from the engine its pulled copy
+    /// and the image built for it, where the engine still holds them (a rebuild's image is
+    /// pushed but never launched, so no pull removed it); anything else is the engine's.
     async fn delete_resource(&self, resource: &Resource) -> Result<()> {
         if resource.kind == MANIFEST_RESOURCE {
             let reference = DigestReference::parse(&resource.id)?;
             oci::delete(&reference, &self.settings.push).await?;
-            // And the copy pulled by that digest, where the engine still holds it.
-            return match self
-                .docker
-                .engine()
-                .remove_image(
-                    &resource.id,
-                    None::<bollard::query_parameters::RemoveImageOptions>,
-                    None,
-                )
-                .await
+            let built = self
+                .pushed
+                .lock()
+                .expect("pushed table lock")
+                .get(&resource.id)
+                .map(|p| p.image_id.clone());
+            for (image, what) in std::iter::once((resource.id.clone(), "the pulled image"))
+                .chain(built.map(|id| (id, "the image built for it")))
             {
-                Ok(_)
-                | Err(bollard::errors::Error::DockerResponseServerError {
-                    status_code: 404, ..
-                }) => Ok(()),
-                Err(e) => Err(crate::docker::engine_error(e)
-                    .context(format!("removing the pulled image {}", resource.id))),
-            };
+                match self
+                    .docker
+                    .engine()
+                    .remove_image(
+                        &image,
+                        Some(RemoveImageOptionsBuilder::default().force(true).build()),
+                        None,
+                    )
+                    .await
+                {
+                    Ok(_)
+                    | Err(bollard::errors::Error::DockerResponseServerError {
+                        status_code: 404,
+                        ..
+                    }) => {}
+                    Err(e) => {
+                        return Err(crate::docker::engine_error(e)
+                            .context(format!("removing {what}, {image}")));
+                    }
+                }
+            }
+            return Ok(());
         }
         self.docker.delete_resource(resource).await
     }

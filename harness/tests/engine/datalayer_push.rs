@@ -206,6 +206,11 @@ async fn pushes_an_index_with_attestations_and_launches_it_pulled_by_the_reader(
         args.contains("REGISTRY_TOKEN") && args.contains("BASE_IMAGE"),
         "{args}"
     );
+    // Built by the builder the engine offers (BuildKit on a Linux engine of API 1.39 on),
+    // and the provenance says which.
+    let builder = provider.builder().await.expect("a builder");
+    let builder_id = provenance["builder"]["id"].as_str().unwrap_or_default();
+    assert!(builder_id.contains(builder.describe()), "{builder_id}");
 
     // No secret in any pushed blob, the layers searched gunzipped.
     let image: Value = serde_json::from_slice(
@@ -337,6 +342,7 @@ const REGISTRY_VARS: &[&str] = &[
     "SANDBOX_MATRIX_DATALAYER_PUSH_USER",
     "SANDBOX_MATRIX_DATALAYER_PUSH_PASSWORD",
     "SANDBOX_MATRIX_DATALAYER_PUSH_AUTH",
+    "SANDBOX_MATRIX_DATALAYER_BUILDER",
     "SANDBOX_MATRIX_DATALAYER_PULL_USER",
     "SANDBOX_MATRIX_DATALAYER_PULL_PASSWORD",
     "SANDBOX_MATRIX_BASE",
@@ -450,6 +456,7 @@ async fn the_push_logs_in_with_a_login_token_from_ecr_in_preflight_and_in_a_run(
                 pull_password.clone(),
             ),
             ("AWS_ENDPOINT_URL_ECR", ecr_uri),
+            ("SANDBOX_MATRIX_DATALAYER_BUILDER", "classic".to_owned()),
         ];
         tokio::task::spawn_blocking(move || {
             let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -477,7 +484,8 @@ async fn the_push_logs_in_with_a_login_token_from_ecr_in_preflight_and_in_a_run(
     );
 
     // A run pushes as AWS, pulls as the reader, and writes the token nowhere; its rebuild
-    // (pushed, never launched) leaves no image behind either.
+    // (pushed, never launched) leaves no image behind either, not even the intermediate
+    // images of the classic builder, which this run is made to use.
     let run = [
         "run",
         "--variant",
@@ -508,6 +516,12 @@ async fn the_push_logs_in_with_a_login_token_from_ecr_in_preflight_and_in_a_run(
         common::left_by_run(&run_id),
         Vec::<String>::new(),
         "{shown}"
+    );
+    let results =
+        std::fs::read_to_string(out.join(&run_id).join("results.json")).expect("the run's results");
+    assert!(
+        results.contains("builder: classic builder"),
+        "the build did not say it used the classic builder"
     );
     common::assert_no_value_in_tree(&out, &[Secret::new("ECR_LOGIN_TOKEN", token.clone())]);
 

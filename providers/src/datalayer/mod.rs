@@ -1,6 +1,7 @@
 //! The `datalayer` variant: the Datalayer OCI artifact as it ships, through a registry.
 //!
-//! Builds with the docker variant's build (the engine's classic builder), then pushes the
+//! Builds with the docker variant's build, through the engine's BuildKit where it offers
+//! one (else its classic builder; [`BUILDER_VAR`] chooses), then pushes the
 //! image to the configured registry by digest, with the push credential, as an OCI index
 //! holding the image manifest and an attestation manifest (an SPDX SBOM read from the
 //! image, and an SLSA-style provenance): see [`oci`] and [`attest`]. The artifact is
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 use async_trait::async_trait;
 use bollard::query_parameters::RemoveImageOptionsBuilder;
 
-use crate::docker::DockerProvider;
+use crate::docker::{Builder, DockerProvider};
 use crate::registry::{DigestReference, Repository};
 use crate::{
     Artifact, ArtifactFacts, BASE_ARG, BaseImage, BuildRequest, Capabilities, CodeOutput,
@@ -51,9 +52,9 @@ pub const MANIFEST_RESOURCE: &str = "manifest";
 pub const PUSH_TIMING: &str = "push";
 /// The launch step's timing of the pull by digest, as the read-only user.
 pub const PULL_TIMING: &str = "pull";
-/// The builder, as the provenance names it beside the engine's version: the docker
-/// variant's build goes through bollard without its BuildKit session.
-pub const BUILDER: &str = "classic builder (bollard without its BuildKit session)";
+/// Which builder builds: `buildkit` or `classic`; unset, BuildKit where the engine offers
+/// it ([`DockerProvider::offered_builder`]), else the classic builder.
+pub const BUILDER_VAR: &str = "SANDBOX_MATRIX_DATALAYER_BUILDER";
 
 /// What the datalayer variant can do: what the docker variant does, since it runs there.
 pub const CAPABILITIES: Capabilities = crate::docker::CAPABILITIES;
@@ -162,6 +163,10 @@ pub struct DatalayerProvider {
     pushed: Mutex<HashMap<String, Pushed>>,
     /// Held while a launch checks for and pulls the image.
     pulling: tokio::sync::Mutex<()>,
+    /// The builder, chosen at the first build.
+    builder: tokio::sync::OnceCell<Builder>,
+    /// The environment folders built so far.
+    built: Mutex<std::collections::HashSet<std::path::PathBuf>>,
 }
 
 impl std::fmt::Debug for DatalayerProvider {
@@ -180,7 +185,27 @@ impl DatalayerProvider {
             settings,
             pushed: Mutex::new(HashMap::new()),
             pulling: tokio::sync::Mutex::new(()),
+            builder: tokio::sync::OnceCell::new(),
+            built: Mutex::new(std::collections::HashSet::new()),
         }
+    }
+
+    /// The builder: [`BUILDER_VAR`]'s, else BuildKit where the engine offers it.
+    pub async fn builder(&self) -> Result<Builder> {
+        self.builder
+            .get_or_try_init(|| async {
+                match std::env::var(BUILDER_VAR).as_deref().map(str::trim) {
+                    Err(_) | Ok("") => Ok(self.docker.offered_builder().await),
+                    Ok("buildkit") => Ok(Builder::BuildKit),
+                    Ok("classic") => Ok(Builder::Classic),
+                    Ok(other) => Err(ProviderError::new(
+                        ErrorKind::Config,
+                        format!("{BUILDER_VAR}={other:?}: expected `buildkit` or `classic`"),
+                    )),
+                }
+            })
+            .await
+            .copied()
     }
 
     /// What was pushed for `artifact`, if this provider pushed it.
@@ -269,8 +294,9 @@ impl DatalayerProvider {
             base_digest,
             build_arg_names,
             builder: format!(
-                "{}, {BUILDER}",
-                self.docker.provider_version().unwrap_or_default()
+                "{}, {}",
+                self.docker.provider_version().unwrap_or_default(),
+                self.builder().await?.describe()
             ),
             started: started.to_owned(),
             finished: now.clone(),
@@ -387,7 +413,29 @@ impl Provider for DatalayerProvider {
 
     async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact> {
         let started = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
-        let built = self.docker.build(request, log).await?;
+        let builder = self.builder().await?;
+        // BuildKit's cache outlives a run, where the classic builder's (the run's own
+        // intermediate images) goes with it: a run's first build of an environment starts
+        // from the base, as it would on a fresh engine; a rebuild may use the cache.
+        let first = self
+            .built
+            .lock()
+            .expect("built environments lock")
+            .insert(request.environment_dir.clone());
+        let use_cache = builder == Builder::Classic || !first;
+        log(&format!(
+            "builder: {}{}",
+            builder.describe(),
+            if use_cache {
+                ""
+            } else {
+                ", its cache not used: this run's first build of the environment"
+            }
+        ));
+        let built = self
+            .docker
+            .build_with(request, log, builder, use_cache)
+            .await?;
         let (reference, pushed) = self.push(request, &built.id, &started, log).await?;
         let artifact = Artifact {
             id: reference.to_string(),

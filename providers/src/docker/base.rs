@@ -244,6 +244,8 @@ impl BaseRecipe {
             build_args: HashMap::new(),
             credentials: None,
             pull: false,
+            builder: super::Builder::Classic,
+            no_cache: false,
         };
         let id = super::build_context(docker, spec, progress)
             .await
@@ -399,6 +401,8 @@ impl BaseRecipe {
                     build_args: HashMap::new(),
                     credentials: None,
                     pull: false,
+                    builder: super::Builder::Classic,
+                    no_cache: false,
                 };
                 super::build_context(docker, spec, progress).await
             }

@@ -144,6 +144,138 @@ impl std::fmt::Debug for DockerProvider {
 }
 
 impl DockerProvider {
+    /// BuildKit where the engine offers it (a Linux engine speaking API 1.39 or later,
+    /// which has BuildKit built in), else the classic builder.
+    pub async fn offered_builder(&self) -> Builder {
+        match self.docker.version().await {
+            Ok(version) => {
+                let api = version
+                    .api_version
+                    .as_deref()
+                    .and_then(|v| v.split_once('.'))
+                    .and_then(|(major, minor)| {
+                        Some((major.parse::<u32>().ok()?, minor.parse::<u32>().ok()?))
+                    });
+                let linux = version.os.as_deref() == Some("linux");
+                if linux && api.is_some_and(|v| v >= (1, 39)) {
+                    Builder::BuildKit
+                } else {
+                    Builder::Classic
+                }
+            }
+            Err(_) => Builder::Classic,
+        }
+    }
+
+    /// Builds `request` as [`Provider::build`] does, with `builder`, from the engine's
+    /// build cache or (`use_cache` false) from the base alone.
+    pub async fn build_with(
+        &self,
+        request: &BuildRequest,
+        log: &LogFn,
+        builder: Builder,
+        use_cache: bool,
+    ) -> Result<Artifact> {
+        // The run's labels go in as one LABEL right after each FROM, not through the
+        // engine's label option, which the classic builder appends as one LABEL per key at
+        // the end: every intermediate image then carries all of them, so cleanup and sweep
+        // find a build stopped part-way.
+        let dockerfile = crate::read_dockerfile(&request.environment_dir)?;
+        let dockerfile = label_every_stage(&dockerfile, &request.labels.to_map());
+        let mut build_args: HashMap<String, String> = request
+            .build_secrets
+            .iter()
+            .map(|s| (s.name().to_owned(), s.expose().to_owned()))
+            .collect();
+        build_args.insert(BASE_ARG.to_owned(), request.base.reference.clone());
+        let pull = match &request.base.registry {
+            Some(registry) => {
+                let reference = DigestReference::parse(&request.base.reference)?;
+                // The handshake first, so a refused credential is reported naming the
+                // registry, not as whatever the engine makes of it.
+                check_base(&reference, request.registry_credential.as_ref())
+                    .await
+                    .map_err(|e| {
+                        ProviderError::new(
+                            ErrorKind::Build,
+                            format!("the base {reference} cannot be pulled: {}", e.message),
+                        )
+                    })?;
+                // The engine resolves the digest through the registry: the reference is
+                // untagged (the layers, and images built on them, stay) and the build pulls.
+                // Measured on the classic builder: the first use of a digest GETs its manifest
+                // by digest with the credential, a digest whose manifest the engine has
+                // cached is HEAD-ed or only pinged (/v2/). The check above runs every build.
+                match self
+                    .docker
+                    .remove_image(
+                        &request.base.reference,
+                        Some(RemoveImageOptionsBuilder::default().noprune(true).build()),
+                        None,
+                    )
+                    .await
+                {
+                    Ok(_)
+                    | Err(bollard::errors::Error::DockerResponseServerError {
+                        status_code: 404,
+                        ..
+                    }) => {}
+                    Err(e) => log(&format!(
+                        "the engine kept its copy of {reference} ({e}); the pull may not fetch its manifest"
+                    )),
+                }
+                log(&format!(
+                    "base {reference}: from registry {registry} by digest ({}), pulled by the engine",
+                    request.credential_made()
+                ));
+                true
+            }
+            None => {
+                log(&format!(
+                    "base {}: local, bootstrapped on this engine, not from a registry",
+                    request.base.reference
+                ));
+                false
+            }
+        };
+        // The real registry's login where there is one; else the fake canary is handed over
+        // as a registry login would be, so that the scan can show none of it stays.
+        let credentials = match &request.registry_credential {
+            Some(credential) => Some(HashMap::from([(
+                credential.registry.clone(),
+                docker_credentials(credential),
+            )])),
+            None => request.build_secrets.first().map(|s| {
+                HashMap::from([(
+                    CANARY_REGISTRY.to_owned(),
+                    DockerCredentials {
+                        username: Some("build".into()),
+                        password: Some(s.expose().to_owned()),
+                        serveraddress: Some(CANARY_REGISTRY.into()),
+                        ..Default::default()
+                    },
+                )])
+            }),
+        };
+        let spec = BuildSpec {
+            dir: &request.environment_dir,
+            extra_files: &[],
+            dockerfile: Some(&dockerfile),
+            tag: None,
+            labels: HashMap::new(),
+            build_args,
+            credentials,
+            pull,
+            builder,
+            no_cache: !use_cache,
+        };
+        let id = build_context(&self.docker, spec, log).await?;
+        Ok(Artifact {
+            id,
+            kind: "image-id".into(),
+        })
+    }
+
     /// Connects to the local engine (`DOCKER_HOST` or the default socket) and negotiates
     /// the API version. `base` is the reference base image's recipe.
     pub async fn connect(base: BaseRecipe) -> Result<Self> {
@@ -532,102 +664,7 @@ impl Provider for DockerProvider {
     }
 
     async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact> {
-        // The run's labels go in as one LABEL right after each FROM, not through the
-        // engine's label option, which the classic builder appends as one LABEL per key at
-        // the end: every intermediate image then carries all of them, so cleanup and sweep
-        // find a build stopped part-way.
-        let dockerfile = crate::read_dockerfile(&request.environment_dir)?;
-        let dockerfile = label_every_stage(&dockerfile, &request.labels.to_map());
-        let mut build_args: HashMap<String, String> = request
-            .build_secrets
-            .iter()
-            .map(|s| (s.name().to_owned(), s.expose().to_owned()))
-            .collect();
-        build_args.insert(BASE_ARG.to_owned(), request.base.reference.clone());
-        let pull = match &request.base.registry {
-            Some(registry) => {
-                let reference = DigestReference::parse(&request.base.reference)?;
-                // The handshake first, so a refused credential is reported naming the
-                // registry, not as whatever the engine makes of it.
-                check_base(&reference, request.registry_credential.as_ref())
-                    .await
-                    .map_err(|e| {
-                        ProviderError::new(
-                            ErrorKind::Build,
-                            format!("the base {reference} cannot be pulled: {}", e.message),
-                        )
-                    })?;
-                // The engine resolves the digest through the registry: the reference is
-                // untagged (the layers, and images built on them, stay) and the build pulls.
-                // Measured on the classic builder: the first use of a digest GETs its manifest
-                // by digest with the credential, a digest whose manifest the engine has
-                // cached is HEAD-ed or only pinged (/v2/). The check above runs every build.
-                match self
-                    .docker
-                    .remove_image(
-                        &request.base.reference,
-                        Some(RemoveImageOptionsBuilder::default().noprune(true).build()),
-                        None,
-                    )
-                    .await
-                {
-                    Ok(_)
-                    | Err(bollard::errors::Error::DockerResponseServerError {
-                        status_code: 404,
-                        ..
-                    }) => {}
-                    Err(e) => log(&format!(
-                        "the engine kept its copy of {reference} ({e}); the pull may not fetch its manifest"
-                    )),
-                }
-                log(&format!(
-                    "base {reference}: from registry {registry} by digest ({}), pulled by the engine",
-                    request.credential_made()
-                ));
-                true
-            }
-            None => {
-                log(&format!(
-                    "base {}: local, bootstrapped on this engine, not from a registry",
-                    request.base.reference
-                ));
-                false
-            }
-        };
-        // The real registry's login where there is one; else the fake canary is handed over
-        // as a registry login would be, so that the scan can show none of it stays.
-        let credentials = match &request.registry_credential {
-            Some(credential) => Some(HashMap::from([(
-                credential.registry.clone(),
-                docker_credentials(credential),
-            )])),
-            None => request.build_secrets.first().map(|s| {
-                HashMap::from([(
-                    CANARY_REGISTRY.to_owned(),
-                    DockerCredentials {
-                        username: Some("build".into()),
-                        password: Some(s.expose().to_owned()),
-                        serveraddress: Some(CANARY_REGISTRY.into()),
-                        ..Default::default()
-                    },
-                )])
-            }),
-        };
-        let spec = BuildSpec {
-            dir: &request.environment_dir,
-            extra_files: &[],
-            dockerfile: Some(&dockerfile),
-            tag: None,
-            labels: HashMap::new(),
-            build_args,
-            credentials,
-            pull,
-        };
-        let id = build_context(&self.docker, spec, log).await?;
-        Ok(Artifact {
-            id,
-            kind: "image-id".into(),
-        })
+        self.build_with(request, log, Builder::Classic, true).await
     }
 
     /// The credential goes into the build's registry config for its registry, so the
@@ -1199,6 +1236,26 @@ async fn remove_container(docker: &Docker, id: &str) -> Result<()> {
     }
 }
 
+/// Which of the engine's builders a build goes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Builder {
+    /// The classic builder: one image committed per instruction.
+    Classic,
+    /// The engine's BuildKit, through a BuildKit session bollard serves: no intermediate
+    /// images, its own build cache.
+    BuildKit,
+}
+
+impl Builder {
+    /// The builder, for a person and for provenance.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Builder::Classic => "classic builder (bollard, no BuildKit session)",
+            Builder::BuildKit => "BuildKit (the engine's, through a bollard BuildKit session)",
+        }
+    }
+}
+
 /// What to build: a folder with a Dockerfile, files added beside it, and build options.
 pub(crate) struct BuildSpec<'a> {
     /// The build context folder; its `Dockerfile` is built.
@@ -1219,6 +1276,10 @@ pub(crate) struct BuildSpec<'a> {
     /// Pull the base from its registry even when the engine has it: a base by digest is
     /// then fetched through the registry, with `credentials`.
     pub pull: bool,
+    /// The builder.
+    pub builder: Builder,
+    /// Build every step again, whatever the engine's build cache holds.
+    pub no_cache: bool,
 }
 
 /// Builds a [`BuildSpec`] with the engine, with no network inside the build, streaming
@@ -1237,6 +1298,8 @@ pub(crate) async fn build_context(
         build_args,
         credentials,
         pull,
+        builder,
+        no_cache,
     } = spec;
     if !dir.join("Dockerfile").is_file() {
         return Err(ProviderError::new(
@@ -1271,32 +1334,34 @@ pub(crate) async fn build_context(
     if pull {
         options = options.pull("1");
     }
+    if no_cache {
+        options = options.nocache(true);
+    }
+    if builder == Builder::BuildKit {
+        options = options
+            .version(bollard::query_parameters::BuilderVersion::BuilderBuildKit)
+            .session(&format!("sandbox-matrix-{}", random_hex(12)));
+    }
     let mut stream = docker.build_image(
         options.build(),
         credentials,
         Some(bollard::body_full(context.into())),
     );
     let mut image_id = None;
-    let mut recent: Vec<String> = Vec::new();
+    let mut recent = RecentLines::new(log);
+    // BuildKit reports each step (a vertex) many times as it goes: named once, when first
+    // seen.
+    let mut named: std::collections::HashSet<String> = std::collections::HashSet::new();
     while let Some(item) = stream.next().await {
         let info = item.map_err(|e| match e {
             bollard::errors::Error::DockerStreamError { error } => ProviderError::new(
                 ErrorKind::Build,
-                format!("{error}; last lines: {}", recent.join(" | ")),
+                format!("{error}; last lines: {}", recent.tail()),
             ),
             other => engine_error(other).context("docker build"),
         })?;
-        if let Some(line) = info
-            .stream
-            .as_deref()
-            .map(str::trim_end)
-            .filter(|l| !l.is_empty())
-        {
-            log(line);
-            recent.push(line.to_owned());
-            if recent.len() > 5 {
-                recent.remove(0);
-            }
+        if let Some(line) = info.stream.as_deref() {
+            recent.push(line);
         }
         if let Some(detail) = info.error_detail {
             return Err(ProviderError::new(
@@ -1304,12 +1369,31 @@ pub(crate) async fn build_context(
                 format!(
                     "{}; last lines: {}",
                     detail.message.unwrap_or_default(),
-                    recent.join(" | ")
+                    recent.tail()
                 ),
             ));
         }
-        if let Some(id) = info.aux.and_then(|a| a.id) {
-            image_id = Some(id);
+        match info.aux {
+            Some(bollard::models::BuildInfoAux::Default(image)) => {
+                if let Some(id) = image.id {
+                    image_id = Some(id);
+                }
+            }
+            Some(bollard::models::BuildInfoAux::BuildKit(status)) => {
+                for vertex in &status.vertexes {
+                    if vertex.started.is_some() && named.insert(vertex.digest.clone()) {
+                        let cached = if vertex.cached { " (cached)" } else { "" };
+                        recent.push(&format!("{}{cached}", vertex.name));
+                    }
+                    if !vertex.error.is_empty() {
+                        recent.push(&format!("{}: {}", vertex.name, vertex.error));
+                    }
+                }
+                for entry in &status.logs {
+                    recent.push(&String::from_utf8_lossy(&entry.msg));
+                }
+            }
+            None => {}
         }
     }
     image_id.ok_or_else(|| {
@@ -1318,6 +1402,38 @@ pub(crate) async fn build_context(
             "the engine finished the build without an image id",
         )
     })
+}
+
+/// A build's log lines, each handed to the log as it comes, the last five kept for an
+/// error.
+struct RecentLines<'a> {
+    log: &'a LogFn,
+    recent: Vec<String>,
+}
+
+impl<'a> RecentLines<'a> {
+    fn new(log: &'a LogFn) -> Self {
+        Self {
+            log,
+            recent: Vec::new(),
+        }
+    }
+
+    /// Logs each non-empty line of `text`.
+    fn push(&mut self, text: &str) {
+        for line in text.lines().map(str::trim_end).filter(|l| !l.is_empty()) {
+            (self.log)(line);
+            self.recent.push(line.to_owned());
+            if self.recent.len() > 5 {
+                self.recent.remove(0);
+            }
+        }
+    }
+
+    /// The last lines, joined for an error.
+    fn tail(&self) -> String {
+        self.recent.join(" | ")
+    }
 }
 
 /// Name under which a rewritten Dockerfile is added to the build context.

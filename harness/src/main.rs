@@ -297,7 +297,7 @@ struct RootArg {
 
 #[derive(Args)]
 struct Selection {
-    /// Variant to run; repeat for several (docker, datalayer, e2b, daytona, modal).
+    /// Variant to run; repeat for several (docker, datalayer, datalayer-runtimes, e2b, daytona, modal).
     /// Default: every known variant that can run here (for `run`: docker and datalayer when
     /// an engine answers, and each cloud variant where it has a cassette, or live with
     /// --live).

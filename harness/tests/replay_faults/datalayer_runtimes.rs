@@ -3,7 +3,7 @@
 //! create refused with a 200 that says `success: false`, an ingress warming up (503s), one
 //! that never warms up, and a delete of a runtime the platform no longer knows.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sandbox_providers::api::cassette::Body;
 use sandbox_providers::api::replay::Pace;
@@ -12,10 +12,6 @@ use sandbox_providers::api::{Cassette, Exchange};
 use crate::{EVERY_STEP, assert_passed, assert_skipped, common, junit, reason, replay};
 
 const VARIANT: &str = "datalayer-runtimes";
-
-/// The platform builds (the build step is skipped, naming the environment); launch within
-/// 2 s, 1+1, shut down, clean up.
-const STEPS: &str = "  - step: build\n    budget: 60s\n  - step: launch\n    budget: 2s\n  - step: first-result\n    budget: 10s\n  - step: shutdown\n    budget: 30s\n    within: 10s\n  - step: cleanup\n    budget: 30s\n";
 
 /// The exchanges of a recorded cassette of this variant, `lifecycle` or `faults/<name>`.
 fn recorded(name: &str) -> Vec<Exchange> {
@@ -29,7 +25,7 @@ fn recorded(name: &str) -> Vec<Exchange> {
     .exchanges
 }
 
-/// The recorded lifecycle, by the steps of [`STEPS`]: the environment's burning rate and
+/// The recorded lifecycle, by the steps of [`crate::STEPS`]: the environment's burning rate and
 /// the create, launch's wait for the ingress and its kernel, the 1+1, shutdown's delete
 /// and its check, cleanup's two listings. The restart and the secrets scan are left out.
 struct Lifecycle {
@@ -115,16 +111,19 @@ fn cassette(exchanges: Vec<Exchange>, note: &str) -> Cassette {
     }
 }
 
+/// The last segment of a runtime's path: its `pod_name`.
+fn pod_name(path: &str) -> String {
+    path.rsplit('/').next().expect("a pod_name").to_owned()
+}
+
 async fn run(
     test: &str,
     cassette: Cassette,
 ) -> (sandbox_matrix::report::results::ScenarioResult, Duration) {
-    let started = Instant::now();
-    let result = replay(VARIANT, test, STEPS, Pace::Instant, |path| {
+    replay(VARIANT, test, Pace::Instant, |path| {
         cassette.save(&path).expect("the cut cassette is written")
     })
-    .await;
-    (result, started.elapsed())
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -212,17 +211,8 @@ async fn an_ingress_that_never_warms_up_fails_launch_at_its_budget_and_the_runti
 async fn a_delete_the_platform_answers_unknown_pod_name_still_shuts_down() {
     let lifecycle = Lifecycle::load();
     let unknown = recorded("faults/delete-unknown");
-    let pod = {
-        let path = &lifecycle.exchanges[lifecycle.delete()].request.path;
-        path.rsplit('/').next().expect("a pod_name").to_owned()
-    };
-    let recorded_pod = unknown[0]
-        .request
-        .path
-        .rsplit('/')
-        .next()
-        .expect("a pod_name")
-        .to_owned();
+    let pod = pod_name(&lifecycle.exchanges[lifecycle.delete()].request.path);
+    let recorded_pod = pod_name(&unknown[0].request.path);
     let mut exchanges = lifecycle.to_create();
     exchanges.extend(lifecycle.ingress_to_first_result());
     let mut rest = lifecycle.shutdown_and_cleanup();

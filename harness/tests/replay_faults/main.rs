@@ -14,6 +14,7 @@ mod e2b;
 mod modal;
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use sandbox_matrix::report;
 use sandbox_matrix::report::results::{
@@ -21,6 +22,10 @@ use sandbox_matrix::report::results::{
 };
 use sandbox_matrix::run::variants::{self, CloudMode};
 use sandbox_providers::api::replay::Pace;
+
+/// The scenario the datalayer-runtimes and modal faults run: build (skipped on
+/// datalayer-runtimes, whose platform builds), launch within 2 s, 1+1, shut down, clean up.
+const STEPS: &str = "  - step: build\n    budget: 60s\n  - step: launch\n    budget: 2s\n  - step: first-result\n    budget: 10s\n  - step: shutdown\n    budget: 30s\n    within: 10s\n  - step: cleanup\n    budget: 30s\n";
 
 /// Every step the faults' scenarios run, and the replay's check: what a run that met its
 /// fault and recovered passes.
@@ -80,24 +85,26 @@ fn assert_skipped(result: &ScenarioResult, steps: &[&str]) {
     }
 }
 
-/// Runs `steps` as scenario `lifecycle` of cloud variant `variant`, replaying the
-/// cassette `write` puts at the path given to it, at `pace`, as `run --cassettes` does.
+/// Runs [`STEPS`] as scenario `lifecycle` of cloud variant `variant`, replaying the
+/// cassette `write` puts at the path given to it, at `pace`, as `run --cassettes` does;
+/// the result and how long the run took.
 async fn replay(
     variant: &str,
     test: &str,
-    steps: &str,
     pace: Pace,
     write: impl FnOnce(PathBuf),
-) -> ScenarioResult {
+) -> (ScenarioResult, Duration) {
     let dir = common::out_dir(&format!("replay-faults-{test}"));
     write(variants::cassette_path(&dir, variant, "lifecycle"));
-    let scenario = common::temp_scenario("lifecycle", steps);
+    let scenario = common::temp_scenario("lifecycle", STEPS);
     let cloud = variants::cloud(variant).expect("a cloud variant");
-    common::run_cloud(
+    let started = Instant::now();
+    let result = common::run_cloud(
         &common::quiet_runner(),
         cloud,
         &scenario,
         &CloudMode::Replay { dir, pace },
     )
-    .await
+    .await;
+    (result, started.elapsed())
 }

@@ -564,29 +564,14 @@ impl Provider for DatalayerProvider {
                 .expect("pushed table lock")
                 .get(&resource.id)
                 .map(|p| p.image_id.clone());
-            for (image, what) in std::iter::once((resource.id.clone(), "the pulled image"))
-                .chain(built.map(|id| (id, "the image built for it")))
-            {
-                match self
-                    .docker
-                    .engine()
-                    .remove_image(
-                        &image,
-                        Some(RemoveImageOptionsBuilder::default().force(true).build()),
-                        None,
-                    )
-                    .await
-                {
-                    Ok(_)
-                    | Err(bollard::errors::Error::DockerResponseServerError {
-                        status_code: 404,
-                        ..
-                    }) => {}
-                    Err(e) => {
-                        return Err(crate::docker::engine_error(e)
-                            .context(format!("removing {what}, {image}")));
-                    }
-                }
+            // The engine's image delete: forced, and done where the image is gone already.
+            for id in std::iter::once(resource.id.clone()).chain(built) {
+                self.docker
+                    .delete_resource(&Resource {
+                        kind: "image".into(),
+                        id,
+                    })
+                    .await?;
             }
             return Ok(());
         }

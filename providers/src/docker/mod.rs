@@ -147,23 +147,17 @@ impl DockerProvider {
     /// BuildKit where the engine offers it (a Linux engine speaking API 1.39 or later,
     /// which has BuildKit built in), else the classic builder.
     pub async fn offered_builder(&self) -> Builder {
-        match self.docker.version().await {
-            Ok(version) => {
-                let api = version
-                    .api_version
-                    .as_deref()
-                    .and_then(|v| v.split_once('.'))
-                    .and_then(|(major, minor)| {
-                        Some((major.parse::<u32>().ok()?, minor.parse::<u32>().ok()?))
-                    });
-                let linux = version.os.as_deref() == Some("linux");
-                if linux && api.is_some_and(|v| v >= (1, 39)) {
-                    Builder::BuildKit
-                } else {
-                    Builder::Classic
-                }
-            }
-            Err(_) => Builder::Classic,
+        // The version negotiated at connect: the engine's, where it is older than bollard's.
+        let api = self.docker.client_version();
+        let linux = self
+            .docker
+            .version()
+            .await
+            .is_ok_and(|v| v.os.as_deref() == Some("linux"));
+        if linux && (api.major_version, api.minor_version) >= (1, 39) {
+            Builder::BuildKit
+        } else {
+            Builder::Classic
         }
     }
 

@@ -59,6 +59,16 @@ struct Probe {
 
 /// Checks every row on `host` and returns the report.
 pub fn check(host: &dyn Host) -> DoctorReport {
+    std::thread::scope(|scope| {
+        // The init row waits on an orphan's exit; the other rows are checked meanwhile.
+        let orphans = scope.spawn(|| host.orphan_zombies());
+        check_rows(host, move || orphans.join().ok().flatten())
+    })
+}
+
+/// Every row on `host`, in [`DoctorRow::ALL`]'s order; `orphan_zombies` gives the init
+/// row's observation when it is reached.
+fn check_rows(host: &dyn Host, orphan_zombies: impl FnOnce() -> Option<u32>) -> DoctorReport {
     let mut rows = Vec::with_capacity(DoctorRow::ALL.len());
 
     let system = host.system().unwrap_or_default().to_lowercase();
@@ -221,7 +231,7 @@ pub fn check(host: &dyn Host) -> DoctorReport {
         || "no CA certificates".to_owned(),
     ));
 
-    let orphan_zombies = host.orphan_zombies();
+    let orphan_zombies = orphan_zombies();
     let pid1 = host
         .read_file("/proc/1/comm")
         .map(|comm| comm.trim().to_owned());

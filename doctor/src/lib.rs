@@ -9,6 +9,7 @@
 //! [`DoctorRow::ALL`]: sandbox_contract::doctor::DoctorRow::ALL
 
 mod check;
+pub mod scan;
 mod system;
 
 use std::io::{self, Write};
@@ -19,9 +20,9 @@ use sandbox_contract::doctor::{DOCTOR, DOCTOR_VERSION, DoctorReport, RowReport, 
 pub use check::check;
 pub use system::SystemHost;
 
-/// Everything the doctor reads from the machine. Paths and names are UTF-8 strings; a
+/// Everything the doctor reads from the machine (from more than one thread). Paths and names are UTF-8 strings; a
 /// value that cannot be read is `None` (or `false`), never a panic.
-pub trait Host {
+pub trait Host: Sync {
     /// `uname`'s system name, as the kernel spells it (`Linux`).
     fn system(&self) -> Option<String>;
     /// `uname`'s machine name (`x86_64`).
@@ -59,10 +60,19 @@ pub trait Host {
 
 const USAGE: &str = "\
 usage: datalayer-sandbox doctor [--json]
+       datalayer-sandbox scan-secrets TARGETS_JSON [--root DIR]... [--no-processes]
+                                      [--deadline SECONDS] [--readers N]
 
-Checks this sandbox against sandbox-contract/v1, one line per row.
+doctor: checks this sandbox against sandbox-contract/v1, one line per row.
   --json   write the whole report as JSON on stdout
-Exits 0 when every row passes, 1 when one fails, 2 on bad usage.
+  Exits 0 when every row passes, 1 when one fails, 2 on bad usage.
+
+scan-secrets: looks for the forms TARGETS_JSON describes (name, length, rolling hash,
+character class; never a value) in every file under / (or each --root), then in every
+process's environment and command line, and writes one JSON report on stdout. With
+--root, only the folders given are walked (with /, the home and working directory are
+walked too when outside it).
+  Exits 0 when the report is written, whatever it found, 2 on bad usage.
 ";
 
 /// The doctor on this machine: `args` without the program name; returns the exit code.
@@ -81,6 +91,7 @@ pub fn run_on(
     let args: Vec<String> = args.into_iter().collect();
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
     let json = match words.as_slice() {
+        ["scan-secrets", rest @ ..] => return scan_secrets(rest, out, err),
         ["doctor"] => false,
         ["doctor", "--json"] => true,
         ["--help" | "-h"] | ["doctor", "--help" | "-h"] => {
@@ -131,6 +142,24 @@ pub fn main_from_env() -> ExitCode {
         .map(|arg| arg.to_string_lossy().into_owned());
     let code = run(args, &mut io::stdout().lock(), &mut io::stderr().lock());
     ExitCode::from(code)
+}
+
+/// `scan-secrets` with `args`: the report as one JSON line.
+fn scan_secrets(args: &[&str], out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+    let report =
+        scan::parse_args(args).and_then(|(targets, options)| scan::scan(&targets, &options));
+    match report {
+        Ok(report) => {
+            let written = serde_json::to_string(&report)
+                .map_err(io::Error::other)
+                .and_then(|text| writeln!(out, "{text}"));
+            finish(written, 0, err)
+        }
+        Err(problem) => {
+            let _ = write!(err, "{DOCTOR}: scan-secrets: {problem}\n{USAGE}");
+            2
+        }
+    }
 }
 
 /// `code`, or 1 when writing the output failed.

@@ -73,6 +73,7 @@ fn nightly_results() -> RunResults {
                                 StepStatus::Passed
                             },
                             duration: ms(400 * i as u64 + 100),
+                            started: None,
                             budget: Duration::from_secs(60),
                             timings: Vec::new(),
                             log: vec!["a log line of moderate length, as builds print".into(); 20],

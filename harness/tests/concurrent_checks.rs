@@ -76,6 +76,7 @@ impl Provider for Counting {
             restart: RestartKind::Kernel,
             build_logs: BuildLogMode::Streamed,
             exec_as_root: true,
+            doctor_scan: false,
             artifact_metadata: false,
             floor: false,
             concurrent_contexts: 1,

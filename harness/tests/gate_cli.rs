@@ -59,6 +59,7 @@ fn step(name: &str, status: StepStatus, millis: u64, budget_s: u64, log: &[&str]
         step: name.to_owned(),
         status,
         duration: ms(millis),
+        started: None,
         budget: Duration::from_secs(budget_s),
         timings: Vec::new(),
         log: log.iter().map(|l| (*l).to_owned()).collect(),

@@ -44,6 +44,7 @@ impl Provider for Scripted {
             restart: RestartKind::Kernel,
             build_logs: BuildLogMode::Streamed,
             exec_as_root: false,
+            doctor_scan: false,
             artifact_metadata: false,
             floor: false,
             concurrent_contexts: 1,

@@ -138,6 +138,7 @@ fn kernel_variant() -> Capabilities {
         restart: RestartKind::Kernel,
         build_logs: BuildLogMode::Streamed,
         exec_as_root: false,
+        doctor_scan: false,
         artifact_metadata: false,
         floor: false,
         concurrent_contexts: 4,

@@ -85,6 +85,11 @@ pub struct Capabilities {
     pub build_logs: BuildLogMode,
     /// Runs commands as root in the sandbox (a full view for the secrets scan).
     pub exec_as_root: bool,
+    /// The secrets scan runs the image's doctor (`datalayer-sandbox scan-secrets`, native
+    /// and parallel) through exec as root, and the Python probe only when the doctor
+    /// cannot; without it, the Python probe is the scanner.
+    #[serde(default)]
+    pub doctor_scan: bool,
     /// The artifact's metadata (env, labels, history) can be read.
     pub artifact_metadata: bool,
     /// Measures the floor: bare python in a fresh sandbox and a kernel's first answer.

@@ -100,7 +100,10 @@ fn bad_usage_prints_usage_on_stderr_and_exits_2() {
             )),
             "{args:?}: {err}"
         );
-        assert!(host.python_calls.borrow().is_empty(), "nothing is checked");
+        assert!(
+            host.python_calls.lock().unwrap().is_empty(),
+            "nothing is checked"
+        );
     }
 }
 
@@ -144,4 +147,40 @@ fn a_report_that_cannot_be_written_exits_1() {
         err.starts_with("datalayer-sandbox: doctor: cannot write the report: "),
         "{err}"
     );
+}
+
+#[test]
+fn scan_secrets_writes_one_json_report_and_names_bad_targets() {
+    let dir = std::env::temp_dir().join(format!("sm-doctor-scan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A fake canary made up for this test, not a credential.
+    let value = b"sm-fake-canary-feedc0de";
+    std::fs::write(dir.join("leak"), [b"x=".as_slice(), value].concat()).unwrap();
+    let targets = format!(
+        r#"[{{"name":"T","len":{},"hash":{},"class":"{}","wrapped":false}}]"#,
+        value.len(),
+        doctor::scan::rolling_hash(value),
+        doctor::scan::class_of(value)
+    );
+    let root = dir.to_str().unwrap();
+    let (code, out, err) = doctor(
+        &FakeHost::sandbox(),
+        &["scan-secrets", &targets, "--root", root, "--no-processes"],
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!((code, err.as_str()), (0, ""));
+    let report: doctor::scan::ScanReport = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(report.found.len(), 1, "{out}");
+    assert_eq!(report.found[0].location, format!("{root}/leak"));
+    assert_eq!(report.files_scanned, 1);
+
+    let (code, out, err) = doctor(&FakeHost::sandbox(), &["scan-secrets", "{not json"]);
+    assert_eq!((code, out.as_str()), (2, ""));
+    assert!(
+        err.starts_with("datalayer-sandbox: scan-secrets: the targets are not a JSON list"),
+        "{err}"
+    );
+    let (code, _, err) = doctor(&FakeHost::sandbox(), &["scan-secrets"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no targets given"), "{err}");
 }

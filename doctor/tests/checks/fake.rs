@@ -1,7 +1,7 @@
 //! A [`Host`] made of data: a contract sandbox by default, changed field by field.
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
 
 use doctor::Host;
 
@@ -24,7 +24,7 @@ pub struct FakeHost {
     pub zone_name: Option<String>,
     pub orphan_zombies: Option<u32>,
     /// Each `run_python` call: the interpreter and its arguments after the script.
-    pub python_calls: RefCell<Vec<(String, Vec<String>)>>,
+    pub python_calls: Mutex<Vec<(String, Vec<String>)>>,
 }
 
 /// `/etc/os-release` of Debian trixie.
@@ -71,7 +71,7 @@ impl FakeHost {
             python: Ok(format!("{PYTHON_ANSWER}\n")),
             zone_name: Some("UTC".into()),
             orphan_zombies: Some(0),
-            python_calls: RefCell::new(Vec::new()),
+            python_calls: Mutex::new(Vec::new()),
         }
     }
 
@@ -140,7 +140,7 @@ impl Host for FakeHost {
     }
 
     fn run_python(&self, python3: &str, _script: &str, args: &[&str]) -> Result<String, String> {
-        self.python_calls.borrow_mut().push((
+        self.python_calls.lock().unwrap().push((
             python3.to_owned(),
             args.iter().map(|&arg| arg.to_owned()).collect(),
         ));

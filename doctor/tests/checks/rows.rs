@@ -306,7 +306,7 @@ fn kernel() {
     );
     // The python3 found on PATH is asked about exactly the kernel packages.
     assert_eq!(
-        host.python_calls.borrow()[0],
+        host.python_calls.lock().unwrap()[0],
         (
             "/usr/bin/python3".to_owned(),
             vec!["ipykernel".to_owned(), "jupyter_client".to_owned()]
@@ -343,14 +343,14 @@ fn kernel() {
     );
 
     host.executables.remove("/usr/bin/python3");
-    host.python_calls.borrow_mut().clear();
+    host.python_calls.lock().unwrap().clear();
     fails(
         &host,
         DoctorRow::Kernel,
         versions(None, None),
         "missing ipykernel, jupyter_client (python3 is not on PATH)",
     );
-    assert!(host.python_calls.borrow().is_empty());
+    assert!(host.python_calls.lock().unwrap().is_empty());
 }
 
 #[test]

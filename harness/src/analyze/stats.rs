@@ -366,6 +366,7 @@ mod tests {
             step: name.to_owned(),
             status,
             duration: Duration::from_millis(ms),
+            started: None,
             budget: Duration::from_secs(60),
             timings: Vec::new(),
             log: Vec::new(),

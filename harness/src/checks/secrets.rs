@@ -1,15 +1,19 @@
 //! The secrets scan: looks for build-time credentials without sending them to the sandbox.
 //!
 //! Each secret is searched in several forms (see [`forms`]): its value, and its base64,
-//! URL-encoded and hex encodings. The sandbox receives each form's fingerprint (name,
-//! length, rolling hash and character class) and reports where a window of its files,
-//! process environments or command lines hashes the same. The artifact's metadata is read
-//! on the host and searched for every form directly.
+//! URL-encoded and hex encodings. The sandbox receives each form's fingerprint (a
+//! [`Target`]: name, length, rolling hash and character class) and reports where a window
+//! of its files, process environments or command lines hashes the same. Two scanners
+//! answer alike: the image's doctor (`datalayer-sandbox scan-secrets`, native and
+//! parallel), run through exec where the variant can, and a Python probe (the fallback,
+//! and the scanner on variants that only run code through the kernel). The artifact's
+//! metadata is read on the host and searched for every form directly.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+pub use doctor::scan::{Finding, ScanReport, Target};
+use doctor::scan::{class_of, rolling_hash};
 use sandbox_providers::Secret;
-use serde::{Deserialize, Serialize};
 
 /// The probe's Python source; `probe_code` appends the call.
 const SCAN_SCRIPT: &str = include_str!("probes/secrets_scan.py");
@@ -17,88 +21,30 @@ const SCAN_SCRIPT: &str = include_str!("probes/secrets_scan.py");
 /// How the base64 fragments of a secret are named, after the secret's name.
 const BASE64_FORM: &str = " (base64)";
 
-const BASE: u128 = 257;
-const MODULUS: u128 = (1 << 61) - 1;
-
-/// Whether a byte belongs to a character class.
-type Member = fn(u8) -> bool;
-
-/// The character classes the probe knows (`CLASSES` in the probe), smallest first. A
-/// form's class is the first one holding all of its bytes, `any` when none does.
-const CLASSES: [(&str, Member); 7] = [
-    ("hex", |b| b.is_ascii_hexdigit()),
-    ("lowercase", |b| {
-        b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_".contains(&b)
-    }),
-    ("alnum", |b| b.is_ascii_alphanumeric()),
-    ("base64url", |b| {
-        b.is_ascii_alphanumeric() || b"-_".contains(&b)
-    }),
-    ("base64", |b| {
-        b.is_ascii_alphanumeric() || b"+/=".contains(&b)
-    }),
-    ("token", |b| {
-        b.is_ascii_alphanumeric() || b"%+/=._~-".contains(&b)
-    }),
-    ("graph", |b| b.is_ascii_graphic()),
-];
-
-/// What the sandbox is told about one form of a secret: never its value.
+/// What the sandbox is told about `form` (a secret or one of its [`forms`]): never its
+/// value.
 ///
-/// Scanning `/usr` byte by byte in Python takes minutes, so the probe first finds, with a
-/// regular expression, the runs of bytes of the form's `class` at least `len` long, and
-/// hashes only those. The class is one of seven fixed alphabets, which says next to
-/// nothing about the value (for the encoded forms, the encoding already says it). A hash
-/// of a short prefix would have served as a cheaper first filter too, but it would give
-/// the prefix away: anyone can hash every 4-byte string and look the answer up.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SecretFingerprint {
-    /// The form's name, such as `REGISTRY_TOKEN (base64)`.
-    pub name: String,
-    /// Its length in bytes.
-    pub len: usize,
-    /// Polynomial rolling hash of its bytes (base 257, modulo 2^61 − 1).
-    pub hash: u64,
-    /// The narrowest of the probe's character classes holding all of its bytes.
-    pub class: &'static str,
-    /// Whether line breaks may cut the form (base64 is often wrapped at 64 or 76
-    /// characters): the probe then ignores them inside a run.
-    pub wrapped: bool,
-}
-
-impl SecretFingerprint {
-    /// The fingerprint of `form` (a secret or one of its [`forms`]).
-    pub fn of(form: &Secret) -> Self {
-        let bytes = form.expose().as_bytes();
-        Self {
-            name: form.name().to_owned(),
-            len: bytes.len(),
-            hash: rolling_hash(bytes),
-            class: class_of(bytes),
-            wrapped: is_base64(form),
-        }
+/// Scanning every byte of `/usr` for every window is slow, so the scanners first find the
+/// runs of bytes of the form's class at least its length long, and hash only those. The
+/// class is one of seven fixed alphabets, which says next to nothing about the value (for
+/// the encoded forms, the encoding already says it). A hash of a short prefix would have
+/// served as a cheaper first filter too, but it would give the prefix away: anyone can
+/// hash every 4-byte string and look the answer up.
+pub fn fingerprint(form: &Secret) -> Target {
+    let bytes = form.expose().as_bytes();
+    Target {
+        name: form.name().to_owned(),
+        len: bytes.len(),
+        hash: rolling_hash(bytes),
+        class: class_of(bytes).to_owned(),
+        wrapped: is_base64(form),
     }
 }
 
-/// Whether `form` is one of the base64 fragments of [`forms`].
+/// Whether `form` is one of the base64 fragments of [`forms`]: base64 is often wrapped at
+/// 64 or 76 characters, so line breaks inside a run are ignored for it.
 fn is_base64(form: &Secret) -> bool {
     form.name().ends_with(BASE64_FORM)
-}
-
-/// The narrowest class in [`CLASSES`] holding every byte, or `any`.
-fn class_of(bytes: &[u8]) -> &'static str {
-    CLASSES
-        .iter()
-        .find(|(_, member)| bytes.iter().all(|&b| member(b)))
-        .map_or("any", |(name, _)| name)
-}
-
-/// The rolling hash the probe computes over every window.
-pub fn rolling_hash(bytes: &[u8]) -> u64 {
-    let h = bytes
-        .iter()
-        .fold(0u128, |h, &b| (h * BASE + u128::from(b)) % MODULUS);
-    u64::try_from(h).expect("reduced modulo 2^61 - 1")
 }
 
 /// The forms `secret` is searched in, each a [`Secret`] named for its form: the value
@@ -157,12 +103,37 @@ fn url_encode(bytes: &[u8]) -> String {
 }
 
 /// The fingerprints of every form of every secret, in a fixed order.
-pub fn fingerprints(secrets: &[Secret]) -> Vec<SecretFingerprint> {
+pub fn fingerprints(secrets: &[Secret]) -> Vec<Target> {
     secrets
         .iter()
         .flat_map(forms)
-        .map(|form| SecretFingerprint::of(&form))
+        .map(|form| fingerprint(&form))
         .collect()
+}
+
+/// The command that has the image's doctor scan for every form of `secrets`.
+pub fn doctor_command(secrets: &[Secret]) -> Vec<String> {
+    let targets = serde_json::to_string(&fingerprints(secrets)).expect("fingerprints serialize");
+    vec![
+        sandbox_contract::IDENTITY.doctor.to_owned(),
+        "scan-secrets".to_owned(),
+        targets,
+    ]
+}
+
+/// Parses the doctor's report: one JSON line on stdout.
+pub fn parse_doctor_report(stdout: &str) -> Result<ScanReport, String> {
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    serde_json::from_str(line).map_err(|e| {
+        format!(
+            "the doctor's scan report is not valid ({e}); stdout: {:?}",
+            sandbox_providers::tail(stdout, 300)
+        )
+    })
 }
 
 /// Python code that scans the sandbox for every form of `secrets` and prints one marked
@@ -171,42 +142,6 @@ pub fn probe_code(secrets: &[Secret]) -> String {
     let targets = serde_json::to_string(&fingerprints(secrets)).expect("fingerprints serialize");
     let literal = serde_json::to_string(&targets).expect("a string serializes");
     format!("{SCAN_SCRIPT}\nmain({literal})\n")
-}
-
-/// A place where a secret was found.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct Finding {
-    /// The form's name, such as `REGISTRY_TOKEN (base64)`.
-    pub name: String,
-    /// Where: a path, `process N environ`, or a metadata field.
-    #[serde(rename = "where")]
-    pub location: String,
-}
-
-/// The probe's report.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct ScanReport {
-    /// Every match.
-    pub found: Vec<Finding>,
-    /// Files read.
-    pub files_scanned: u64,
-    /// Files and folders that could not be read (permissions, size).
-    pub unreadable: u64,
-    /// The uid the probe ran as.
-    pub uid: u32,
-    /// The folders walked: `/`, and the home and working directory if outside it.
-    pub roots: Vec<String>,
-    /// The sandbox user's home directory.
-    pub home: String,
-    /// The probe's working directory.
-    pub cwd: String,
-    /// Folders not descended into: `/proc`, `/sys`, `/dev` and pseudo file system mounts
-    /// (those under another left out).
-    pub skipped: Vec<String>,
-    /// Wall time of the whole probe, in seconds.
-    pub seconds: f64,
-    /// The last file read when the probe ran out of time; the walk stopped there.
-    pub stopped_at: Option<String>,
 }
 
 /// Parses the probe's report out of `stdout` (the marked line every probe answers on).
@@ -393,13 +328,9 @@ mod tests {
         assert_eq!(fingerprints(&[fake(), odd()]).len(), 13);
     }
 
-    #[test]
-    fn the_python_probe_finds_every_form_the_rust_fingerprints_describe() {
-        let Ok(python) = which_python() else {
-            eprintln!("skipped: no python3 on PATH to run the probe");
-            return;
-        };
-        let dir = std::env::temp_dir().join(format!("sm-secrets-{}", std::process::id()));
+    /// A folder of files holding the fake secrets in their forms, near misses and files
+    /// too short to hold any; the findings both scanners must report in it.
+    fn leaky_tree(dir: &std::path::Path) -> (usize, Vec<(String, String)>) {
         let files: Vec<(&str, Vec<u8>)> = vec![
             (
                 "clean.txt",
@@ -440,33 +371,7 @@ mod tests {
             std::fs::write(path, bytes).unwrap();
         }
         std::os::unix::fs::symlink(dir.join("sub/leak.conf"), dir.join("link")).unwrap();
-        let run = |deadline: &str| {
-            let targets = serde_json::to_string(&fingerprints(&[fake(), odd()])).unwrap();
-            let code = format!(
-                "{SCAN_SCRIPT}\nmain({}, roots=[{}], processes=False, deadline={deadline})\n",
-                serde_json::to_string(&targets).unwrap(),
-                serde_json::to_string(dir.to_str().unwrap()).unwrap()
-            );
-            // Home and working directory inside the root: nothing else is walked.
-            let out = std::process::Command::new(python)
-                .arg("-c")
-                .arg(code)
-                .env("HOME", &dir)
-                .current_dir(&dir)
-                .output()
-                .unwrap();
-            parse_report(&String::from_utf8_lossy(&out.stdout)).unwrap()
-        };
-        let report = run("60");
-        let stopped = run("0");
-        std::fs::remove_dir_all(&dir).unwrap();
         let at = |name: &str| dir.join(name).to_string_lossy().into_owned();
-        let mut found: Vec<(String, String)> = report
-            .found
-            .into_iter()
-            .map(|f| (f.location, f.name))
-            .collect();
-        found.sort();
         let mut expected = vec![
             (at("b64/0"), "REGISTRY_TOKEN (base64)".to_owned()),
             (at("b64/1"), "REGISTRY_TOKEN (base64)".to_owned()),
@@ -478,13 +383,76 @@ mod tests {
             (at("url"), "OTHER_TOKEN (url-encoded)".to_owned()),
         ];
         expected.sort();
-        assert_eq!(found, expected);
-        // Every file but the one shorter than any form and the symlink.
-        assert_eq!(report.files_scanned, files.len() as u64 - 1);
-        assert_eq!(report.roots, [dir.to_string_lossy()]);
-        assert!(report.stopped_at.is_none());
-        assert_eq!(stopped.files_scanned, 1);
-        assert!(stopped.stopped_at.is_some());
+        // Every file but the one shorter than any form; the symlink is not followed.
+        (files.len() - 1, expected)
+    }
+
+    fn sorted_findings(report: &ScanReport) -> Vec<(String, String)> {
+        let mut found: Vec<(String, String)> = report
+            .found
+            .iter()
+            .map(|f| (f.location.clone(), f.name.clone()))
+            .collect();
+        found.sort();
+        found
+    }
+
+    #[test]
+    fn the_python_probe_and_the_doctor_find_every_form_the_fingerprints_describe() {
+        let dir = std::env::temp_dir().join(format!("sm-secrets-{}", std::process::id()));
+        let (files, expected) = leaky_tree(&dir);
+        let targets = fingerprints(&[fake(), odd()]);
+        let native = |deadline: f64| {
+            let options = doctor::scan::Options {
+                roots: vec![dir.clone()],
+                processes: false,
+                deadline: std::time::Duration::from_secs_f64(deadline),
+                home_and_cwd: false,
+                ..doctor::scan::Options::default()
+            };
+            doctor::scan::scan(&targets, &options).unwrap()
+        };
+        let doctor = native(60.0);
+        let doctor_stopped = native(0.0);
+        let python = which_python().ok().map(|python| {
+            let run = |deadline: &str| {
+                let json = serde_json::to_string(&targets).unwrap();
+                let code = format!(
+                    "{SCAN_SCRIPT}\nmain({}, roots=[{}], processes=False, deadline={deadline})\n",
+                    serde_json::to_string(&json).unwrap(),
+                    serde_json::to_string(dir.to_str().unwrap()).unwrap()
+                );
+                // Home and working directory inside the root: nothing else is walked.
+                let out = std::process::Command::new(python)
+                    .arg("-c")
+                    .arg(code)
+                    .env("HOME", &dir)
+                    .current_dir(&dir)
+                    .output()
+                    .unwrap();
+                parse_report(&String::from_utf8_lossy(&out.stdout)).unwrap()
+            };
+            (run("60"), run("0"))
+        });
+        std::fs::remove_dir_all(&dir).unwrap();
+        let root = [dir.to_string_lossy()];
+        assert_eq!(sorted_findings(&doctor), expected, "the doctor");
+        assert_eq!(doctor.files_scanned, files as u64);
+        assert_eq!(doctor.roots, root);
+        assert!(doctor.stopped_at.is_none());
+        // Readers that had a file in hand when the time ran out finish it.
+        assert!((1..=files as u64).contains(&doctor_stopped.files_scanned));
+        assert!(doctor_stopped.stopped_at.is_some());
+        let Some((python, python_stopped)) = python else {
+            eprintln!("skipped the Python probe: no python3 on PATH to run it");
+            return;
+        };
+        assert_eq!(sorted_findings(&python), expected, "the Python probe");
+        assert_eq!(python.files_scanned, files as u64);
+        assert_eq!(python.roots, root);
+        assert!(python.stopped_at.is_none());
+        assert_eq!(python_stopped.files_scanned, 1);
+        assert!(python_stopped.stopped_at.is_some());
     }
 
     fn which_python() -> Result<&'static str, ()> {

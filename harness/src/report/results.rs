@@ -385,6 +385,14 @@ pub struct StepResult {
     /// Wall time of the step, on a monotonic clock.
     #[serde(with = "duration_ms")]
     pub duration: Duration,
+    /// When the step started, from the scenario's start on the same clock; `None` for a
+    /// step that did not run. Steps that ran at the same time overlap.
+    #[serde(
+        default,
+        with = "sandbox_providers::opt_duration_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub started: Option<Duration>,
     /// The step's budget.
     #[serde(with = "duration_ms")]
     pub budget: Duration,

@@ -219,13 +219,13 @@ impl Runner {
         volatiles.register("run-id", &self.run_id);
         for form in secrets::forms(&self.canary) {
             volatiles.register_secret(&form);
-            let hash = secrets::SecretFingerprint::of(&form).hash;
+            let hash = secrets::fingerprint(&form).hash;
             volatiles.register("canary-hash", &hash.to_string());
         }
         // The registry credential is real: no form of it may reach a cassette either.
         for form in self.base.secret().iter().flat_map(secrets::forms) {
             volatiles.register_secret(&form);
-            let hash = secrets::SecretFingerprint::of(&form).hash;
+            let hash = secrets::fingerprint(&form).hash;
             volatiles.register("credential-hash", &hash.to_string());
         }
         *self.volatiles.lock().expect("volatiles lock") = volatiles.clone();
@@ -295,7 +295,10 @@ impl Runner {
             variant: variant.clone(),
             scenario: scenario.name.clone(),
         };
-        let state = Arc::new(Mutex::new(ScenarioState::default()));
+        let state = Arc::new(Mutex::new(ScenarioState {
+            began: Some(Instant::now()),
+            ..ScenarioState::default()
+        }));
         let capabilities = provider.capabilities();
         let mut steps = scenario.steps.clone();
         if !steps.iter().any(|s| s.kind == StepKind::Cleanup) {
@@ -390,6 +393,7 @@ impl Runner {
                 step: session.name.to_owned(),
                 status,
                 duration: started.elapsed(),
+                started: None,
                 budget: Duration::ZERO,
                 timings: Vec::new(),
                 log,
@@ -641,10 +645,12 @@ impl Runner {
                 reason: log.redact(&reason),
             },
         };
+        let began = state.lock().expect("scenario state lock").began;
         StepResult {
             step: step.name().to_owned(),
             status,
             duration,
+            started: began.map(|b| started.duration_since(b)),
             budget: step.budget,
             timings: record.timings,
             log: record.lines,
@@ -688,6 +694,8 @@ struct ScenarioState {
     reused: Option<ReusedArtifact>,
     /// The scenario whose build made the artifact (this one, or the one it reused from).
     built_in: Option<String>,
+    /// When the scenario started: steps' start times are counted from it.
+    began: Option<Instant>,
 }
 
 /// Whether `step` is a check that neither changes the sandbox for the others nor is timed
@@ -1189,19 +1197,42 @@ impl StepContext {
     async fn find_secrets(&self) -> Result<Vec<String>, StepEnd> {
         let sandbox = self.sandbox()?;
         let capabilities = self.provider.capabilities();
-        let code = secrets::probe_code(&self.secrets);
-        let stdout = if capabilities.exec_as_root {
-            self.python_exec(&sandbox, &code, true).await?
-        } else {
-            let out = self.run_code(&sandbox, &code).await?;
-            if let Some(error) = out.error {
-                return Err(StepEnd::Failed(format!("the secrets probe raised {error}")));
+        let doctor = if capabilities.doctor_scan {
+            match self.doctor_scan(&sandbox).await? {
+                Ok(report) => Some(report),
+                Err(why) => {
+                    self.log.line(&format!(
+                        "the image's doctor cannot scan ({why}); scanning with the Python probe instead"
+                    ));
+                    None
+                }
             }
-            out.stdout
+        } else {
+            None
         };
-        let report = secrets::parse_report(&stdout)?;
+        let scanner = if doctor.is_some() {
+            "the image's doctor"
+        } else {
+            "the Python probe"
+        };
+        let report = match doctor {
+            Some(report) => report,
+            None => {
+                let code = secrets::probe_code(&self.secrets);
+                let stdout = if capabilities.exec_as_root {
+                    self.python_exec(&sandbox, &code, true).await?
+                } else {
+                    let out = self.run_code(&sandbox, &code).await?;
+                    if let Some(error) = out.error {
+                        return Err(StepEnd::Failed(format!("the secrets probe raised {error}")));
+                    }
+                    out.stdout
+                };
+                secrets::parse_report(&stdout)?
+            }
+        };
         self.log.line(&format!(
-            "scanned {} files under {} as uid {} in {:.1} s ({} unreadable; home {}, working directory {}; not {}), process environments and command lines, for {} forms",
+            "{scanner} scanned {} files under {} as uid {} in {:.1} s ({} unreadable; home {}, working directory {}; not {}), process environments and command lines, for {} forms",
             report.files_scanned,
             report.roots.join(" "),
             report.uid,
@@ -1240,6 +1271,27 @@ impl StepContext {
             .collect();
         self.state().secrets_found.clone_from(&found);
         Ok(found)
+    }
+
+    /// Has the image's doctor scan the sandbox as root: its report, or why it gave none
+    /// (a missing doctor, or one older than `scan-secrets`). An exec that cannot be made
+    /// at all is the step's error.
+    async fn doctor_scan(
+        &self,
+        sandbox: &SandboxId,
+    ) -> Result<Result<secrets::ScanReport, String>, StepEnd> {
+        let argv = secrets::doctor_command(&self.secrets);
+        let out = self.provider.exec(sandbox, &argv, true).await?;
+        Ok(match out.exit_code {
+            Some(0) => secrets::parse_doctor_report(&out.stdout),
+            code => {
+                let said = out.stderr.lines().next().unwrap_or("").trim().to_owned();
+                Err(match code {
+                    Some(code) => format!("{} exited with {code}: {said}", argv[0]),
+                    None => format!("{} did not exit: {said}", argv[0]),
+                })
+            }
+        })
     }
 
     /// Runs `code` with `python3 -c` in the sandbox (as root when asked) and returns its
@@ -1593,6 +1645,7 @@ fn not_run(step: &Step, status: StepStatus) -> StepResult {
         step: step.name().to_owned(),
         status,
         duration: Duration::ZERO,
+        started: None,
         budget: step.budget,
         timings: Vec::new(),
         log: Vec::new(),

@@ -2,8 +2,9 @@
 //! other: the core tier (scenarios/core-tier.yaml) runs against every image under
 //! fixtures/images/violations/ on the docker variant, and the failures are compared with
 //! the table below. Images that leak the canary also run the `secrets-scan` step, and both
-//! it and check 9 must name the form and the place of the leak. The table as measured is
-//! printed, and cleanup must leave nothing.
+//! it and check 9 must name the form and the place of the leak; the image's doctor scans
+//! each one but the image that has none, which the Python probe scans. The table as
+//! measured is printed, and cleanup must leave nothing.
 
 use crate::common;
 
@@ -184,6 +185,29 @@ async fn each_violating_image_fails_what_it_breaks_and_nothing_else() {
             other => wrong.push(format!(
                 "{image}: secrets-scan should fail naming `{finding}`: {other:?}"
             )),
+        }
+    }
+    // The image's doctor scans where it can; an image without one is scanned by the
+    // Python probe, and says why.
+    for (image, _, _) in EXPECTED {
+        let log = measured[image]
+            .step("core-9-secrets")
+            .map(|s| s.log.join("\n"))
+            .unwrap_or_default();
+        let scanned_by = if *image == "doctor-missing" {
+            "the Python probe scanned"
+        } else {
+            "the image's doctor scanned"
+        };
+        if !log.contains(scanned_by) {
+            wrong.push(format!(
+                "{image}: check 9's log does not say `{scanned_by}`:\n{log}"
+            ));
+        }
+        if *image == "doctor-missing" && !log.contains("the image's doctor cannot scan (") {
+            wrong.push(format!(
+                "{image}: check 9's log does not say why the doctor could not scan:\n{log}"
+            ));
         }
     }
     println!("{table}");

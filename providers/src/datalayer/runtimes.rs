@@ -86,6 +86,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     restart: RestartKind::Kernel,
     build_logs: BuildLogMode::None,
     exec_as_root: false,
+    doctor_scan: false,
     artifact_metadata: false,
     floor: false,
     concurrent_contexts: CONCURRENT_CONTEXTS,

@@ -850,6 +850,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     build_logs: BuildLogMode::Polled,
     // process/execute takes no user: commands run as the sandbox's user.
     exec_as_root: false,
+    doctor_scan: false,
     artifact_metadata: true,
     floor: false,
     // Interpreter contexts keep their globals between calls; see CONCURRENT_CONTEXTS.

@@ -606,6 +606,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     restart: RestartKind::Kernel,
     build_logs: BuildLogMode::Streamed,
     exec_as_root: true,
+    doctor_scan: true,
     artifact_metadata: true,
     floor: true,
     concurrent_contexts: 4,
@@ -793,6 +794,14 @@ impl Provider for DockerProvider {
                 },
                 e = &mut gone => return Err(failed(&mut kernel, e)),
             };
+            // Jupyter Server opens a new kernel's channels once the kernel answers (a
+            // first `1+1` after it takes as long as a later one), so this is the
+            // kernel's start without the first code's own run.
+            timings.push(Timing {
+                name: "kernel-start-to-channels".into(),
+                duration: started.elapsed(),
+                resolution: None,
+            });
             let output = tokio::select! {
                 output = socket.execute(code, EXECUTE_DEADLINE) => output,
                 e = &mut gone => return Err(failed(&mut kernel, e)),
@@ -896,11 +905,18 @@ impl Provider for DockerProvider {
             ProviderError::new(ErrorKind::Protocol, "no kernel to restart: run code first")
         })?;
         old_socket.close().await;
+        let started = Instant::now();
         sandbox.server.restart_kernel(&kernel_id).await?;
+        // The server answers once the old kernel is gone and the new one is launched.
+        let requested = started.elapsed();
         // A fresh socket after every restart: an old one can lose the new kernel's first messages.
         let socket = sandbox.server.connect(&kernel_id).await?;
         kernel.started = Some((kernel_id, socket));
-        Ok(Vec::new())
+        Ok(vec![Timing {
+            name: "restart-request".into(),
+            duration: requested,
+            resolution: None,
+        }])
     }
 
     async fn shutdown(&self, sandbox: &SandboxId, grace: Duration) -> Result<ShutdownReport> {

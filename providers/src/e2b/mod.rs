@@ -753,6 +753,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     restart: RestartKind::Kernel,
     build_logs: BuildLogMode::Polled,
     exec_as_root: true,
+    doctor_scan: false,
     artifact_metadata: true,
     floor: false,
     concurrent_contexts: CONCURRENT_CONTEXTS,

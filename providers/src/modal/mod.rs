@@ -71,6 +71,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     restart: RestartKind::Kernel,
     build_logs: BuildLogMode::Streamed,
     exec_as_root: true,
+    doctor_scan: false,
     // Modal's API gives no image env, labels or history.
     artifact_metadata: false,
     floor: false,

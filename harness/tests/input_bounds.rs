@@ -176,12 +176,23 @@ fn a_cassette_latency_out_of_range_is_bad_input_at_load() {
     let text =
         std::fs::read_to_string(common::root().join("fixtures/cassettes/e2b/lifecycle.yaml"))
             .unwrap();
-    let (line, _) = text
+    let (line, recorded) = text
         .lines()
         .enumerate()
         .find(|(_, l)| l.trim_start().starts_with("latency_ms:"))
         .expect("the cassette records latencies");
-    let text = text.replacen("latency_ms: 6.7", "latency_ms: 1e300", 1);
+    let indent = &recorded[..recorded.len() - recorded.trim_start().len()];
+    let text: String = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            if i == line {
+                format!("{indent}latency_ms: 1e300\n")
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
     let cassette = cassettes.join("e2b/lifecycle.yaml");
     std::fs::write(&cassette, text).unwrap();
     let output = sandbox_matrix(

@@ -12,11 +12,12 @@ Create to first 1+1: on the reference side from `docker run` to the answer of it
 JupyterServerSandbox (waiting for the server by polling every 50 ms, as a user of it
 would); on sandbox-matrix's side the lifecycle scenario's `create-to-first-result`.
 Core tier: only the checks are timed on both sides, not the image build, the container
-start or the kernel start (sandbox-matrix's first checks start its kernel; that span is
-subtracted). sandbox-matrix starts its independent checks together (the first one to use
-the code channel opening it before the other channel checks start, and the ordered
-checks, restart and shutdown, following them), so its wall time is the longer of the
-channel's leg and the secrets scan's, which runs beside it through exec.
+start or the kernel start. sandbox-matrix's first check to use the code channel starts
+its kernel, so its wall time runs from the kernel's channels opening (Jupyter Server opens
+them once the kernel answers) to the end of its last check, read off the start and
+duration of each step in results.json. It starts its independent checks together, the
+secrets scan (through exec, beside the code channel) among them, and runs restart and
+shutdown after them, in order.
 """
 
 import argparse
@@ -29,12 +30,33 @@ import time
 import urllib.request
 from pathlib import Path
 
+import code_sandboxes.environments.conformance as reference_suite
 from code_sandboxes.environments.conformance import run_core_tier
 from code_sandboxes.sandboxes.jupyter_server.jupyter_server import JupyterServerSandbox
 
 IMAGE = "sandbox-matrix/contract-base:v1"
 PACKAGES = {"ipykernel": "6.29.5", "jupyter-client": "8.6.3"}
 LABEL = "sandbox-matrix.run=compare-reference"
+# The checks by number, as both suites name them: the reference's functions, ours' steps.
+CHECKS = ("doctor", "identity", "python", "kernel", "imports", "filesystem", "restart", "shutdown", "secrets")
+# Seconds each reference check took in the current run, by name.
+REFERENCE_SPENT = {}
+
+
+def timed(name, check):
+    """The reference's check `check`, recording its wall time under `name`."""
+    def run(*args, **kwargs):
+        started = time.monotonic()
+        try:
+            return check(*args, **kwargs)
+        finally:
+            REFERENCE_SPENT[name] = time.monotonic() - started
+    return run
+
+
+# Each reference check is timed where run_core_tier calls it (by module global).
+for _name in CHECKS:
+    setattr(reference_suite, "_" + _name, timed(_name, getattr(reference_suite, "_" + _name)))
 
 
 def docker(*args):
@@ -79,14 +101,13 @@ def reference_once():
         took = time.monotonic() - started
         sandbox.stop()
         passed = sum(1 for check in result.checks if check.passed)
-        return create_to_first, took, f"{passed}/{len(result.checks)}"
+        return create_to_first, took, f"{passed}/{len(result.checks)}", dict(REFERENCE_SPENT)
     finally:
         docker("rm", "-f", "-v", container)
 
 
-ORDERED = ("core-7-restart", "core-8-shutdown")
 # Checks that do not use the code channel on the docker variant: the secrets scan runs as
-# root through exec.
+# root through exec, beside the others.
 FREE = ("core-9-secrets",)
 
 
@@ -103,22 +124,19 @@ def ours_once(root):
         t["duration"] for t in by_name["lifecycle"]["timings"] if t["name"] == "create-to-first-result"
     ) / 1000
     steps = [s for s in by_name["core-tier"]["steps"] if s["step"].startswith("core-")]
-    # As the runner schedules a live block of checks (README, Scenarios): the first check
-    # that uses the code channel opens it (starting the kernel) alone, the other channel
-    # checks start once it is done, and the ordered checks follow them one at a time; the
-    # checks that do not use the channel start with the first and run beside all of that.
-    # The reference's kernel was started before its timing began, so the kernel's start is
-    # taken out of the channel's leg, where it is spent.
-    block = [s for s in steps if s["step"] not in ORDERED]
-    lead = next(s for s in block if s["step"] not in FREE)
-    kernel_start = sum(t["duration"] for t in lead["timings"] if t["name"] == "kernel-start-to-first-answer")
-    channel = lead["duration"] - kernel_start + max(
-        (s["duration"] for s in block if s is not lead and s["step"] not in FREE), default=0)
-    free = max((s["duration"] for s in block if s["step"] in FREE), default=0)
-    ordered = sum(s["duration"] for s in steps if s["step"] in ORDERED)
-    took = max(channel + ordered, free) / 1000
+    # Each step says when it started (from the scenario's start) and how long it took, so
+    # the checks' wall time is read off the clock: from the kernel being up (the first
+    # check to use the code channel starts it, and its channels open once it answers) to
+    # the end of the last check. The reference's kernel was up before its timing began.
+    lead = next(s for s in steps if s["step"] not in FREE)
+    kernel_up = lead["started"] + sum(
+        t["duration"] for t in lead["timings"] if t["name"] == "kernel-start-to-channels")
+    took = (max(s["started"] + s["duration"] for s in steps) - kernel_up) / 1000
+    # Each check's own duration; the first channel check's without the kernel's start.
+    spent = {s["step"].split("-", 2)[2]: s["duration"] / 1000 for s in steps}
+    spent[lead["step"].split("-", 2)[2]] -= (kernel_up - lead["started"]) / 1000
     passed = sum(1 for s in steps if s["status"] == "passed")
-    return create_to_first, took, f"{passed}/{len(steps)}"
+    return create_to_first, took, f"{passed}/{len(steps)}", spent
 
 
 def cell(values):
@@ -143,6 +161,14 @@ def main():
     ratio = statistics.median([r[1] for r in rows["sandbox-matrix"]]) / statistics.median(
         [r[1] for r in rows["reference (code-sandboxes 1.10.0)"]])
     print(f"core tier, sandbox-matrix / reference (medians): x{ratio:.2f}")
+    print()
+    print("each check's own time, median (the reference runs them one after another;")
+    print("sandbox-matrix runs 1-6 and 9 at once, then 7 and 8)")
+    print("| check | " + " | ".join(rows) + " |")
+    print("|---|---|---|")
+    for number, name in enumerate(CHECKS, 1):
+        cells = [f"{statistics.median([r[3][name] for r in runs]):.2f} s" for runs in rows.values()]
+        print(f"| {number} {name} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{self, Read};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -141,7 +142,8 @@ pub struct Finding {
 /// What a scan found and what it looked at; the Python probe answers the same fields.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScanReport {
-    /// Every match, one per form and place.
+    /// Every match, one per form and place (sorted by form, then place, by the doctor; in
+    /// walk order by the Python probe).
     pub found: Vec<Finding>,
     /// Files read.
     pub files_scanned: u64,
@@ -159,7 +161,8 @@ pub struct ScanReport {
     pub skipped: Vec<String>,
     /// Wall time of the whole scan, in seconds.
     pub seconds: f64,
-    /// The last file read when the scan ran out of time; the walk stopped there.
+    /// Where the scan ran out of time: the file whose reading passed the deadline (other
+    /// readers may have finished a file each after it); nothing after it is read.
     pub stopped_at: Option<String>,
 }
 
@@ -193,7 +196,7 @@ impl Default for Options {
     }
 }
 
-/// The forms of one class and line-break rule: `{length: {hash: name}}`.
+/// The forms of one class and line-break rule: for each length, its `(hash, name)` pairs.
 struct Group {
     members: [bool; 256],
     wrapped: bool,
@@ -329,9 +332,17 @@ impl Matcher {
     }
 }
 
-/// `base^exp` modulo 2^61 − 1.
-fn power(base: u64, exp: usize) -> u64 {
-    (0..exp).fold(1, |p, _| reduce(u128::from(p) * u128::from(base)))
+/// `base^exp` modulo 2^61 − 1, by squaring.
+fn power(base: u64, mut exp: usize) -> u64 {
+    let (mut result, mut square) = (1, base);
+    while exp > 0 {
+        if exp & 1 == 1 {
+            result = reduce(u128::from(result) * u128::from(square));
+        }
+        square = reduce(u128::from(square) * u128::from(square));
+        exp >>= 1;
+    }
+    result
 }
 
 /// Every run of bytes in `members` at least `n` long, as `(start, end)`.
@@ -384,10 +395,11 @@ fn roll(data: &[u8], n: usize, top: u64, hashes: &[(u64, String)], hits: &mut BT
 
 /// Mount points of pseudo file systems, from `/proc/self/mountinfo`.
 fn pseudo_mounts() -> BTreeSet<String> {
-    let Ok(text) = fs::read_to_string("/proc/self/mountinfo") else {
+    let Ok(bytes) = fs::read("/proc/self/mountinfo") else {
         return BTreeSet::new();
     };
-    text.lines()
+    String::from_utf8_lossy(&bytes)
+        .lines()
         .filter_map(|line| {
             let (left, right) = line.split_once(" - ")?;
             let point = left.split_whitespace().nth(4)?;
@@ -413,6 +425,15 @@ fn read_regular(path: &Path) -> io::Result<Vec<u8>> {
     let meta = file.metadata()?;
     if !meta.is_file() {
         return Err(io::Error::other("no longer a regular file"));
+    }
+    // Blocking again for the reads: some file systems answer EAGAIN to a non-blocking one.
+    // SAFETY: fcntl on a descriptor this function owns, with integer arguments only.
+    let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0
+        || unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0
+    {
+        return Err(io::Error::last_os_error());
     }
     let mut data = Vec::with_capacity(usize::try_from(meta.len().min(MAX_FILE)).unwrap_or(0));
     file.take(MAX_FILE).read_to_end(&mut data)?;
@@ -552,12 +573,13 @@ fn walk(
     send: &mpsc::SyncSender<PathBuf>,
 ) {
     let mut stack: Vec<PathBuf> = roots.iter().rev().map(PathBuf::from).collect();
-    let mut seen_roots = HashSet::new();
+    // A root under another root is walked once.
+    let mut seen = HashSet::new();
     while let Some(top) = stack.pop() {
         if shared.stop.load(Ordering::Relaxed) {
             return;
         }
-        if !seen_roots.insert(top.clone()) {
+        if !seen.insert(top.clone()) {
             continue;
         }
         let Ok(entries) = fs::read_dir(&top) else {
@@ -687,6 +709,19 @@ mod tests {
             (h * 257 + u128::from(b)) % u128::from(MODULUS)
         });
         assert_eq!(u128::from(rolling_hash(b"sm-fake-canary-0123")), slow);
+        for exp in [0, 1, 2, 3, 46, 47, 1000] {
+            let plain = (0..exp).fold(1, |p, _| reduce(u128::from(p) * 257));
+            assert_eq!(power(257, exp), plain, "257^{exp}");
+        }
+        // A length no file can hold costs nothing to prepare.
+        let huge = Target {
+            name: "H".into(),
+            len: 1 << 50,
+            hash: 5,
+            class: "hex".into(),
+            wrapped: false,
+        };
+        assert!(Matcher::new(&[huge]).is_ok());
     }
 
     #[test]

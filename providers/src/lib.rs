@@ -87,7 +87,8 @@ pub struct Capabilities {
     pub exec_as_root: bool,
     /// The secrets scan runs the image's doctor (`datalayer-sandbox scan-secrets`, native
     /// and parallel) through exec as root, and the Python probe only when the doctor
-    /// cannot; without it, the Python probe is the scanner.
+    /// cannot; without it, the Python probe is the scanner. Only meaningful with
+    /// `exec_as_root`.
     #[serde(default)]
     pub doctor_scan: bool,
     /// The artifact's metadata (env, labels, history) can be read.

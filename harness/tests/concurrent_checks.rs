@@ -274,6 +274,19 @@ async fn restart_runs_beside_a_long_secrets_scan() {
         [(0, 1)],
         "(code calls, execs) in flight at restart: none on the channel, the scan's exec"
     );
+    // Each step says when it started, so the overlap can be read off the results too: the
+    // scan starts before the restart and is still running when the restart starts.
+    let span = |name: &str| {
+        let step = result.step(name).unwrap();
+        let started = step.started.expect("a step that ran says when it started");
+        (started, started + step.duration)
+    };
+    let (scan_start, scan_end) = span("core-9-secrets");
+    let (restart_start, _) = span("core-7-restart");
+    assert!(
+        scan_start < restart_start && restart_start < scan_end,
+        "scan {scan_start:?}..{scan_end:?}, restart from {restart_start:?}"
+    );
 }
 
 #[tokio::test]

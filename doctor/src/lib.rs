@@ -1,5 +1,6 @@
 //! `datalayer-sandbox doctor [--json]`: checks the sandbox it runs in against
-//! sandbox-contract/v1, one row per requirement ([`DoctorRow::ALL`]).
+//! sandbox-contract/v1, one row per requirement ([`DoctorRow::ALL`]);
+//! `datalayer-sandbox scan-secrets`: looks for build secrets' fingerprints ([`scan`]).
 //!
 //! The checks read the machine only through [`Host`]; [`SystemHost`] is the real one, and
 //! tests hand [`check`] or [`run_on`] a fake. [`run`] is the command line, and
@@ -68,10 +69,12 @@ doctor: checks this sandbox against sandbox-contract/v1, one line per row.
   Exits 0 when every row passes, 1 when one fails, 2 on bad usage.
 
 scan-secrets: looks for the forms TARGETS_JSON describes (name, length, rolling hash,
-character class; never a value) in every file under / (or each --root), then in every
-process's environment and command line, and writes one JSON report on stdout. With
---root, only the folders given are walked (with /, the home and working directory are
-walked too when outside it).
+character class; never a value) in every file under /, the home and the working directory,
+then in every process's environment and command line, and writes one JSON report on stdout.
+  --root DIR        walk only DIR (repeatable) instead of /, the home and working directory
+  --no-processes    skip process environments and command lines
+  --deadline SECS   stop walking after SECS seconds and report the scan incomplete (90)
+  --readers N       read files with N threads, 1 to 64 (twice the cores, 4 to 16)
   Exits 0 when the report is written, whatever it found, 2 on bad usage.
 ";
 
@@ -91,12 +94,12 @@ pub fn run_on(
     let args: Vec<String> = args.into_iter().collect();
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
     let json = match words.as_slice() {
+        ["--help" | "-h"] | ["doctor" | "scan-secrets", "--help" | "-h"] => {
+            return finish(out.write_all(USAGE.as_bytes()), 0, err);
+        }
         ["scan-secrets", rest @ ..] => return scan_secrets(rest, out, err),
         ["doctor"] => false,
         ["doctor", "--json"] => true,
-        ["--help" | "-h"] | ["doctor", "--help" | "-h"] => {
-            return finish(out.write_all(USAGE.as_bytes()), 0, err);
-        }
         ["--version" | "-V"] => {
             let line = format!("{DOCTOR} {DOCTOR_VERSION}\n");
             return finish(out.write_all(line.as_bytes()), 0, err);

@@ -110,10 +110,30 @@ fn bad_usage_prints_usage_on_stderr_and_exits_2() {
 #[test]
 fn help_and_version_go_to_stdout() {
     let host = FakeHost::sandbox();
-    for args in [&["--help"][..], &["-h"], &["doctor", "--help"]] {
+    for args in [
+        &["--help"][..],
+        &["-h"],
+        &["doctor", "--help"],
+        &["scan-secrets", "--help"],
+        &["scan-secrets", "-h"],
+    ] {
         let (code, out, err) = doctor(&host, args);
-        assert_eq!((code, err.as_str()), (0, ""));
+        assert_eq!((code, err.as_str()), (0, ""), "{args:?}");
         assert!(out.starts_with("usage: datalayer-sandbox doctor [--json]\n"));
+        // Every option the usage line names is described on a line of its own.
+        for option in [
+            "--json",
+            "--root",
+            "--no-processes",
+            "--deadline",
+            "--readers",
+        ] {
+            assert!(
+                out.lines()
+                    .any(|line| line.trim_start().starts_with(option)),
+                "{args:?}: `{option}` is not described in\n{out}"
+            );
+        }
     }
     let (code, out, _) = doctor(&host, &["--version"]);
     assert_eq!((code, out.as_str()), (0, "datalayer-sandbox 1\n"));

@@ -120,14 +120,19 @@ fn help_and_version_go_to_stdout() {
         let (code, out, err) = doctor(&host, args);
         assert_eq!((code, err.as_str()), (0, ""), "{args:?}");
         assert!(out.starts_with("usage: datalayer-sandbox doctor [--json]\n"));
-        // Every option the usage line names is described on a line of its own.
-        for option in [
-            "--json",
-            "--root",
-            "--no-processes",
-            "--deadline",
-            "--readers",
-        ] {
+        // Every option the usage lines name is described on a line of its own.
+        let synopsis = out.split("\n\n").next().unwrap_or_default();
+        let options: Vec<&str> = synopsis
+            .split_whitespace()
+            .map(|word| word.trim_matches(|c| c == '[' || c == ']'))
+            .filter(|word| word.starts_with("--"))
+            .collect();
+        assert_eq!(
+            options.len(),
+            5,
+            "the usage lines name five options: {synopsis}"
+        );
+        for option in options {
             assert!(
                 out.lines()
                     .any(|line| line.trim_start().starts_with(option)),

@@ -45,6 +45,9 @@ const POLL_MAX: Duration = Duration::from_millis(200);
 const POLL_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often an unanswered `kernel_info_request` is sent again.
 const KERNEL_INFO_RESEND: Duration = Duration::from_secs(1);
+/// How long after the first `kernel_info_reply` a socket's iopub may stay silent before
+/// [`KernelSocket::wait_kernel_ready`] gives the socket up.
+pub const IOPUB_SILENCE: Duration = Duration::from_secs(3);
 /// How often [`JupyterServer::kernel_gone`] asks whether the kernel still exists.
 const KERNEL_WATCH_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a polite close may take before the socket is dropped.
@@ -244,6 +247,36 @@ impl JupyterServer {
         socket.await.map_err(|e: ProviderError| e.context(context))
     }
 
+    /// [`connect`](Self::connect), then [`KernelSocket::wait_kernel_ready`]: a socket on
+    /// which the kernel answers on both channels, for after a restart or a kernel's death.
+    /// A socket whose iopub the server left unconnected is closed and opened again, until
+    /// `deadline`.
+    pub async fn connect_ready(&self, kernel_id: &str, deadline: Duration) -> Result<KernelSocket> {
+        let until = tokio::time::Instant::now() + deadline;
+        let work = async {
+            loop {
+                let mut socket = self.connect(kernel_id).await?;
+                let left = until.saturating_duration_since(tokio::time::Instant::now());
+                match socket.wait_kernel_ready(left).await {
+                    Ok(()) => return Ok(socket),
+                    Err(e) => {
+                        socket.close().await;
+                        if !e.retryable {
+                            return Err(e);
+                        }
+                        tracing::debug!(kernel = kernel_id, "connecting again: {e}");
+                    }
+                }
+            }
+        };
+        tokio::time::timeout_at(until, work).await.unwrap_or_else(|_| {
+            Err(ProviderError::new(
+                ErrorKind::Timeout,
+                format!("no socket to kernel {kernel_id} answered on shell and iopub within {deadline:?}"),
+            ))
+        })
+    }
+
     /// `Authorization: token <t>`, marked sensitive.
     fn auth_header(&self) -> Result<HeaderValue> {
         let mut value = HeaderValue::from_str(&format!("token {}", self.token)).map_err(|_| {
@@ -321,35 +354,47 @@ impl KernelSocket {
     /// Passing `deadline` is a Timeout error; the socket stays usable, as
     /// late messages of the abandoned request are ignored by later calls.
     pub async fn execute(&mut self, code: &str, deadline: Duration) -> Result<CodeOutput> {
+        let mut sent: Option<Execution> = None;
         let work = async {
             let msg_id = self.send(ExecuteRequest::new(code.to_owned())).await?;
-            let mut run = Execution::new(msg_id);
+            let run = sent.insert(Execution::new(msg_id));
             loop {
                 let message = self.next_message().await?;
                 if let Some(lost) = kernel_lost(&message) {
                     return Err(lost);
                 }
                 if run.accept(&message) {
-                    return Ok(run.output);
+                    return Ok(std::mem::take(&mut run.output));
                 }
             }
         };
-        tokio::time::timeout(deadline, work)
-            .await
+        let answer = tokio::time::timeout(deadline, work).await;
+        answer
             .unwrap_or_else(|_| {
+                let missing = sent
+                    .as_ref()
+                    .map_or("the request was never sent", Execution::missing);
                 Err(ProviderError::new(
                     ErrorKind::Timeout,
-                    format!("execute_reply and idle status not both in within {deadline:?}"),
+                    format!("no answer within {deadline:?}: {missing}"),
                 ))
             })
             .map_err(|e| e.context(format!("execute_request on kernel {}", self.kernel_id)))
     }
 
-    /// Waits until the kernel answers a `kernel_info_request` (useful right after connect/restart).
+    /// Waits until the kernel answers a `kernel_info_request` on both of this socket's
+    /// channels: its reply on shell and the kernel's status for it on iopub (useful right
+    /// after connect/restart).
     ///
-    /// The request is sent again every second until one of them is answered,
-    /// since one sent while the kernel is still starting can be lost.
+    /// The request is sent again every second until both are in, since one sent while the
+    /// kernel is still starting can be lost. Jupyter Server checks the same two channels
+    /// when a socket opens (its "nudge"), but skips that for a kernel it last saw busy, as
+    /// after one died running code: such a socket can answer on shell while its iopub
+    /// stays silent, so that every later request would time out. When shell has answered
+    /// and iopub is still silent [`IOPUB_SILENCE`] later, this fails with a retryable
+    /// Transport error: connect again ([`JupyterServer::connect_ready`] does).
     pub async fn wait_kernel_ready(&mut self, deadline: Duration) -> Result<()> {
+        let mut seen = KernelInfoSeen::default();
         let work = async {
             let mut sent = Vec::new();
             loop {
@@ -359,22 +404,25 @@ impl KernelSocket {
                 loop {
                     tokio::select! {
                         msg = self.next_message() => {
-                            let msg = msg?;
-                            let answers_us = msg
-                                .parent_header
-                                .as_ref()
-                                .is_some_and(|parent| sent.contains(&parent.msg_id));
-                            if answers_us && matches!(msg.content, JupyterMessageContent::KernelInfoReply(_)) {
+                            if seen.accept(&msg?, &sent) {
                                 return Ok(());
                             }
                         }
                         () = &mut resend => break,
                     }
                 }
+                if seen.iopub_silent() {
+                    return Err(ProviderError::retryable(
+                        ErrorKind::Transport,
+                        format!(
+                            "the kernel answers on shell, but no status came on this socket's iopub within {IOPUB_SILENCE:?} of the reply: the server did not connect its iopub (connect again)"
+                        ),
+                    ));
+                }
             }
         };
-        tokio::time::timeout(deadline, work)
-            .await
+        let answer = tokio::time::timeout(deadline, work).await;
+        answer
             .unwrap_or_else(|_| {
                 Err(ProviderError::new(
                     ErrorKind::Timeout,
@@ -461,6 +509,40 @@ fn parse_frame(text: &str) -> Option<JupyterMessage> {
     }
 }
 
+/// What [`KernelSocket::wait_kernel_ready`] has seen of the answers to its requests.
+#[derive(Default)]
+struct KernelInfoSeen {
+    /// When the first `kernel_info_reply` came on shell.
+    replied: Option<tokio::time::Instant>,
+    /// Whether a status for one of the requests came on iopub.
+    iopub: bool,
+}
+
+impl KernelInfoSeen {
+    /// Takes one incoming message; true once both channels have answered.
+    fn accept(&mut self, message: &JupyterMessage, sent: &[String]) -> bool {
+        let ours = message
+            .parent_header
+            .as_ref()
+            .is_some_and(|parent| sent.contains(&parent.msg_id));
+        if ours {
+            match message.content {
+                JupyterMessageContent::KernelInfoReply(_) => {
+                    self.replied.get_or_insert_with(tokio::time::Instant::now);
+                }
+                JupyterMessageContent::Status(_) => self.iopub = true,
+                _ => {}
+            }
+        }
+        self.replied.is_some() && self.iopub
+    }
+
+    /// Whether shell answered [`IOPUB_SILENCE`] ago or more and iopub never did.
+    fn iopub_silent(&self) -> bool {
+        !self.iopub && self.replied.is_some_and(|at| at.elapsed() >= IOPUB_SILENCE)
+    }
+}
+
 /// What one `execute_request` has produced so far.
 pub(crate) struct Execution {
     msg_id: String,
@@ -528,6 +610,17 @@ impl Execution {
             }
         }
         self.idle && self.replied
+    }
+
+    /// What of the answer has not come, for a timeout's message: an idle status that
+    /// never comes while the reply does points at the iopub channel, not the kernel.
+    pub(crate) fn missing(&self) -> &'static str {
+        match (self.replied, self.idle) {
+            (false, false) => "neither the execute_reply (shell) nor the idle status (iopub) came",
+            (true, false) => "the execute_reply (shell) came, the idle status (iopub) did not",
+            (false, true) => "the idle status (iopub) came, the execute_reply (shell) did not",
+            (true, true) => "both the execute_reply and the idle status came",
+        }
     }
 
     /// What the request produced.
@@ -897,6 +990,75 @@ mod tests {
         .to_string()
     }
 
+    /// A kernel's channels as Jupyter Server can leave a socket opened after it skipped its
+    /// nudge: the first socket gets the `kernel_info_reply` on shell and nothing on iopub;
+    /// later sockets get both. `connect_ready` gives the first socket up once iopub has
+    /// been silent [`IOPUB_SILENCE`] and answers with the second; `wait_kernel_ready` on
+    /// the first socket alone fails with a retryable error that names iopub.
+    #[tokio::test]
+    async fn a_socket_whose_iopub_is_silent_is_given_up_and_opened_again() {
+        use std::sync::Arc;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let opened = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = opened.clone();
+        let stub = tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let iopub_connected = n == 2;
+                tokio::spawn(async move {
+                    let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                        return;
+                    };
+                    while let Some(Ok(Message::Text(text))) = ws.next().await {
+                        let request: serde_json::Value = serde_json::from_str(&text).unwrap();
+                        let parent = request["header"]["msg_id"].as_str().unwrap().to_owned();
+                        let reply = frame(
+                            &parent,
+                            "shell",
+                            "kernel_info_reply",
+                            serde_json::json!({"status": "ok", "protocol_version": "5.3",
+                                               "language_info": {"name": "python", "version": "3.13"}}),
+                        );
+                        let _ = ws.send(Message::text(reply)).await;
+                        if iopub_connected {
+                            let idle = frame(
+                                &parent,
+                                "iopub",
+                                "status",
+                                serde_json::json!({"execution_state": "idle"}),
+                            );
+                            let _ = ws.send(Message::text(idle)).await;
+                        }
+                    }
+                });
+            }
+        });
+        let server = JupyterServer::new(&url, "test-token");
+
+        let mut silent = server.connect("k1").await.unwrap();
+        let given_up = silent
+            .wait_kernel_ready(Duration::from_secs(30))
+            .await
+            .expect_err("a socket with no iopub is not ready");
+        assert!(given_up.retryable, "{given_up}");
+        assert_eq!(given_up.kind, ErrorKind::Transport, "{given_up}");
+        assert!(given_up.to_string().contains("iopub"), "{given_up}");
+        silent.close().await;
+
+        let started = Instant::now();
+        let ready = server.connect_ready("k1", Duration::from_secs(30)).await;
+        assert!(ready.is_ok(), "{:?}", ready.err());
+        assert_eq!(opened.load(std::sync::atomic::Ordering::SeqCst), 3);
+        assert!(
+            started.elapsed() >= IOPUB_SILENCE,
+            "the silent socket was given up after {:?}",
+            started.elapsed()
+        );
+        stub.abort();
+    }
+
     fn feed(run: &mut Execution, frames: &[String]) -> Vec<bool> {
         frames
             .iter()
@@ -908,6 +1070,7 @@ mod tests {
     #[test]
     fn execution_collects_until_idle_and_reply() {
         let mut run = Execution::new("req".to_owned());
+        assert!(run.missing().starts_with("neither"), "{}", run.missing());
         let frames = [
             frame(
                 "req",
@@ -967,6 +1130,11 @@ mod tests {
         ];
         // Two frames do not parse (not JSON, unknown type) and are skipped.
         assert_eq!(feed(&mut run, &frames), [false; 8]);
+        assert!(
+            run.missing().ends_with("the execute_reply (shell) did not"),
+            "{}",
+            run.missing()
+        );
         let reply = frame(
             "req",
             "shell",
@@ -1009,7 +1177,13 @@ mod tests {
                 serde_json::json!({"execution_state": "idle"}),
             ),
         ];
-        assert_eq!(feed(&mut run, &frames), [false, false, true]);
+        assert_eq!(feed(&mut run, &frames[..2]), [false, false]);
+        assert!(
+            run.missing().ends_with("the idle status (iopub) did not"),
+            "{}",
+            run.missing()
+        );
+        assert_eq!(feed(&mut run, &frames[2..]), [true]);
         assert_eq!(
             run.output.error.as_deref(),
             Some("ZeroDivisionError: division by zero")

@@ -389,10 +389,12 @@ impl KernelSocket {
     /// The request is sent again every second until both are in, since one sent while the
     /// kernel is still starting can be lost. Jupyter Server checks the same two channels
     /// when a socket opens (its "nudge"), but skips that for a kernel it last saw busy, as
-    /// after one died running code: such a socket can answer on shell while its iopub
-    /// stays silent, so that every later request would time out. When shell has answered
-    /// and iopub is still silent [`IOPUB_SILENCE`] later, this fails with a retryable
-    /// Transport error: connect again ([`JupyterServer::connect_ready`] does).
+    /// after one died running code: on such a socket shell can answer while the kernel's
+    /// first iopub messages are lost (its iopub subscribed too late for them), so that a
+    /// request sent at once gets its reply and never its idle status. The requests sent
+    /// again until a status comes are that nudge. When shell has answered and iopub is
+    /// still silent [`IOPUB_SILENCE`] later, this fails with a retryable Transport error:
+    /// connect again ([`JupyterServer::connect_ready`] does).
     pub async fn wait_kernel_ready(&mut self, deadline: Duration) -> Result<()> {
         let mut seen = KernelInfoSeen::default();
         let work = async {

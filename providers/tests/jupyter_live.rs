@@ -246,13 +246,9 @@ async fn jupyter_live_kernel_runs_code_and_forgets_state_on_restart() {
     let restart_answered = restarted.elapsed();
     socket.close().await;
     let mut socket = server
-        .connect(&kernel)
+        .connect_ready(&kernel, KERNEL_ANSWER)
         .await
-        .expect("reconnect after restart");
-    socket
-        .wait_kernel_ready(KERNEL_ANSWER)
-        .await
-        .expect("kernel answers after restart");
+        .expect("the kernel answers on a new socket after restart");
     let after = socket
         .execute("x", KERNEL_ANSWER)
         .await

@@ -194,8 +194,8 @@ impl JupyterServer {
 
     /// `POST /api/kernels/{id}/restart`.
     ///
-    /// Open sockets to the kernel are not kept usable: connect again (and
-    /// call [`KernelSocket::wait_kernel_ready`]) after a restart, because a
+    /// Open sockets to the kernel are not kept usable: connect again (with
+    /// [`JupyterServer::connect_ready`]) after a restart, because a
     /// socket from before the restart can miss the new kernel's first iopub
     /// messages (it did in 7 of 34 tries).
     pub async fn restart_kernel(&self, kernel_id: &str) -> Result<()> {
@@ -249,30 +249,36 @@ impl JupyterServer {
 
     /// [`connect`](Self::connect), then [`KernelSocket::wait_kernel_ready`]: a socket on
     /// which the kernel answers on both channels, for after a restart or a kernel's death.
-    /// A socket whose iopub the server left unconnected is closed and opened again, until
-    /// `deadline`.
+    /// Only a socket whose iopub stays silent while shell answers is closed and opened
+    /// again, until `deadline`; any other failure is returned as it is.
     pub async fn connect_ready(&self, kernel_id: &str, deadline: Duration) -> Result<KernelSocket> {
         let until = tokio::time::Instant::now() + deadline;
+        let mut given_up = 0u32;
         let work = async {
             loop {
                 let mut socket = self.connect(kernel_id).await?;
                 let left = until.saturating_duration_since(tokio::time::Instant::now());
-                match socket.wait_kernel_ready(left).await {
+                match socket.wait_both(left).await {
                     Ok(()) => return Ok(socket),
-                    Err(e) => {
+                    Err(Unready::Failed(e)) => {
                         socket.close().await;
-                        if !e.retryable {
-                            return Err(e);
-                        }
+                        return Err(e);
+                    }
+                    Err(Unready::IopubSilent(e)) => {
+                        socket.close().await;
+                        given_up += 1;
                         tracing::debug!(kernel = kernel_id, "connecting again: {e}");
                     }
                 }
             }
         };
-        tokio::time::timeout_at(until, work).await.unwrap_or_else(|_| {
+        let answer = tokio::time::timeout_at(until, work).await;
+        answer.unwrap_or_else(|_| {
             Err(ProviderError::new(
                 ErrorKind::Timeout,
-                format!("no socket to kernel {kernel_id} answered on shell and iopub within {deadline:?}"),
+                format!(
+                    "no socket to kernel {kernel_id} answered on shell and iopub within {deadline:?} ({given_up} given up for a silent iopub)"
+                ),
             ))
         })
     }
@@ -396,17 +402,31 @@ impl KernelSocket {
     /// still silent [`IOPUB_SILENCE`] later, this fails with a retryable Transport error:
     /// connect again ([`JupyterServer::connect_ready`] does).
     pub async fn wait_kernel_ready(&mut self, deadline: Duration) -> Result<()> {
+        match self.wait_both(deadline).await {
+            Ok(()) => Ok(()),
+            Err(Unready::IopubSilent(e) | Unready::Failed(e)) => Err(e),
+        }
+    }
+
+    /// [`wait_kernel_ready`](Self::wait_kernel_ready), telling a silent iopub (worth
+    /// another socket) from any other failure.
+    async fn wait_both(&mut self, deadline: Duration) -> std::result::Result<(), Unready> {
+        let context = format!("kernel_info_request on kernel {}", self.kernel_id);
         let mut seen = KernelInfoSeen::default();
         let work = async {
             let mut sent = Vec::new();
             loop {
-                sent.push(self.send(KernelInfoRequest {}).await?);
+                sent.push(
+                    self.send(KernelInfoRequest {})
+                        .await
+                        .map_err(Unready::Failed)?,
+                );
                 let resend = tokio::time::sleep(KERNEL_INFO_RESEND);
                 tokio::pin!(resend);
                 loop {
                     tokio::select! {
                         msg = self.next_message() => {
-                            if seen.accept(&msg?, &sent) {
+                            if seen.accept(&msg.map_err(Unready::Failed)?, &sent) {
                                 return Ok(());
                             }
                         }
@@ -414,24 +434,32 @@ impl KernelSocket {
                     }
                 }
                 if seen.iopub_silent() {
-                    return Err(ProviderError::retryable(
+                    return Err(Unready::IopubSilent(ProviderError::retryable(
                         ErrorKind::Transport,
                         format!(
                             "the kernel answers on shell, but no status came on this socket's iopub within {IOPUB_SILENCE:?} of the reply: the server did not connect its iopub (connect again)"
                         ),
-                    ));
+                    )));
                 }
             }
         };
         let answer = tokio::time::timeout(deadline, work).await;
+        let missing = if seen.replied.is_some() {
+            "the kernel_info_reply came on shell, no status for it on iopub"
+        } else {
+            "no kernel_info_reply"
+        };
         answer
             .unwrap_or_else(|_| {
-                Err(ProviderError::new(
+                Err(Unready::Failed(ProviderError::new(
                     ErrorKind::Timeout,
-                    format!("no kernel_info_reply within {deadline:?}"),
-                ))
+                    format!("{missing} within {deadline:?}"),
+                )))
             })
-            .map_err(|e| e.context(format!("kernel_info_request on kernel {}", self.kernel_id)))
+            .map_err(|unready| match unready {
+                Unready::IopubSilent(e) => Unready::IopubSilent(e.context(context)),
+                Unready::Failed(e) => Unready::Failed(e.context(context)),
+            })
     }
 
     /// Closes the socket politely.
@@ -509,6 +537,14 @@ fn parse_frame(text: &str) -> Option<JupyterMessage> {
             None
         }
     }
+}
+
+/// Why a socket is not ready.
+enum Unready {
+    /// Shell answered and iopub stayed silent [`IOPUB_SILENCE`]: another socket may do.
+    IopubSilent(ProviderError),
+    /// Anything else: a closed socket, a deadline.
+    Failed(ProviderError),
 }
 
 /// What [`KernelSocket::wait_kernel_ready`] has seen of the answers to its requests.
@@ -993,10 +1029,12 @@ mod tests {
     }
 
     /// A kernel's channels as Jupyter Server can leave a socket opened after it skipped its
-    /// nudge: the first socket gets the `kernel_info_reply` on shell and nothing on iopub;
-    /// later sockets get both. `connect_ready` gives the first socket up once iopub has
-    /// been silent [`IOPUB_SILENCE`] and answers with the second; `wait_kernel_ready` on
-    /// the first socket alone fails with a retryable error that names iopub.
+    /// nudge. The first two sockets get each `kernel_info_reply` on shell and nothing on
+    /// iopub: `wait_kernel_ready` on the first fails with a retryable error that names
+    /// iopub, and `connect_ready` gives the second up once iopub has been silent
+    /// [`IOPUB_SILENCE`]. The third loses the status of its first request only, as a
+    /// socket whose iopub subscribed late does: the request sent again is the cure, and
+    /// `connect_ready` answers with that socket.
     #[tokio::test]
     async fn a_socket_whose_iopub_is_silent_is_given_up_and_opened_again() {
         use std::sync::Arc;
@@ -1008,12 +1046,14 @@ mod tests {
             loop {
                 let (tcp, _) = listener.accept().await.unwrap();
                 let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let iopub_connected = n == 2;
                 tokio::spawn(async move {
                     let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
                         return;
                     };
+                    let mut requests = 0;
                     while let Some(Ok(Message::Text(text))) = ws.next().await {
+                        requests += 1;
+                        let iopub_connected = n == 2 && requests > 1;
                         let request: serde_json::Value = serde_json::from_str(&text).unwrap();
                         let parent = request["header"]["msg_id"].as_str().unwrap().to_owned();
                         let reply = frame(
@@ -1059,6 +1099,31 @@ mod tests {
             started.elapsed()
         );
         stub.abort();
+
+        // A socket the server closes at once is a failure to return, not to retry.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = accepted.clone();
+        let closes = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await {
+                    let _ = ws.close(None).await;
+                }
+            }
+        });
+        let closed = JupyterServer::new(&url, "test-token")
+            .connect_ready("k1", Duration::from_secs(30))
+            .await
+            .expect_err("a closed socket is not ready");
+        assert_ne!(closed.kind, ErrorKind::Timeout, "{closed}");
+        assert_eq!(
+            accepted.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "{closed}"
+        );
+        closes.abort();
     }
 
     fn feed(run: &mut Execution, frames: &[String]) -> Vec<bool> {

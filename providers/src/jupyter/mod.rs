@@ -559,18 +559,15 @@ struct KernelInfoSeen {
 impl KernelInfoSeen {
     /// Takes one incoming message; true once both channels have answered.
     fn accept(&mut self, message: &JupyterMessage, sent: &[String]) -> bool {
-        let ours = message
-            .parent_header
-            .as_ref()
-            .is_some_and(|parent| sent.contains(&parent.msg_id));
-        if ours {
-            match message.content {
-                JupyterMessageContent::KernelInfoReply(_) => {
-                    self.replied.get_or_insert_with(tokio::time::Instant::now);
-                }
-                JupyterMessageContent::Status(_) => self.iopub = true,
-                _ => {}
-            }
+        if answers_kernel_info(message, sent) {
+            self.replied.get_or_insert_with(tokio::time::Instant::now);
+        } else if matches!(message.content, JupyterMessageContent::Status(_))
+            && message
+                .parent_header
+                .as_ref()
+                .is_some_and(|parent| sent.contains(&parent.msg_id))
+        {
+            self.iopub = true;
         }
         self.replied.is_some() && self.iopub
     }

@@ -356,6 +356,10 @@ async fn jupyter_live_a_kernel_that_dies_fails_the_request_at_once() {
         took < KERNEL_ANSWER / 2,
         "the death was noticed only after {took:?}, near the deadline"
     );
+    assert!(
+        socket.is_lost(),
+        "a socket that saw its kernel die must say the next request belongs on a new one"
+    );
 
     socket.close().await;
     // The server last saw this kernel busy, so it skips its own check of a new socket's

@@ -23,6 +23,7 @@ mod datalayer_runtimes;
 mod emulate_daytona;
 mod emulate_e2b;
 mod interrupt;
+mod kernel_death;
 mod launch_exit;
 mod launch_hang;
 mod modal_cli;

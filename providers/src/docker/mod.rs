@@ -815,7 +815,8 @@ impl Provider for DockerProvider {
             });
             return Ok((output, timings));
         }
-        let (_, socket) = kernel.started.as_mut().expect("kernel is present");
+        let (kernel_id, socket) = kernel.started.as_mut().expect("kernel is present");
+        renew_if_lost(&sandbox.server, kernel_id, socket).await?;
         Ok((socket.execute(code, EXECUTE_DEADLINE).await?, timings))
     }
 
@@ -846,6 +847,9 @@ impl Provider for DockerProvider {
             }
         };
         let mut socket = socket.lock().await;
+        let server = self.sandbox(sandbox)?.server.clone();
+        let kernel_id = socket.kernel_id().to_owned();
+        renew_if_lost(&server, &kernel_id, &mut socket).await?;
         socket.execute(code, EXECUTE_DEADLINE).await
     }
 
@@ -1218,6 +1222,25 @@ fn jupyter_command() -> Vec<String> {
     ]
     .map(str::to_owned)
     .to_vec()
+}
+
+/// Replaces a socket that saw its kernel die (the server restarts such a kernel) or closed
+/// with one on which the kernel answers on both channels; until one does, the old socket
+/// stays, so a later call tries again.
+async fn renew_if_lost(
+    server: &JupyterServer,
+    kernel_id: &str,
+    socket: &mut KernelSocket,
+) -> Result<()> {
+    if !socket.is_lost() {
+        return Ok(());
+    }
+    let fresh = server
+        .connect_ready(kernel_id, EXECUTE_DEADLINE)
+        .await
+        .map_err(|e| e.context("connecting again after the kernel died"))?;
+    std::mem::replace(socket, fresh).close().await;
+    Ok(())
 }
 
 async fn remove_container(docker: &Docker, id: &str) -> Result<()> {

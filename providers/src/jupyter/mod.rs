@@ -242,6 +242,7 @@ impl JupyterServer {
                 session,
                 kernel_id: kernel_id.to_owned(),
                 token: self.token.clone(),
+                lost: false,
             })
         };
         socket.await.map_err(|e: ProviderError| e.context(context))
@@ -340,6 +341,8 @@ pub struct KernelSocket {
     session: String,
     kernel_id: String,
     token: String,
+    /// Set once the socket closed or the server said its kernel died.
+    lost: bool,
 }
 
 impl fmt::Debug for KernelSocket {
@@ -367,6 +370,7 @@ impl KernelSocket {
             loop {
                 let message = self.next_message().await?;
                 if let Some(lost) = kernel_lost(&message) {
+                    self.lost = true;
                     return Err(lost);
                 }
                 if run.accept(&message) {
@@ -462,6 +466,18 @@ impl KernelSocket {
             })
     }
 
+    /// The kernel this socket talks to.
+    pub fn kernel_id(&self) -> &str {
+        &self.kernel_id
+    }
+
+    /// Whether this socket closed, or saw the server say its kernel died: a restarted
+    /// kernel's first iopub messages can miss it, so the next request belongs on a new
+    /// socket ([`JupyterServer::connect_ready`]).
+    pub fn is_lost(&self) -> bool {
+        self.lost
+    }
+
     /// Closes the socket politely.
     ///
     /// Sends a close frame and waits up to two seconds for the server's;
@@ -493,10 +509,10 @@ impl KernelSocket {
                 format!("serializing {}: {e}", message.message_type()),
             )
         })?;
-        self.ws
-            .send(Message::text(text))
-            .await
-            .map_err(|e| ws_error(e, &self.token))?;
+        self.ws.send(Message::text(text)).await.map_err(|e| {
+            self.lost = true;
+            ws_error(e, &self.token)
+        })?;
         Ok(msg_id)
     }
 
@@ -504,8 +520,14 @@ impl KernelSocket {
     async fn next_message(&mut self) -> Result<JupyterMessage> {
         loop {
             let frame = match self.ws.next().await {
-                None => return Err(socket_closed()),
-                Some(frame) => frame.map_err(|e| ws_error(e, &self.token))?,
+                None => {
+                    self.lost = true;
+                    return Err(socket_closed());
+                }
+                Some(frame) => frame.map_err(|e| {
+                    self.lost = true;
+                    ws_error(e, &self.token)
+                })?,
             };
             match frame {
                 Message::Text(text) => {
@@ -513,7 +535,10 @@ impl KernelSocket {
                         return Ok(message);
                     }
                 }
-                Message::Close(_) => return Err(socket_closed()),
+                Message::Close(_) => {
+                    self.lost = true;
+                    return Err(socket_closed());
+                }
                 Message::Binary(bytes) => {
                     tracing::debug!(
                         len = bytes.len(),
@@ -1121,6 +1146,77 @@ mod tests {
             "{closed}"
         );
         closes.abort();
+    }
+
+    /// A socket whose kernel dies mid-request (the server's `restarting` status, sent with
+    /// no parent) fails that request and says it is lost; so does one the server closes.
+    /// One that only ran requests is not.
+    #[tokio::test]
+    async fn a_socket_that_saw_its_kernel_die_or_close_is_lost() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let stub = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                        return;
+                    };
+                    while let Some(Ok(Message::Text(text))) = ws.next().await {
+                        let request: serde_json::Value = serde_json::from_str(&text).unwrap();
+                        let parent = request["header"]["msg_id"].as_str().unwrap().to_owned();
+                        let code = request["content"]["code"].as_str().unwrap_or_default();
+                        if code == "die" {
+                            let mut died: serde_json::Value = serde_json::from_str(&frame(
+                                "",
+                                "iopub",
+                                "status",
+                                serde_json::json!({"execution_state": "restarting"}),
+                            ))
+                            .unwrap();
+                            died["parent_header"] = serde_json::json!({});
+                            let _ = ws.send(Message::text(died.to_string())).await;
+                            continue;
+                        }
+                        if code == "close" {
+                            let _ = ws.close(None).await;
+                            return;
+                        }
+                        for (channel, msg_type, content) in [
+                            (
+                                "shell",
+                                "execute_reply",
+                                serde_json::json!({"status": "ok", "execution_count": 1}),
+                            ),
+                            (
+                                "iopub",
+                                "status",
+                                serde_json::json!({"execution_state": "idle"}),
+                            ),
+                        ] {
+                            let _ = ws
+                                .send(Message::text(frame(&parent, channel, msg_type, content)))
+                                .await;
+                        }
+                    }
+                });
+            }
+        });
+        let server = JupyterServer::new(&url, "test-token");
+        let deadline = Duration::from_secs(30);
+
+        let mut socket = server.connect("k1").await.unwrap();
+        assert_eq!(socket.kernel_id(), "k1");
+        socket.execute("1+1", deadline).await.unwrap();
+        assert!(!socket.is_lost(), "a socket that only answered is not lost");
+        let died = socket.execute("die", deadline).await.unwrap_err();
+        assert!(died.to_string().contains("the kernel died"), "{died}");
+        assert!(socket.is_lost(), "a socket that saw its kernel die is lost");
+
+        let mut socket = server.connect("k1").await.unwrap();
+        let closed = socket.execute("close", deadline).await.unwrap_err();
+        assert_eq!(closed.kind, ErrorKind::Transport, "{closed}");
+        assert!(socket.is_lost(), "a socket the server closed is lost");
+        stub.abort();
     }
 
     fn feed(run: &mut Execution, frames: &[String]) -> Vec<bool> {

@@ -282,8 +282,9 @@ impl LocalRegistry {
     }
 
     /// How many access-log lines after byte `from` are a `method` of `path`'s manifest by
-    /// `digest` answered 200, made by the Docker engine (its user agent) when `by_engine`,
-    /// else by anyone else.
+    /// `digest` answered 200, made by the Docker engine when `by_engine` (its user agent:
+    /// `docker/…` from the classic builder and pulls, `containerd/…` from BuildKit's
+    /// resolver), else by anyone else.
     pub fn manifest_requests(
         &self,
         from: usize,
@@ -297,7 +298,10 @@ impl LocalRegistry {
             .get(from..)
             .unwrap_or_default()
             .lines()
-            .filter(|line| line.contains(&wanted) && line.contains("\"docker/") == by_engine)
+            .filter(|line| {
+                let engine = line.contains("\"docker/") || line.contains("\"containerd/");
+                line.contains(&wanted) && engine == by_engine
+            })
             .count()
     }
 

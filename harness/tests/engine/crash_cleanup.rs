@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use sandbox_providers::{BaseImage, BuildRequest, RunLabels};
+use sandbox_providers::docker::Builder;
+use sandbox_providers::{BaseImage, BuildRequest, Provider, RunLabels};
 
 /// The labels of image `id`, asked of the docker CLI.
 fn image_labels(id: &str) -> BTreeMap<String, String> {
@@ -45,15 +46,13 @@ fn environment(dir: &Path, body: &str) -> std::path::PathBuf {
     env
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_build_leaves_only_images_with_every_run_label() {
-    if !common::docker_or_skip("a_failed_build_leaves_only_images_with_every_run_label") {
-        return;
-    }
+/// Builds `RUN true` then `RUN false` with `builder`, and returns the run's labels and the
+/// images the failed build left under the run label (their ids), having removed them.
+async fn failed_build_leaves(builder: Builder, name: &str) -> (RunLabels, Vec<String>) {
     let root = common::root();
-    let dir = common::out_dir("failed-build-labels");
+    let dir = common::out_dir(name);
     let env = environment(&dir, "RUN true\nRUN false\n");
-    let provider = sandbox_matrix::run::variants::connect_docker(
+    let provider = sandbox_matrix::run::variants::docker_provider(
         &root,
         Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),
     )
@@ -71,8 +70,9 @@ async fn a_failed_build_leaves_only_images_with_every_run_label() {
         build_secrets: Vec::new(),
         labels: labels.clone(),
     };
-    let built = provider.build(&request, &|_: &str| {}).await;
-    assert!(built.is_err(), "RUN false must fail the build: {built:?}");
+    let built = provider
+        .build_with(&request, &|_: &str| {}, builder, false)
+        .await;
     let left = common::left_by_run(&labels.run_id);
     let expected = labels.to_map();
     let unlabelled: Vec<String> = left
@@ -87,12 +87,7 @@ async fn a_failed_build_leaves_only_images_with_every_run_label() {
         let _ = provider.delete_resource(resource).await;
     }
     let _ = std::fs::remove_dir_all(&dir);
-    // `RUN true` was committed before `RUN false` failed: that image must carry the run's
-    // labels, all of them, or neither cleanup nor sweep can find it.
-    assert!(
-        !left.is_empty(),
-        "the failed build left no image with the run label (its committed steps are unlabelled)"
-    );
+    assert!(built.is_err(), "RUN false must fail the build: {built:?}");
     assert!(
         unlabelled.is_empty(),
         "images without every run label: {unlabelled:?}"
@@ -100,6 +95,29 @@ async fn a_failed_build_leaves_only_images_with_every_run_label() {
     assert!(
         common::left_by_run(&labels.run_id).is_empty(),
         "cleanup by the run's labels left images behind"
+    );
+    (labels, left)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_build_leaves_only_images_with_every_run_label() {
+    if !common::docker_or_skip("a_failed_build_leaves_only_images_with_every_run_label") {
+        return;
+    }
+    // The classic builder committed `RUN true` before `RUN false` failed: that image must
+    // carry the run's labels, all of them, or neither cleanup nor sweep can find it.
+    let (_, left) = failed_build_leaves(Builder::Classic, "failed-build-labels-classic").await;
+    assert!(
+        !left.is_empty(),
+        "the failed classic build left no image with the run label (its committed steps are unlabelled)"
+    );
+    // BuildKit commits no intermediate image: a failed build leaves none at all.
+    let (labels, left) =
+        failed_build_leaves(Builder::BuildKit, "failed-build-labels-buildkit").await;
+    assert!(
+        left.is_empty(),
+        "the failed BuildKit build of {} left images: {left:?}",
+        labels.run_id
     );
 }
 

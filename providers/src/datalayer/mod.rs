@@ -165,8 +165,6 @@ pub struct DatalayerProvider {
     pulling: tokio::sync::Mutex<()>,
     /// The builder, chosen at the first build.
     builder: tokio::sync::OnceCell<Builder>,
-    /// The environment folders built so far.
-    built: Mutex<std::collections::HashSet<std::path::PathBuf>>,
 }
 
 impl std::fmt::Debug for DatalayerProvider {
@@ -186,24 +184,13 @@ impl DatalayerProvider {
             pushed: Mutex::new(HashMap::new()),
             pulling: tokio::sync::Mutex::new(()),
             builder: tokio::sync::OnceCell::new(),
-            built: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
     /// The builder: [`BUILDER_VAR`]'s, else BuildKit where the engine offers it.
     pub async fn builder(&self) -> Result<Builder> {
         self.builder
-            .get_or_try_init(|| async {
-                match std::env::var(BUILDER_VAR).as_deref().map(str::trim) {
-                    Err(_) | Ok("") => Ok(self.docker.offered_builder().await),
-                    Ok("buildkit") => Ok(Builder::BuildKit),
-                    Ok("classic") => Ok(Builder::Classic),
-                    Ok(other) => Err(ProviderError::new(
-                        ErrorKind::Config,
-                        format!("{BUILDER_VAR}={other:?}: expected `buildkit` or `classic`"),
-                    )),
-                }
-            })
+            .get_or_try_init(|| self.docker.builder_named_by(BUILDER_VAR))
             .await
             .copied()
     }
@@ -414,28 +401,7 @@ impl Provider for DatalayerProvider {
     async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact> {
         let started = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
         let builder = self.builder().await?;
-        // BuildKit's cache outlives a run, where the classic builder's (the run's own
-        // intermediate images) goes with it: a run's first build of an environment starts
-        // from the base, as it would on a fresh engine; a rebuild may use the cache.
-        let first = self
-            .built
-            .lock()
-            .expect("built environments lock")
-            .insert(request.environment_dir.clone());
-        let use_cache = builder == Builder::Classic || !first;
-        log(&format!(
-            "builder: {}{}",
-            builder.describe(),
-            if use_cache {
-                ""
-            } else {
-                ", its cache not used: this run's first build of the environment"
-            }
-        ));
-        let built = self
-            .docker
-            .build_with(request, log, builder, use_cache)
-            .await?;
+        let built = self.docker.build_environment(request, log, builder).await?;
         let (reference, pushed) = self.push(request, &built.id, &started, log).await?;
         let artifact = Artifact {
             id: reference.to_string(),

@@ -7,8 +7,8 @@
 pub mod base;
 pub mod pull;
 
-use std::collections::HashMap;
-use std::path::Path;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -58,6 +58,10 @@ const EXIT_POLL: Duration = Duration::from_millis(250);
 const EXIT_LOG_LINES: usize = 20;
 /// How long one piece of code may run on the kernel.
 const EXECUTE_DEADLINE: Duration = Duration::from_secs(300);
+/// Which builder the docker variant builds environments with: `buildkit` or `classic`;
+/// unset, BuildKit where the engine offers it ([`DockerProvider::offered_builder`]), else
+/// the classic builder.
+pub const BUILDER_VAR: &str = "SANDBOX_MATRIX_DOCKER_BUILDER";
 /// Registry address under which build secrets are handed to the builder, as a registry
 /// login would be; `.invalid` never resolves.
 const CANARY_REGISTRY: &str = "build-secrets.invalid";
@@ -111,6 +115,10 @@ pub struct DockerProvider {
     contexts: Mutex<HashMap<(String, String), SharedSocket>>,
     /// How the local base was made, once [`DockerProvider::ensure_base`] made or reused it.
     made_from: Mutex<Option<MadeFrom>>,
+    /// The builder of [`Provider::build`], chosen at the first build.
+    builder: tokio::sync::OnceCell<Builder>,
+    /// The environment folders built so far, by [`DockerProvider::build_environment`].
+    built: Mutex<HashSet<PathBuf>>,
 }
 
 /// A kernel socket several tasks may take turns on.
@@ -159,6 +167,49 @@ impl DockerProvider {
         } else {
             Builder::Classic
         }
+    }
+
+    /// The builder the environment variable `var` names (`buildkit` or `classic`); unset
+    /// or empty, [`DockerProvider::offered_builder`].
+    pub async fn builder_named_by(&self, var: &str) -> Result<Builder> {
+        match std::env::var(var).as_deref().map(str::trim) {
+            Err(_) | Ok("") => Ok(self.offered_builder().await),
+            Ok("buildkit") => Ok(Builder::BuildKit),
+            Ok("classic") => Ok(Builder::Classic),
+            Ok(other) => Err(ProviderError::new(
+                ErrorKind::Config,
+                format!("{var}={other:?}: expected `buildkit` or `classic`"),
+            )),
+        }
+    }
+
+    /// Builds an environment with `builder`, saying which in the log. BuildKit's cache
+    /// outlives a run, where the classic builder's (the run's own intermediate images,
+    /// which cleanup removes) goes with it: this provider's first build of an environment
+    /// starts from the base, as it would on a fresh engine; a later one (a rebuild) may
+    /// use the cache.
+    pub async fn build_environment(
+        &self,
+        request: &BuildRequest,
+        log: &LogFn,
+        builder: Builder,
+    ) -> Result<Artifact> {
+        let first = self
+            .built
+            .lock()
+            .expect("built environments lock")
+            .insert(request.environment_dir.clone());
+        let use_cache = builder == Builder::Classic || !first;
+        log(&format!(
+            "builder: {}{}",
+            builder.describe(),
+            if use_cache {
+                ""
+            } else {
+                ", its cache not used: this run's first build of the environment"
+            }
+        ));
+        self.build_with(request, log, builder, use_cache).await
     }
 
     /// Builds `request` as [`Provider::build`] does, with `builder`, from the engine's
@@ -298,6 +349,8 @@ impl DockerProvider {
             sandboxes: Mutex::new(HashMap::new()),
             made_from: Mutex::new(None),
             contexts: Mutex::new(HashMap::new()),
+            builder: tokio::sync::OnceCell::new(),
+            built: Mutex::new(HashSet::new()),
         })
     }
 
@@ -659,7 +712,11 @@ impl Provider for DockerProvider {
     }
 
     async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact> {
-        self.build_with(request, log, Builder::Classic, true).await
+        let builder = *self
+            .builder
+            .get_or_try_init(|| self.builder_named_by(BUILDER_VAR))
+            .await?;
+        self.build_environment(request, log, builder).await
     }
 
     /// The credential goes into the build's registry config for its registry, so the

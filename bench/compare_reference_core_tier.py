@@ -69,7 +69,8 @@ def reference_once():
     created = time.monotonic()
     container = docker(
         "run", "-d", "--label", LABEL, "-e", f"JUPYTER_TOKEN={token}", "-p", "127.0.0.1::8888", IMAGE,
-        "jupyter", "server", "--ServerApp.ip=0.0.0.0", "--ServerApp.port=8888",
+        # The server's own executable, as sandbox-matrix's docker variant starts it.
+        "jupyter-server", "--ServerApp.ip=0.0.0.0", "--ServerApp.port=8888",
         "--ServerApp.open_browser=False", "--ServerApp.root_dir=/home/datalayer",
     )
     try:

@@ -1,6 +1,7 @@
 //! The runner's own guarantees, shown with a scripted provider (no engine needed): a step
 //! that panics or hangs fails with the reason, later steps are skipped with a reason, and
-//! cleanup still runs and deletes what was created.
+//! cleanup still runs and deletes what was created; a floor is measured once per artifact
+//! and run.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,6 +31,8 @@ struct Scripted {
     resources: Mutex<Vec<Resource>>,
     /// The restart step's marker, kept between calls as a kernel keeps it.
     marker: Mutex<Option<String>>,
+    /// How many floors it measured.
+    floors: Mutex<u32>,
 }
 
 #[async_trait]
@@ -46,7 +49,7 @@ impl Provider for Scripted {
             exec_as_root: false,
             doctor_scan: false,
             artifact_metadata: false,
-            floor: false,
+            floor: true,
             concurrent_contexts: 1,
             stateful_code: true,
             shutdown: ShutdownObservation::Signal,
@@ -126,7 +129,12 @@ impl Provider for Scripted {
     }
 
     async fn floor(&self, _: &Artifact, _: &RunLabels) -> Result<Vec<Timing>> {
-        Err(ProviderError::unsupported("measure a floor"))
+        *self.floors.lock().unwrap() += 1;
+        Ok(vec![Timing {
+            name: "floor-kernel".into(),
+            duration: Duration::from_millis(1_500),
+            resolution: None,
+        }])
     }
 
     async fn list_resources(&self, _: &RunLabels) -> Result<Vec<Resource>> {
@@ -145,22 +153,36 @@ impl EventSink for Quiet {
     fn emit(&self, _: &RunEvent) {}
 }
 
-async fn run(fault: Fault, scenario: &str) -> (ScenarioResult, Arc<Scripted>) {
-    let provider = Arc::new(Scripted {
+fn scripted(fault: Fault) -> Arc<Scripted> {
+    Arc::new(Scripted {
         fault,
         resources: Mutex::new(Vec::new()),
         marker: Mutex::new(None),
-    });
-    // The build step lints the environment's Dockerfile first: give it the project's own.
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/t.yaml");
-    let scenario = Scenario::parse(&path, scenario).expect("scenario parses");
-    let runner = Runner::new(
+        floors: Mutex::new(0),
+    })
+}
+
+fn runner() -> Runner {
+    Runner::new(
         "run-1".into(),
         fake_canary(),
         Arc::new(Quiet),
         CancellationToken::new(),
-    );
-    let result = runner.run_scenario(provider.clone(), &scenario, None).await;
+    )
+}
+
+/// `text` as a scenario file of `scenarios/`, so that the build step lints the project's
+/// own reference environment.
+fn scenario(text: &str) -> Scenario {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/t.yaml");
+    Scenario::parse(&path, text).expect("scenario parses")
+}
+
+async fn run(fault: Fault, text: &str) -> (ScenarioResult, Arc<Scripted>) {
+    let provider = scripted(fault);
+    let result = runner()
+        .run_scenario(provider.clone(), &scenario(text), None)
+        .await;
     (result, provider)
 }
 
@@ -259,5 +281,38 @@ async fn a_refused_dockerfile_fails_build_before_the_provider_builds() {
     assert!(
         provider.resources.lock().unwrap().is_empty(),
         "nothing was built"
+    );
+}
+
+#[tokio::test]
+async fn a_floor_is_measured_once_per_artifact_and_run() {
+    let provider = scripted(Fault::PanicOnRestart);
+    let runner = runner();
+    let first_result = "name: NAME\nenvironment: ../fixtures/environments/reference\nsteps:\n  - step: build\n    budget: 5s\n  - step: launch\n    budget: 1s\n  - step: first-result\n    budget: 5s\n";
+    let mut results = Vec::new();
+    for name in ["one", "two"] {
+        let scenario = scenario(&first_result.replace("NAME", name));
+        results.push(runner.run_scenario(provider.clone(), &scenario, None).await);
+    }
+    assert_eq!(
+        *provider.floors.lock().unwrap(),
+        1,
+        "one artifact, one floor"
+    );
+    let first = results[0].step("first-result").expect("first-result");
+    assert_eq!(first.status, StepStatus::Passed);
+    assert!(
+        first.timings.iter().any(|t| t.name == "floor-kernel"),
+        "{first:?}"
+    );
+    let second = results[1].step("first-result").expect("first-result");
+    assert_eq!(second.status, StepStatus::Passed);
+    assert!(second.timings.iter().all(|t| t.name != "floor-kernel"));
+    assert!(
+        second
+            .log
+            .contains(&"floor: measured once per artifact and run, in scenario `one`".to_owned()),
+        "{:?}",
+        second.log
     );
 }

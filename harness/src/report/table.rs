@@ -538,7 +538,7 @@ fn create_to_first_result<'a>(scenarios: &[&'a ScenarioResult]) -> Timed<'a> {
             (_, Some(timing)) => Some(Timed::Value {
                 from: scenario,
                 value: timing_cell(timing),
-                rest: floor_ratio(scenario, timing),
+                rest: floor_ratio(scenarios, scenario, timing),
             }),
             (Some(StepStatus::Skipped { .. }), None) => Some(Timed::Text("skipped".to_owned())),
             (Some(StepStatus::Passed) | None, None) => None,
@@ -547,16 +547,38 @@ fn create_to_first_result<'a>(scenarios: &[&'a ScenarioResult]) -> Timed<'a> {
     cell.unwrap_or_else(|| Timed::Text(NOTHING.to_owned()))
 }
 
-/// ` · ×1.21 the kernel's floor`: create-to-first over the same scenario's kernel floor
-/// (container create to a bare kernel's first answer), or nothing without one.
-fn floor_ratio(scenario: &ScenarioResult, create_to_first: &Timing) -> String {
+/// ` · ×1.21 the kernel's floor`: create-to-first over the kernel floor (container create
+/// to a bare kernel's first answer) of the same scenario, else of another of `scenarios`
+/// that launched the same artifact (the floor is measured once per artifact and run), or
+/// nothing without one.
+fn floor_ratio(
+    scenarios: &[&ScenarioResult],
+    scenario: &ScenarioResult,
+    create_to_first: &Timing,
+) -> String {
     if !scenario.source.is_measured() {
         return String::new();
     }
-    scenario
-        .step("first-result")
-        .and_then(|step| step.timings.iter().find(|t| t.name == "floor-kernel"))
-        .filter(|floor| !floor.duration.is_zero())
+    let kernel_floor = |s: &&ScenarioResult| {
+        s.step("first-result")?
+            .timings
+            .iter()
+            .find(|t| t.name == "floor-kernel")
+            .filter(|floor| !floor.duration.is_zero())
+            .cloned()
+    };
+    let same_artifact = |s: &&&ScenarioResult| {
+        s.source.is_measured()
+            && scenario.artifact_id.is_some()
+            && s.artifact_id == scenario.artifact_id
+    };
+    kernel_floor(&scenario)
+        .or_else(|| {
+            scenarios
+                .iter()
+                .filter(same_artifact)
+                .find_map(kernel_floor)
+        })
         .map(|floor| {
             format!(
                 " · ×{:.2} the kernel's floor",
@@ -1044,6 +1066,44 @@ mod tests {
         assert_eq!(
             row(&table, "Scenario"),
             ["fail (secrets: secrets-scan, lifecycle: shutdown)"]
+        );
+    }
+
+    #[test]
+    fn the_floor_ratio_takes_the_floor_measured_for_the_same_artifact_elsewhere() {
+        let first_result = |timings| step("first-result", StepStatus::Passed, 10, 60, timings, &[]);
+        let with = |name: &str, artifact: &str, timings| ScenarioResult {
+            artifact_id: Some(artifact.to_owned()),
+            steps: vec![first_result(timings)],
+            timings: vec![timing(CREATE_TO_FIRST_RESULT, 3_000, None)],
+            ..scenario("docker", name)
+        };
+        // The first scenario with a first result has no floor of its own: the run measured
+        // it with another scenario of the same artifact.
+        let measured_later = vec![
+            with("extended-tier", "sha256:0abc", vec![]),
+            with(
+                "lifecycle",
+                "sha256:0abc",
+                vec![timing("floor-kernel", 2_000, None)],
+            ),
+        ];
+        assert_eq!(
+            row(&render(&run(measured_later)), "Create to first 1+1"),
+            ["3.00 s · ×1.50 the kernel's floor"]
+        );
+        // Another artifact's floor is not this one's.
+        let other_artifact = vec![
+            with("extended-tier", "sha256:0abc", vec![]),
+            with(
+                "lifecycle",
+                "sha256:0def",
+                vec![timing("floor-kernel", 2_000, None)],
+            ),
+        ];
+        assert_eq!(
+            row(&render(&run(other_artifact)), "Create to first 1+1"),
+            ["3.00 s"]
         );
     }
 

@@ -1,6 +1,7 @@
 //! The runner: runs each scenario's steps in order against a provider, with a deadline per
 //! step, and always cleans up — after a failed step, a panic inside a step, or Ctrl-C.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -47,6 +48,9 @@ pub struct Runner {
     ledger: OnceLock<Arc<Ledger>>,
     interrupted_by: Arc<OnceLock<String>>,
     shared: Arc<SharedBuilds>,
+    /// The scenario that measured each (variant, artifact id)'s floor: a floor is the
+    /// image's, so it is measured once per artifact and run.
+    floors: Mutex<HashMap<(String, String), String>>,
 }
 
 /// A check of the transport behind a scenario, run after its cleanup and reported as one
@@ -127,6 +131,7 @@ impl Runner {
             ledger: OnceLock::new(),
             interrupted_by: Arc::default(),
             shared: Arc::default(),
+            floors: Mutex::default(),
         };
         runner.scenario_volatiles();
         runner
@@ -547,12 +552,25 @@ impl Runner {
                 .artifact
                 .clone();
             if let Some(artifact) = artifact {
-                match self
-                    .measure_floor(run.provider, &artifact, run.labels)
-                    .await
-                {
-                    Ok(timings) => result.timings.extend(timings),
-                    Err(reason) => result.log.push(reason),
+                let key = (run.labels.variant.clone(), artifact.id.clone());
+                let measured_in = self.floors.lock().expect("floors lock").get(&key).cloned();
+                match measured_in {
+                    Some(scenario) => result.log.push(format!(
+                        "floor: measured once per artifact and run, in scenario `{scenario}`"
+                    )),
+                    None => match self
+                        .measure_floor(run.provider, &artifact, run.labels)
+                        .await
+                    {
+                        Ok(timings) => {
+                            result.timings.extend(timings);
+                            self.floors
+                                .lock()
+                                .expect("floors lock")
+                                .insert(key, run.scenario.name.clone());
+                        }
+                        Err(reason) => result.log.push(reason),
+                    },
                 }
             }
         }

@@ -165,6 +165,8 @@ pub struct DatalayerProvider {
     pulling: tokio::sync::Mutex<()>,
     /// The builder, chosen at the first build.
     builder: tokio::sync::OnceCell<Builder>,
+    /// The gzipped form of every layer pushed to the repository, by diff id.
+    layers: Mutex<HashMap<String, oci::PushedLayer>>,
 }
 
 impl std::fmt::Debug for DatalayerProvider {
@@ -184,6 +186,7 @@ impl DatalayerProvider {
             pushed: Mutex::new(HashMap::new()),
             pulling: tokio::sync::Mutex::new(()),
             builder: tokio::sync::OnceCell::new(),
+            layers: Mutex::new(HashMap::new()),
         }
     }
 
@@ -245,10 +248,11 @@ impl DatalayerProvider {
             ));
         }
         let platform = oci::platform(&exported.config)?;
-        let (manifest, blobs, installed) = tokio::task::spawn_blocking(move || {
+        let held = self.layers_held(&exported.diff_ids()?).await?;
+        let (image, installed) = tokio::task::spawn_blocking(move || {
             let installed = attest::installed(&exported.layers)?;
-            let (manifest, blobs) = oci::image_manifest(&exported)?;
-            Ok::<_, ProviderError>((manifest, blobs, installed))
+            let image = oci::image_manifest(&exported, &held)?;
+            Ok::<_, ProviderError>((image, installed))
         })
         .await
         .map_err(|e| ProviderError::new(ErrorKind::Protocol, format!("packing layers: {e}")))??;
@@ -261,11 +265,11 @@ impl DatalayerProvider {
         let subject = attest::Subject {
             name: format!(
                 "pkg:docker/{repository}@{}?platform={}%2F{}",
-                manifest.digest,
+                image.manifest.digest,
                 platform["os"].as_str().unwrap_or_default(),
                 platform["architecture"].as_str().unwrap_or_default()
             ),
-            digest: manifest.digest.clone(),
+            digest: image.manifest.digest.clone(),
         };
         let now = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
         let mut build_arg_names: Vec<String> = request
@@ -299,9 +303,15 @@ impl DatalayerProvider {
                 attest::provenance(&subject, &provenance),
             ),
         ];
-        let image_manifest = manifest.digest.clone();
-        let artifact = oci::assemble(manifest, blobs, platform, &statements);
+        let image_manifest = image.manifest.digest.clone();
+        let (layers, reused) = (image.layers.clone(), image.reused);
+        let artifact = oci::assemble(image, platform, &statements);
         let reference = oci::push(repository, &self.settings.push, &artifact).await?;
+        let count = layers.len();
+        self.layers
+            .lock()
+            .expect("pushed layers lock")
+            .extend(layers);
         let pushed = Pushed {
             image_id: image_id.to_owned(),
             image_manifest,
@@ -310,12 +320,39 @@ impl DatalayerProvider {
             pulled: false,
         };
         log(&format!(
-            "pushed {reference} as {} ({} bytes) in {:.1} s",
+            "pushed {reference} as {} ({} bytes) in {:.1} s{}",
             self.settings.push.username,
             pushed.size,
-            pushed.push.as_secs_f64()
+            pushed.push.as_secs_f64(),
+            if reused > 0 {
+                format!(
+                    "; {reused} of {count} layers already in the registry, named and not gzipped or uploaded again"
+                )
+            } else {
+                String::new()
+            }
         ));
         Ok((reference, pushed))
+    }
+
+    /// The layers among `diff_ids` that this provider pushed before and the repository
+    /// still holds, as a registry client remembers its layers' digests so that a push
+    /// compresses and uploads only what is new.
+    async fn layers_held(&self, diff_ids: &[String]) -> Result<HashMap<String, oci::PushedLayer>> {
+        let known: HashMap<String, oci::PushedLayer> = {
+            let layers = self.layers.lock().expect("pushed layers lock");
+            diff_ids
+                .iter()
+                .filter_map(|id| Some((id.clone(), layers.get(id)?.clone())))
+                .collect()
+        };
+        let digests: Vec<String> = known.values().map(|l| l.digest.clone()).collect();
+        let held =
+            oci::blobs_held(&self.settings.repository, &self.settings.push, &digests).await?;
+        Ok(known
+            .into_iter()
+            .filter(|(_, layer)| held.contains(&layer.digest))
+            .collect())
     }
 
     /// Removes the local copy of `pushed`'s image, pulls `reference` by digest as the

@@ -8,7 +8,7 @@
 //! (`application/vnd.in-toto+json`, annotated `in-toto.io/predicate-type`). Every blob and
 //! manifest is pushed by digest with oci-client; nothing is tagged.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 
 use bollard::Docker;
@@ -89,6 +89,44 @@ pub struct Exported {
     pub layers: Vec<Bytes>,
 }
 
+impl Exported {
+    /// The digests of the layers' uncompressed tars, lowest first, as the config lists them
+    /// (its `rootfs.diff_ids`), one for each exported layer.
+    pub fn diff_ids(&self) -> Result<Vec<String>> {
+        let config: Value = serde_json::from_slice(&self.config).map_err(|e| {
+            ProviderError::new(
+                ErrorKind::Protocol,
+                format!("the image config is not JSON: {e}"),
+            )
+        })?;
+        let ids: Option<Vec<String>> = config["rootfs"]["diff_ids"].as_array().and_then(|ids| {
+            ids.iter()
+                .map(|id| id.as_str().map(str::to_owned))
+                .collect()
+        });
+        match ids {
+            Some(ids) if ids.len() == self.layers.len() => Ok(ids),
+            _ => Err(ProviderError::new(
+                ErrorKind::Protocol,
+                format!(
+                    "the image config's rootfs.diff_ids do not name its {} layers",
+                    self.layers.len()
+                ),
+            )),
+        }
+    }
+}
+
+/// A gzipped layer the repository holds: its digest and size, found by the digest of its
+/// uncompressed tar (its diff id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushedLayer {
+    /// `sha256:<hex>` of the gzipped layer.
+    pub digest: String,
+    /// Bytes of the gzipped layer.
+    pub size: u64,
+}
+
 /// Exports image `id` from the engine (`docker save`) and reads its config and layers.
 pub async fn export(docker: &Docker, id: &str) -> Result<Exported> {
     let mut stream = docker.export_image(id);
@@ -165,8 +203,10 @@ fn read_saved(tarball: &[u8], id: &str) -> Result<Exported> {
 
 /// An index, its manifests and every blob they name, ready to push.
 pub struct OciArtifact {
-    /// Layers and configs, of the image and of the attestation manifest.
+    /// Layers and configs, of the image and of the attestation manifest, to push.
     pub blobs: Vec<Blob>,
+    /// Bytes of the image's layers the repository holds already: named, not pushed again.
+    pub held: u64,
     /// The image manifest.
     pub image_manifest: Blob,
     /// The attestation manifest.
@@ -176,38 +216,87 @@ pub struct OciArtifact {
 }
 
 impl OciArtifact {
-    /// Bytes of everything pushed: blobs, manifests and index.
+    /// Bytes of the whole artifact: blobs (those held already included), manifests and
+    /// index.
     pub fn size(&self) -> u64 {
         let blobs: usize = self.blobs.iter().map(|b| b.data.len()).sum();
         (blobs
             + self.image_manifest.data.len()
             + self.attestation_manifest.data.len()
             + self.index.data.len()) as u64
+            + self.held
     }
 }
 
-/// The image's manifest from `exported`, gzipping its layers (fast level), and the blobs it
-/// names.
-pub fn image_manifest(exported: &Exported) -> Result<(Blob, Vec<Blob>)> {
+/// The image packed for a push: its manifest, the blobs to push, and each layer's diff id
+/// with its gzipped form.
+pub struct PackedImage {
+    /// The image manifest.
+    pub manifest: Blob,
+    /// The layers gzipped here and the config.
+    pub blobs: Vec<Blob>,
+    /// Every layer, lowest first: its diff id and its gzipped form.
+    pub layers: Vec<(String, PushedLayer)>,
+    /// How many layers were `held` instead of gzipped.
+    pub reused: usize,
+    /// Bytes of those layers.
+    pub held: u64,
+}
+
+/// The image's manifest from `exported`, gzipping its layers (fast level), except those
+/// whose diff id `held` names (the repository holds their gzipped form already, as a
+/// registry client keeps its layers' digests to push only what is new).
+pub fn image_manifest(
+    exported: &Exported,
+    held: &HashMap<String, PushedLayer>,
+) -> Result<PackedImage> {
+    let diff_ids = exported.diff_ids()?;
     let mut blobs = Vec::new();
-    for (i, layer) in exported.layers.iter().enumerate() {
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        gz.write_all(layer)
-            .and_then(|()| gz.finish())
-            .map(|data| blobs.push(Blob::new(LAYER_TYPE, data)))
-            .map_err(|e| {
-                ProviderError::new(ErrorKind::Protocol, format!("gzipping layer {i}: {e}"))
-            })?;
+    let mut layers = Vec::new();
+    let (mut reused, mut held_bytes) = (0, 0);
+    for (i, (layer, diff_id)) in exported.layers.iter().zip(diff_ids).enumerate() {
+        let pushed = match held.get(&diff_id) {
+            Some(pushed) => {
+                reused += 1;
+                held_bytes += pushed.size;
+                pushed.clone()
+            }
+            None => {
+                let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+                let blob = gz
+                    .write_all(layer)
+                    .and_then(|()| gz.finish())
+                    .map(|data| Blob::new(LAYER_TYPE, data))
+                    .map_err(|e| {
+                        ProviderError::new(ErrorKind::Protocol, format!("gzipping layer {i}: {e}"))
+                    })?;
+                let pushed = PushedLayer {
+                    digest: blob.digest.clone(),
+                    size: blob.data.len() as u64,
+                };
+                blobs.push(blob);
+                pushed
+            }
+        };
+        layers.push((diff_id, pushed));
     }
     let config = Blob::new(CONFIG_TYPE, exported.config.clone());
     let manifest = json!({
         "schemaVersion": 2,
         "mediaType": MANIFEST_TYPE,
         "config": config.descriptor(),
-        "layers": blobs.iter().map(Blob::descriptor).collect::<Vec<_>>(),
+        "layers": layers.iter().map(|(_, layer)| json!({
+            "mediaType": LAYER_TYPE, "digest": layer.digest, "size": layer.size,
+        })).collect::<Vec<_>>(),
     });
     blobs.push(config);
-    Ok((Blob::new(MANIFEST_TYPE, manifest.to_string()), blobs))
+    Ok(PackedImage {
+        manifest: Blob::new(MANIFEST_TYPE, manifest.to_string()),
+        blobs,
+        layers,
+        reused,
+        held: held_bytes,
+    })
 }
 
 /// The image's platform from its config: `os`, `architecture` and `variant` when given.
@@ -234,12 +323,13 @@ pub fn platform(config: &[u8]) -> Result<Value> {
 
 /// The whole artifact: the image manifest and its blobs, an attestation manifest of
 /// `statements` (in-toto statements, each with its predicate type) about it, and the index.
-pub fn assemble(
-    image_manifest: Blob,
-    mut blobs: Vec<Blob>,
-    platform: Value,
-    statements: &[(&str, Value)],
-) -> OciArtifact {
+pub fn assemble(image: PackedImage, platform: Value, statements: &[(&str, Value)]) -> OciArtifact {
+    let PackedImage {
+        manifest: image_manifest,
+        mut blobs,
+        held,
+        ..
+    } = image;
     let layers: Vec<Blob> = statements
         .iter()
         .map(|(_, s)| Blob::new(IN_TOTO_TYPE, s.to_string()))
@@ -285,6 +375,7 @@ pub fn assemble(
     blobs.push(config);
     OciArtifact {
         blobs,
+        held,
         image_manifest,
         attestation_manifest,
         index: Blob::new(INDEX_TYPE, index.to_string()),
@@ -382,6 +473,47 @@ pub async fn push(
             .map_err(failed(format!("manifest {}", manifest.digest)))?;
     }
     Ok(repository.at(&artifact.index.digest))
+}
+
+/// Which of `digests` the repository holds, asked with `credential` (a HEAD of each blob).
+pub async fn blobs_held(
+    repository: &Repository,
+    credential: &RegistryCredential,
+    digests: &[String],
+) -> Result<HashSet<String>> {
+    let Some(first) = digests.first() else {
+        return Ok(HashSet::new());
+    };
+    let client = client(&repository.registry)?;
+    let failed = |e: oci_client::errors::OciDistributionError| {
+        ProviderError::new(
+            ErrorKind::Api,
+            format!(
+                "asking registry {} as {} for the layers it holds: {e}",
+                repository.registry, credential.username
+            ),
+        )
+    };
+    let reference = Reference::with_digest(
+        repository.registry.clone(),
+        repository.path.clone(),
+        first.clone(),
+    );
+    client
+        .auth(&reference, &auth(credential), RegistryOperation::Push)
+        .await
+        .map_err(failed)?;
+    let mut held = HashSet::new();
+    for digest in digests {
+        if client
+            .blob_exists(&reference, digest)
+            .await
+            .map_err(failed)?
+        {
+            held.insert(digest.clone());
+        }
+    }
+    Ok(held)
 }
 
 /// Longest a login check may take.
@@ -532,14 +664,15 @@ mod tests {
     #[test]
     fn the_index_holds_the_image_and_its_attestation_as_buildkit_lays_them_out() {
         let exported = Exported {
-            config: Bytes::from_static(br#"{"os":"linux","architecture":"amd64"}"#),
+            config: Bytes::from_static(
+                br#"{"os":"linux","architecture":"amd64","rootfs":{"diff_ids":["sha256:1"]}}"#,
+            ),
             layers: vec![Bytes::from_static(b"layer")],
         };
-        let (manifest, blobs) = image_manifest(&exported).unwrap();
+        let image = image_manifest(&exported, &HashMap::new()).unwrap();
         let platform = platform(&exported.config).unwrap();
         let artifact = assemble(
-            manifest,
-            blobs,
+            image,
             platform,
             &[("https://spdx.dev/Document", json!({"_type": "x"}))],
         );
@@ -560,5 +693,52 @@ mod tests {
         assert_eq!(attestation["layers"][0]["mediaType"], IN_TOTO_TYPE);
         assert_eq!(artifact.blobs.len(), 4, "layer, config, statement, config");
         assert!(super::platform(b"{}").is_err());
+    }
+
+    #[test]
+    fn a_layer_the_repository_holds_is_named_not_gzipped_again() {
+        let exported = Exported {
+            config: Bytes::from_static(
+                br#"{"os":"linux","architecture":"amd64","rootfs":{"diff_ids":["sha256:a","sha256:b"]}}"#,
+            ),
+            layers: vec![
+                Bytes::from(vec![7u8; 4096]),
+                Bytes::from_static(b"the layer on top"),
+            ],
+        };
+        let first = image_manifest(&exported, &HashMap::new()).unwrap();
+        assert_eq!((first.reused, first.held), (0, 0));
+        assert_eq!(first.blobs.len(), 3, "two layers and the config");
+        // The repository holds the lower layer: the same manifest, without its blob.
+        let held: HashMap<String, PushedLayer> = first.layers[..1].iter().cloned().collect();
+        let again = image_manifest(&exported, &held).unwrap();
+        assert_eq!(again.manifest.digest, first.manifest.digest);
+        assert_eq!(again.layers, first.layers);
+        assert_eq!((again.reused, again.held), (1, first.layers[0].1.size));
+        let pushed: Vec<&str> = again.blobs.iter().map(|b| b.digest.as_str()).collect();
+        assert_eq!(pushed, [&first.blobs[1].digest, &first.blobs[2].digest]);
+        let size = |image| assemble(image, json!({}), &[]).size();
+        let first_size = size(first);
+        assert_eq!(
+            size(again),
+            first_size,
+            "the artifact's size counts held layers"
+        );
+    }
+
+    #[test]
+    fn a_config_whose_diff_ids_do_not_match_its_layers_is_refused() {
+        for config in [
+            &br#"{"rootfs":{"diff_ids":["sha256:a","sha256:b"]}}"#[..],
+            br#"{"rootfs":{}}"#,
+            br#"{"rootfs":{"diff_ids":[1]}}"#,
+            b"not json",
+        ] {
+            let exported = Exported {
+                config: Bytes::copy_from_slice(config),
+                layers: vec![Bytes::from_static(b"one")],
+            };
+            assert!(exported.diff_ids().is_err(), "{config:?}");
+        }
     }
 }

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 enum Fault {
     PanicOnRestart,
     HangOnLaunch,
+    FirstFloorFails,
 }
 
 /// A provider whose resources are a list in memory; it misbehaves as scripted.
@@ -129,7 +130,14 @@ impl Provider for Scripted {
     }
 
     async fn floor(&self, _: &Artifact, _: &RunLabels) -> Result<Vec<Timing>> {
-        *self.floors.lock().unwrap() += 1;
+        let mut floors = self.floors.lock().unwrap();
+        *floors += 1;
+        if self.fault == Fault::FirstFloorFails && *floors == 1 {
+            return Err(ProviderError::new(
+                sandbox_providers::ErrorKind::Transport,
+                "the scripted floor's container did not start",
+            ));
+        }
         Ok(vec![Timing {
             name: "floor-kernel".into(),
             duration: Duration::from_millis(1_500),
@@ -284,9 +292,10 @@ async fn a_refused_dockerfile_fails_build_before_the_provider_builds() {
     );
 }
 
-#[tokio::test]
-async fn a_floor_is_measured_once_per_artifact_and_run() {
-    let provider = scripted(Fault::PanicOnRestart);
+/// Runs scenarios `one` and `two` (build, launch, first-result) with one runner on a
+/// scripted provider with `fault`: their results and the provider.
+async fn two_first_results(fault: Fault) -> (Vec<ScenarioResult>, Arc<Scripted>) {
+    let provider = scripted(fault);
     let runner = runner();
     let first_result = "name: NAME\nenvironment: ../fixtures/environments/reference\nsteps:\n  - step: build\n    budget: 5s\n  - step: launch\n    budget: 1s\n  - step: first-result\n    budget: 5s\n";
     let mut results = Vec::new();
@@ -294,6 +303,12 @@ async fn a_floor_is_measured_once_per_artifact_and_run() {
         let scenario = scenario(&first_result.replace("NAME", name));
         results.push(runner.run_scenario(provider.clone(), &scenario, None).await);
     }
+    (results, provider)
+}
+
+#[tokio::test]
+async fn a_floor_is_measured_once_per_artifact_and_run() {
+    let (results, provider) = two_first_results(Fault::PanicOnRestart).await;
     assert_eq!(
         *provider.floors.lock().unwrap(),
         1,
@@ -314,5 +329,30 @@ async fn a_floor_is_measured_once_per_artifact_and_run() {
             .contains(&"floor: measured once per artifact and run, in scenario `one`".to_owned()),
         "{:?}",
         second.log
+    );
+}
+
+#[tokio::test]
+async fn a_floor_that_failed_is_measured_again_with_the_next_first_result() {
+    let (results, provider) = two_first_results(Fault::FirstFloorFails).await;
+    assert_eq!(*provider.floors.lock().unwrap(), 2);
+    let first = results[0].step("first-result").expect("first-result");
+    assert_eq!(
+        first.status,
+        StepStatus::Passed,
+        "a floor never fails its step"
+    );
+    assert!(
+        first
+            .log
+            .iter()
+            .any(|l| l.starts_with("floor not measured:") && l.contains("did not start")),
+        "{:?}",
+        first.log
+    );
+    let second = results[1].step("first-result").expect("first-result");
+    assert!(
+        second.timings.iter().any(|t| t.name == "floor-kernel"),
+        "{second:?}"
     );
 }

@@ -422,9 +422,25 @@ impl Emulator {
             return refused(404, &format!("no runtime with pod_name {pod}"));
         };
         let docker = &self.inner.docker;
-        let _ = docker
-            .shutdown(&runtime.inner, Duration::from_secs(10))
-            .await;
+        let grace = Duration::from_secs(10);
+        let stopping = std::time::Instant::now();
+        let stopped = docker.shutdown(&runtime.inner, grace).await;
+        let took = stopping.elapsed();
+        // A sandbox that outlived its grace is the platform's to explain: what its server
+        // said last goes to the emulator's log.
+        if took >= grace || stopped.is_err() {
+            let lines = docker.last_log_lines(&runtime.inner.0).await;
+            eprintln!(
+                "emulate datalayer: runtime {pod} took {:.2} s to stop ({}); its last {} log lines:\n  {}",
+                took.as_secs_f64(),
+                match &stopped {
+                    Ok(report) => format!("{:?}, exit code {:?}", report.ending, report.exit_code),
+                    Err(e) => e.to_string(),
+                },
+                lines.len(),
+                lines.join("\n  ")
+            );
+        }
         let container = Resource {
             kind: "container".into(),
             id: runtime.inner.0.clone(),

@@ -549,7 +549,8 @@ fn create_to_first_result<'a>(scenarios: &[&'a ScenarioResult]) -> Timed<'a> {
 
 /// ` · ×1.21 the kernel's floor`: create-to-first over the kernel floor (container create
 /// to a bare kernel's first answer) of the same scenario, else of another of `scenarios`
-/// that launched the same artifact (the floor is measured once per artifact and run), or
+/// that launched the same artifact (the floor is measured once per artifact and run),
+/// which it then names (` · ×1.21 the kernel's floor, measured in `lifecycle``), or
 /// nothing without one.
 fn floor_ratio(
     scenarios: &[&ScenarioResult],
@@ -572,16 +573,18 @@ fn floor_ratio(
             && scenario.artifact_id.is_some()
             && s.artifact_id == scenario.artifact_id
     };
-    kernel_floor(&scenario)
+    let measured = kernel_floor(&scenario)
+        .map(|floor| (floor, String::new()))
         .or_else(|| {
-            scenarios
-                .iter()
-                .filter(same_artifact)
-                .find_map(kernel_floor)
-        })
-        .map(|floor| {
+            scenarios.iter().filter(same_artifact).find_map(|s| {
+                let floor = kernel_floor(s)?;
+                Some((floor, format!(", measured in `{}`", s.scenario)))
+            })
+        });
+    measured
+        .map(|(floor, elsewhere)| {
             format!(
-                " · ×{:.2} the kernel's floor",
+                " · ×{:.2} the kernel's floor{elsewhere}",
                 create_to_first.duration.as_secs_f64() / floor.duration.as_secs_f64()
             )
         })
@@ -1090,7 +1093,7 @@ mod tests {
         ];
         assert_eq!(
             row(&render(&run(measured_later)), "Create to first 1+1"),
-            ["3.00 s · ×1.50 the kernel's floor"]
+            ["3.00 s · ×1.50 the kernel's floor, measured in `lifecycle`"]
         );
         // Another artifact's floor is not this one's.
         let other_artifact = vec![

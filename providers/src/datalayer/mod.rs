@@ -150,7 +150,8 @@ pub struct Pushed {
     pub image_manifest: String,
     /// How long the export, attestations and push took.
     pub push: Duration,
-    /// Bytes pushed: gzipped layers, configs, statements and manifests.
+    /// Bytes of the artifact: gzipped layers (those the registry held already included),
+    /// configs, statements and manifests.
     pub size: u64,
     /// Whether launch pulled it already.
     pub pulled: bool,
@@ -163,8 +164,6 @@ pub struct DatalayerProvider {
     pushed: Mutex<HashMap<String, Pushed>>,
     /// Held while a launch checks for and pulls the image.
     pulling: tokio::sync::Mutex<()>,
-    /// The builder, chosen at the first build.
-    builder: tokio::sync::OnceCell<Builder>,
     /// The gzipped form of every layer pushed to the repository, by diff id.
     layers: Mutex<HashMap<String, oci::PushedLayer>>,
 }
@@ -181,21 +180,17 @@ impl DatalayerProvider {
     /// The variant on `docker`'s engine, pushing and pulling as `settings` say.
     pub fn new(docker: DockerProvider, settings: Settings) -> Self {
         Self {
-            docker,
+            docker: docker.with_builder_var(BUILDER_VAR),
             settings,
             pushed: Mutex::new(HashMap::new()),
             pulling: tokio::sync::Mutex::new(()),
-            builder: tokio::sync::OnceCell::new(),
             layers: Mutex::new(HashMap::new()),
         }
     }
 
     /// The builder: [`BUILDER_VAR`]'s, else BuildKit where the engine offers it.
     pub async fn builder(&self) -> Result<Builder> {
-        self.builder
-            .get_or_try_init(|| self.docker.builder_named_by(BUILDER_VAR))
-            .await
-            .copied()
+        self.docker.builder().await
     }
 
     /// What was pushed for `artifact`, if this provider pushed it.
@@ -248,10 +243,17 @@ impl DatalayerProvider {
             ));
         }
         let platform = oci::platform(&exported.config)?;
-        let held = self.layers_held(&exported.diff_ids()?).await?;
+        // Only a saving: a registry that will not say what it holds gets every layer.
+        let in_registry = match self.layers_held(&exported.diff_ids()?).await {
+            Ok(held) => held,
+            Err(e) => {
+                log(&format!("{e}; gzipping every layer"));
+                HashMap::new()
+            }
+        };
         let (image, installed) = tokio::task::spawn_blocking(move || {
             let installed = attest::installed(&exported.layers)?;
-            let image = oci::image_manifest(&exported, &held)?;
+            let image = oci::image_manifest(&exported, &in_registry)?;
             Ok::<_, ProviderError>((image, installed))
         })
         .await
@@ -320,13 +322,13 @@ impl DatalayerProvider {
             pulled: false,
         };
         log(&format!(
-            "pushed {reference} as {} ({} bytes) in {:.1} s{}",
+            "pushed {reference} as {} ({} bytes in all) in {:.1} s{}",
             self.settings.push.username,
             pushed.size,
             pushed.push.as_secs_f64(),
             if reused > 0 {
                 format!(
-                    "; {reused} of {count} layers already in the registry, named and not gzipped or uploaded again"
+                    "; {reused} of {count} layers already in the registry, named and not gzipped again"
                 )
             } else {
                 String::new()
@@ -437,8 +439,7 @@ impl Provider for DatalayerProvider {
 
     async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact> {
         let started = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
-        let builder = self.builder().await?;
-        let built = self.docker.build_environment(request, log, builder).await?;
+        let built = self.docker.build_environment(request, log).await?;
         let (reference, pushed) = self.push(request, &built.id, &started, log).await?;
         let artifact = Artifact {
             id: reference.to_string(),

@@ -206,7 +206,7 @@ pub struct OciArtifact {
     /// Layers and configs, of the image and of the attestation manifest, to push.
     pub blobs: Vec<Blob>,
     /// Bytes of the image's layers the repository holds already: named, not pushed again.
-    pub held: u64,
+    pub held_bytes: u64,
     /// The image manifest.
     pub image_manifest: Blob,
     /// The attestation manifest.
@@ -224,7 +224,7 @@ impl OciArtifact {
             + self.image_manifest.data.len()
             + self.attestation_manifest.data.len()
             + self.index.data.len()) as u64
-            + self.held
+            + self.held_bytes
     }
 }
 
@@ -237,25 +237,25 @@ pub struct PackedImage {
     pub blobs: Vec<Blob>,
     /// Every layer, lowest first: its diff id and its gzipped form.
     pub layers: Vec<(String, PushedLayer)>,
-    /// How many layers were `held` instead of gzipped.
+    /// How many layers the repository held, named instead of gzipped.
     pub reused: usize,
     /// Bytes of those layers.
-    pub held: u64,
+    pub held_bytes: u64,
 }
 
 /// The image's manifest from `exported`, gzipping its layers (fast level), except those
-/// whose diff id `held` names (the repository holds their gzipped form already, as a
-/// registry client keeps its layers' digests to push only what is new).
+/// whose diff id `in_registry` names (the repository holds their gzipped form already, as
+/// a registry client keeps its layers' digests so as to compress only what is new).
 pub fn image_manifest(
     exported: &Exported,
-    held: &HashMap<String, PushedLayer>,
+    in_registry: &HashMap<String, PushedLayer>,
 ) -> Result<PackedImage> {
     let diff_ids = exported.diff_ids()?;
     let mut blobs = Vec::new();
     let mut layers = Vec::new();
     let (mut reused, mut held_bytes) = (0, 0);
     for (i, (layer, diff_id)) in exported.layers.iter().zip(diff_ids).enumerate() {
-        let pushed = match held.get(&diff_id) {
+        let pushed = match in_registry.get(&diff_id) {
             Some(pushed) => {
                 reused += 1;
                 held_bytes += pushed.size;
@@ -295,7 +295,7 @@ pub fn image_manifest(
         blobs,
         layers,
         reused,
-        held: held_bytes,
+        held_bytes,
     })
 }
 
@@ -327,7 +327,7 @@ pub fn assemble(image: PackedImage, platform: Value, statements: &[(&str, Value)
     let PackedImage {
         manifest: image_manifest,
         mut blobs,
-        held,
+        held_bytes,
         ..
     } = image;
     let layers: Vec<Blob> = statements
@@ -375,7 +375,7 @@ pub fn assemble(image: PackedImage, platform: Value, statements: &[(&str, Value)
     blobs.push(config);
     OciArtifact {
         blobs,
-        held,
+        held_bytes,
         image_manifest,
         attestation_manifest,
         index: Blob::new(INDEX_TYPE, index.to_string()),
@@ -707,14 +707,17 @@ mod tests {
             ],
         };
         let first = image_manifest(&exported, &HashMap::new()).unwrap();
-        assert_eq!((first.reused, first.held), (0, 0));
+        assert_eq!((first.reused, first.held_bytes), (0, 0));
         assert_eq!(first.blobs.len(), 3, "two layers and the config");
         // The repository holds the lower layer: the same manifest, without its blob.
-        let held: HashMap<String, PushedLayer> = first.layers[..1].iter().cloned().collect();
-        let again = image_manifest(&exported, &held).unwrap();
+        let in_registry: HashMap<String, PushedLayer> = first.layers[..1].iter().cloned().collect();
+        let again = image_manifest(&exported, &in_registry).unwrap();
         assert_eq!(again.manifest.digest, first.manifest.digest);
         assert_eq!(again.layers, first.layers);
-        assert_eq!((again.reused, again.held), (1, first.layers[0].1.size));
+        assert_eq!(
+            (again.reused, again.held_bytes),
+            (1, first.layers[0].1.size)
+        );
         let pushed: Vec<&str> = again.blobs.iter().map(|b| b.digest.as_str()).collect();
         assert_eq!(pushed, [&first.blobs[1].digest, &first.blobs[2].digest]);
         let size = |image| assemble(image, json!({}), &[]).size();

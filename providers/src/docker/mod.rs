@@ -115,7 +115,9 @@ pub struct DockerProvider {
     contexts: Mutex<HashMap<(String, String), SharedSocket>>,
     /// How the local base was made, once [`DockerProvider::ensure_base`] made or reused it.
     made_from: Mutex<Option<MadeFrom>>,
-    /// The builder of [`Provider::build`], chosen at the first build.
+    /// The environment variable that names the builder.
+    builder_var: &'static str,
+    /// The builder, chosen at the first build.
     builder: tokio::sync::OnceCell<Builder>,
     /// The environment folders built so far, by [`DockerProvider::build_environment`].
     built: Mutex<HashSet<PathBuf>>,
@@ -169,36 +171,46 @@ impl DockerProvider {
         }
     }
 
-    /// The builder the environment variable `var` names (`buildkit` or `classic`); unset
-    /// or empty, [`DockerProvider::offered_builder`].
-    pub async fn builder_named_by(&self, var: &str) -> Result<Builder> {
-        match std::env::var(var).as_deref().map(str::trim) {
-            Err(_) | Ok("") => Ok(self.offered_builder().await),
-            Ok("buildkit") => Ok(Builder::BuildKit),
-            Ok("classic") => Ok(Builder::Classic),
-            Ok(other) => Err(ProviderError::new(
-                ErrorKind::Config,
-                format!("{var}={other:?}: expected `buildkit` or `classic`"),
-            )),
-        }
+    /// This provider with its builder named by the environment variable `var` instead of
+    /// [`BUILDER_VAR`] (a variant of its own on this engine).
+    pub fn with_builder_var(mut self, var: &'static str) -> Self {
+        self.builder_var = var;
+        self
     }
 
-    /// Builds an environment with `builder`, saying which in the log. BuildKit's cache
-    /// outlives a run, where the classic builder's (the run's own intermediate images,
-    /// which cleanup removes) goes with it: this provider's first build of an environment
-    /// starts from the base, as it would on a fresh engine; a later one (a rebuild) may
-    /// use the cache.
-    pub async fn build_environment(
-        &self,
-        request: &BuildRequest,
-        log: &LogFn,
-        builder: Builder,
-    ) -> Result<Artifact> {
-        let first = self
+    /// The builder of [`DockerProvider::build_environment`], chosen at its first call:
+    /// the one the builder variable names (`buildkit` or `classic`); unset or empty,
+    /// [`DockerProvider::offered_builder`].
+    pub async fn builder(&self) -> Result<Builder> {
+        self.builder
+            .get_or_try_init(|| async {
+                let var = self.builder_var;
+                match std::env::var(var).as_deref().map(str::trim) {
+                    Err(_) | Ok("") => Ok(self.offered_builder().await),
+                    Ok("buildkit") => Ok(Builder::BuildKit),
+                    Ok("classic") => Ok(Builder::Classic),
+                    Ok(other) => Err(ProviderError::new(
+                        ErrorKind::Config,
+                        format!("{var}={other:?}: expected `buildkit` or `classic`"),
+                    )),
+                }
+            })
+            .await
+            .copied()
+    }
+
+    /// Builds an environment with [`DockerProvider::builder`], saying which in the log.
+    /// BuildKit's cache outlives a run, where the classic builder's (the run's own
+    /// intermediate images, which cleanup removes) goes with it: until this provider has
+    /// built an environment once, its builds start from the base, as on a fresh engine;
+    /// later ones (a rebuild) may use the cache.
+    pub async fn build_environment(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact> {
+        let builder = self.builder().await?;
+        let first = !self
             .built
             .lock()
             .expect("built environments lock")
-            .insert(request.environment_dir.clone());
+            .contains(&request.environment_dir);
         let use_cache = builder == Builder::Classic || !first;
         log(&format!(
             "builder: {}{}",
@@ -209,7 +221,12 @@ impl DockerProvider {
                 ", its cache not used: this run's first build of the environment"
             }
         ));
-        self.build_with(request, log, builder, use_cache).await
+        let built = self.build_with(request, log, builder, use_cache).await?;
+        self.built
+            .lock()
+            .expect("built environments lock")
+            .insert(request.environment_dir.clone());
+        Ok(built)
     }
 
     /// Builds `request` as [`Provider::build`] does, with `builder`, from the engine's
@@ -250,7 +267,9 @@ impl DockerProvider {
                 // untagged (the layers, and images built on them, stay) and the build pulls.
                 // Measured on the classic builder: the first use of a digest GETs its manifest
                 // by digest with the credential, a digest whose manifest the engine has
-                // cached is HEAD-ed or only pinged (/v2/). The check above runs every build.
+                // cached is HEAD-ed or only pinged (/v2/); BuildKit resolves it through
+                // containerd, with a HEAD by digest with the credential (both seen in
+                // tests/engine/private_base.rs). The check above runs every build.
                 match self
                     .docker
                     .remove_image(
@@ -349,6 +368,7 @@ impl DockerProvider {
             sandboxes: Mutex::new(HashMap::new()),
             made_from: Mutex::new(None),
             contexts: Mutex::new(HashMap::new()),
+            builder_var: BUILDER_VAR,
             builder: tokio::sync::OnceCell::new(),
             built: Mutex::new(HashSet::new()),
         })
@@ -530,6 +550,29 @@ impl DockerProvider {
 
     /// Returns once container `id` is no longer running: an error with its exit code and
     /// last log lines (or why the engine could not be asked).
+    /// The last [`EXIT_LOG_LINES`] lines container `id` wrote (stdout and stderr), blank
+    /// ones left out; none where the engine cannot give them.
+    pub async fn last_log_lines(&self, id: &str) -> Vec<String> {
+        let mut logs = self.docker.logs(
+            id,
+            Some(
+                LogsOptionsBuilder::default()
+                    .stdout(true)
+                    .stderr(true)
+                    .tail(&EXIT_LOG_LINES.to_string())
+                    .build(),
+            ),
+        );
+        let mut text = String::new();
+        while let Some(Ok(chunk)) = logs.next().await {
+            text.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+        }
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
     async fn exited(&self, id: &str) -> ProviderError {
         let state = loop {
             tokio::time::sleep(EXIT_POLL).await;
@@ -545,21 +588,7 @@ impl DockerProvider {
                 }
             }
         };
-        let mut logs = self.docker.logs(
-            id,
-            Some(
-                LogsOptionsBuilder::default()
-                    .stdout(true)
-                    .stderr(true)
-                    .tail(&EXIT_LOG_LINES.to_string())
-                    .build(),
-            ),
-        );
-        let mut text = String::new();
-        while let Some(Ok(chunk)) = logs.next().await {
-            text.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
-        }
-        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        let lines = self.last_log_lines(id).await;
         let code = state
             .exit_code
             .map_or_else(|| "unknown".to_owned(), |c| c.to_string());
@@ -712,11 +741,7 @@ impl Provider for DockerProvider {
     }
 
     async fn build(&self, request: &BuildRequest, log: &LogFn) -> Result<Artifact> {
-        let builder = *self
-            .builder
-            .get_or_try_init(|| self.builder_named_by(BUILDER_VAR))
-            .await?;
-        self.build_environment(request, log, builder).await
+        self.build_environment(request, log).await
     }
 
     /// The credential goes into the build's registry config for its registry, so the
@@ -1266,8 +1291,9 @@ pub(crate) fn docker_credentials(credential: &RegistryCredential) -> DockerCrede
 
 /// Jupyter Server as the sandbox's command; the token comes from `JUPYTER_TOKEN`. Its own
 /// executable, `jupyter-server`, which `jupyter server` looks up and runs: calling it
-/// directly spares every launch a Python start and jupyter_core's import (about 0.18 s of
-/// the server's 1.5–1.7 s start, measured here).
+/// directly spares every launch a Python start and jupyter_core's import (the server's
+/// start to `/api`: 1.50 s against 1.68 s, medians of 7 each, interleaved, on a 2-core
+/// machine on 2026-12-06).
 fn jupyter_command() -> Vec<String> {
     [
         "jupyter-server",

@@ -163,6 +163,41 @@ fn interrupted_run(dir: &Path, step: &str, after: std::time::Duration, signal: &
     signalled_run(dir, step, after, &[signal], None)
 }
 
+/// When a signal is sent, counted from the step's start.
+enum Wait {
+    /// After this long.
+    For(std::time::Duration),
+    /// Once the classic builder is committing a no-op step (`LABEL`, `ENTRYPOINT`) of the
+    /// run: a commit the engine finishes after its client is gone.
+    BuildStepCommitting,
+}
+
+impl From<std::time::Duration> for Wait {
+    fn from(time: std::time::Duration) -> Self {
+        Wait::For(time)
+    }
+}
+
+/// Whether the engine holds a container of run `run_id` that is a classic builder's
+/// no-op step, not started: the engine is committing it.
+fn committing_a_step(run_id: &str) -> bool {
+    let out = Command::new("docker")
+        .args([
+            "ps",
+            "-a",
+            "--no-trunc",
+            "--filter",
+            &format!("label=sandbox-matrix.run={run_id}"),
+            "--filter",
+            "status=created",
+            "--format",
+            "{{.Command}}",
+        ])
+        .output()
+        .expect("docker CLI runs");
+    String::from_utf8_lossy(&out.stdout).contains("#(nop)")
+}
+
 /// A signalled run: its id, how it exited, its reports folder and what it printed.
 type Ended = (
     String,
@@ -177,7 +212,7 @@ type Ended = (
 fn signalled_run(
     dir: &Path,
     step: &str,
-    after: std::time::Duration,
+    after: impl Into<Wait>,
     signals: &[&str],
     builder: Option<&str>,
 ) -> Ended {
@@ -223,7 +258,22 @@ fn signalled_run(
         seen.last().is_some_and(|l| l.trim() == format!("▸ {step}")),
         "the run ended before {step}: {seen:#?}"
     );
-    std::thread::sleep(after);
+    match after.into() {
+        Wait::For(time) => std::thread::sleep(time),
+        Wait::BuildStepCommitting => {
+            let run_id = run_id
+                .as_deref()
+                .unwrap_or_else(|| panic!("no run id: {seen:#?}"));
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+            while !committing_a_step(run_id) {
+                assert!(
+                    std::time::Instant::now() < until,
+                    "the classic builder never committed a step of run {run_id}"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+        }
+    }
     let pid = child.id().to_string();
     for (i, signal) in signals.iter().enumerate() {
         if i > 0 {
@@ -285,7 +335,7 @@ fn sweep(run_id: &str, out: &Path) -> String {
     text
 }
 
-fn killed_then_swept(step: &str, after: std::time::Duration, builder: Option<&str>) {
+fn killed_then_swept(step: &str, after: impl Into<Wait>, builder: Option<&str>) {
     let test = format!("kill-9-during-{step}-{}", builder.unwrap_or("default"));
     if !common::docker_or_skip(&test) {
         return;
@@ -319,10 +369,12 @@ fn killed_then_swept(step: &str, after: std::time::Duration, builder: Option<&st
     );
 }
 
-/// The classic builder commits labelled intermediate images as it goes: sweep finds them.
+/// The classic builder commits labelled intermediate images as it goes, and finishes the
+/// commit under way when its client is killed (about 10 s on fuse-overlayfs): sweep waits
+/// for that commit, then removes its image with the rest.
 #[test]
 fn kill_9_during_a_classic_build_then_sweep_leaves_nothing() {
-    killed_then_swept("build", std::time::Duration::from_secs(8), Some("classic"));
+    killed_then_swept("build", Wait::BuildStepCommitting, Some("classic"));
 }
 
 /// BuildKit commits nothing before the build ends, and the engine cancels the build of a

@@ -17,7 +17,7 @@ use bollard::Docker;
 use bollard::auth::DockerCredentials;
 use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecResults};
-use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
+use bollard::models::{ContainerCreateBody, ContainerStateStatusEnum, HostConfig, PortBinding};
 use bollard::query_parameters::{
     BuildImageOptionsBuilder, CreateContainerOptions, ListContainersOptionsBuilder,
     ListImagesOptionsBuilder, LogsOptionsBuilder, PushImageOptionsBuilder,
@@ -58,6 +58,9 @@ const EXIT_POLL: Duration = Duration::from_millis(250);
 const EXIT_LOG_LINES: usize = 20;
 /// How long one piece of code may run on the kernel.
 const EXECUTE_DEADLINE: Duration = Duration::from_secs(300);
+/// How long a delete waits for a classic build step the engine is committing (a cancelled
+/// build's last step): about 10 s each on fuse-overlayfs.
+const BUILD_STEP_COMMIT_WAIT: Duration = Duration::from_secs(120);
 /// Which builder the docker variant builds environments with: `buildkit` or `classic`;
 /// unset, BuildKit where the engine offers it ([`DockerProvider::offered_builder`]), else
 /// the classic builder.
@@ -1228,7 +1231,7 @@ impl Provider for DockerProvider {
 
     async fn delete_resource(&self, resource: &Resource) -> Result<()> {
         match resource.kind.as_str() {
-            "container" => remove_container(&self.docker, &resource.id).await,
+            "container" => remove_after_its_commit(&self.docker, &resource.id).await,
             "image" => match self
                 .docker
                 .remove_image(
@@ -1326,6 +1329,55 @@ async fn renew_if_lost(
         .map_err(|e| e.context("connecting again after the kernel died"))?;
     std::mem::replace(socket, fresh).close().await;
     Ok(())
+}
+
+/// Whether a container is a classic build step whose image the engine is committing: its
+/// command is the builder's `/bin/sh -c` (no container the harness creates runs one), and
+/// it is a no-op instruction not yet started or a `RUN` that exited 0.
+fn is_build_step_being_committed(container: &bollard::models::ContainerInspectResponse) -> bool {
+    let cmd = container
+        .config
+        .as_ref()
+        .and_then(|c| c.cmd.as_deref())
+        .unwrap_or_default();
+    let state = container.state.as_ref();
+    let status = state.and_then(|s| s.status);
+    let shell = cmd.len() >= 3 && cmd[0] == "/bin/sh" && cmd[1] == "-c";
+    shell
+        && match status {
+            Some(ContainerStateStatusEnum::CREATED) => cmd[2].starts_with("#(nop)"),
+            Some(ContainerStateStatusEnum::EXITED) => state.and_then(|s| s.exit_code) == Some(0),
+            _ => false,
+        }
+}
+
+/// Removes a container, except that a classic build step the engine is committing (its
+/// client gone) is left to the engine, which removes it once its image is committed:
+/// removing it would not stop the commit, and the image would land after the sweep.
+async fn remove_after_its_commit(docker: &Docker, id: &str) -> Result<()> {
+    let until = tokio::time::Instant::now() + BUILD_STEP_COMMIT_WAIT;
+    loop {
+        let container = match docker.inspect_container(id, None).await {
+            Ok(c) => c,
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => return Ok(()),
+            Err(e) => return Err(engine_error(e).context(format!("inspecting container {id}"))),
+        };
+        if !is_build_step_being_committed(&container) {
+            return remove_container(docker, id).await;
+        }
+        if tokio::time::Instant::now() >= until {
+            remove_container(docker, id).await?;
+            return Err(ProviderError::new(
+                ErrorKind::Timeout,
+                format!(
+                    "container {id} is a build step the engine was still committing after {BUILD_STEP_COMMIT_WAIT:?}: removed, but its image may land later; sweep again"
+                ),
+            ));
+        }
+        tokio::time::sleep(EXIT_POLL).await;
+    }
 }
 
 async fn remove_container(docker: &Docker, id: &str) -> Result<()> {
@@ -1728,6 +1780,48 @@ mod tests {
         for at in [999.0, f64::NAN, 1_000.0 + 7_200.0] {
             let e = super::since_create(created, at, "a bare kernel").expect_err("refused");
             assert!(e.message.contains("a bare kernel answered at"), "{e}");
+        }
+    }
+
+    #[test]
+    fn only_a_build_step_the_engine_commits_is_left_to_it() {
+        use bollard::models::{ContainerConfig, ContainerInspectResponse, ContainerState};
+        let container = |cmd: &[&str], status, exit_code| ContainerInspectResponse {
+            config: Some(ContainerConfig {
+                cmd: Some(cmd.iter().map(|s| (*s).to_owned()).collect()),
+                ..Default::default()
+            }),
+            state: Some(ContainerState {
+                status: Some(status),
+                exit_code: Some(exit_code),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let nop = ["/bin/sh", "-c", "#(nop) ", "LABEL a=b"];
+        let run = ["/bin/sh", "-c", "sleep 20"];
+        use ContainerStateStatusEnum::{CREATED, EXITED, RUNNING};
+        for (cmd, status, code, committing) in [
+            (&nop[..], CREATED, 0, true),
+            (&run[..], EXITED, 0, true),
+            // A RUN that failed, or still runs (the builder kills it), commits nothing.
+            (&run[..], EXITED, 1, false),
+            (&run[..], RUNNING, 0, false),
+            (&run[..], CREATED, 0, false),
+            // The harness's own containers.
+            (
+                &["jupyter-server", "--ServerApp.ip=0.0.0.0"][..],
+                EXITED,
+                0,
+                false,
+            ),
+            (&["python3", "-c", "print(1+1)"][..], CREATED, 0, false),
+        ] {
+            assert_eq!(
+                is_build_step_being_committed(&container(cmd, status, code)),
+                committing,
+                "{cmd:?} {status:?} {code}"
+            );
         }
     }
 

@@ -41,16 +41,19 @@ const DELAY: Duration = Duration::from_millis(10);
 const RUNS: usize = 25;
 /// The most the harness may add at the median.
 const BUDGET: Duration = Duration::from_millis(5);
-/// Each cloud variant's create request: its method and path in the cassette.
+/// Each cloud variant's first request of its launch, where create-to-first-result starts:
+/// its method and path in the cassette (datalayer-runtimes reads the environment's
+/// burning rate before it creates the runtime).
 const CREATE: &[(&str, &str, &str)] = &[
     ("e2b", "POST", "/sandboxes"),
     ("daytona", "POST", "/sandbox"),
+    ("datalayer-runtimes", "GET", "/api/runtimes/v1/environments"),
 ];
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-/// The exchanges from the create request to the first answer to `1+1`: the first
+/// The exchanges from the launch's first request to the first answer to `1+1`: the first
 /// WebSocket exchange after the create whose client sent that code.
 fn create_to_first_result(cassette: &Cassette, method: &str, path: &str) -> Vec<Exchange> {
     let ex = &cassette.exchanges;
@@ -408,7 +411,7 @@ fn main() {
         }
         let Some((_, method, path)) = CREATE.iter().find(|(name, ..)| *name == variant.name) else {
             eprintln!(
-                "{}: no create request in CREATE; add the variant's create request to benches/overhead.rs",
+                "{}: no launch request in CREATE; add the first request of the variant's launch to benches/overhead.rs",
                 variant.name
             );
             std::process::exit(1);

@@ -27,23 +27,72 @@ const CA_BUNDLES: [&str; 3] = [
 ];
 
 /// What `python3` is asked: its version and each named distribution's, as one JSON line.
-/// Python 3 of any age; a distribution that cannot be read is `null`.
+/// Python 3 of any age; a distribution that cannot be read is `null`. A distribution is
+/// looked up as `importlib.metadata.version` finds it (the first `.dist-info` or
+/// `.egg-info` of the normalized name along `sys.path`, its `METADATA`, else `PKG-INFO`,
+/// else the file itself), by listing the path's folders
+/// rather than importing `importlib.metadata`, which costs about 0.1 s of the doctor's
+/// 0.2 s; a name not found so, or a path entry that is not a plain folder (a zip, an
+/// `.egg`), is left to `importlib.metadata`.
 const PYTHON_PROBE: &str = r#"
-import json, platform, sys
-try:
-    from importlib import metadata
-except ImportError:
-    metadata = None
+import json, os, sys
+
+def normal(name):
+    out, after = [], False
+    for c in name.lower():
+        if c in "-_.":
+            if not after:
+                out.append("_")
+            after = True
+        else:
+            out.append(c)
+            after = False
+    return "".join(out)
+
+def metadata_version(found):
+    for meta in ("METADATA", "PKG-INFO", ""):
+        try:
+            with open(os.path.join(found, meta) if meta else found, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        if text:
+            for line in text.splitlines():
+                if not line.strip():
+                    break
+                if line[:8].lower() == "version:":
+                    return line[8:].strip()
+            return None
+    return None
+
+def listed(name):
+    want = normal(name)
+    for entry in sys.path:
+        where = entry or "."
+        if not os.path.isdir(where):
+            if os.path.exists(where):
+                raise LookupError(where)
+            continue
+        if where.lower().endswith(".egg"):
+            raise LookupError(where)
+        for child in os.listdir(where):
+            stem, _, kind = child.lower().rpartition(".")
+            if kind in ("dist-info", "egg-info") and normal(stem.partition("-")[0]) == want:
+                return metadata_version(os.path.join(where, child))
+    raise LookupError(name)
 
 def installed(name):
-    if metadata is None:
-        return None
     try:
+        return listed(name)
+    except LookupError:
+        pass
+    try:
+        from importlib import metadata
         return metadata.version(name)
     except Exception:
         return None
 
-print(json.dumps({"version": platform.python_version(),
+print(json.dumps({"version": sys.version.split()[0],
                   "packages": dict((name, installed(name)) for name in sys.argv[1:])}))
 "#;
 
@@ -425,6 +474,94 @@ mod tests {
         assert_eq!(release["ID"], "debian");
         assert_eq!(release["ID_LIKE"], "ubuntu debian");
         assert_eq!(release.len(), 3);
+    }
+
+    /// The probe's own lookup answers as `importlib.metadata.version` does, on the host's
+    /// `python3`, over two path folders laid out as installers leave them.
+    #[test]
+    fn the_python_probe_finds_versions_as_importlib_metadata_does() {
+        use std::process::Command;
+        if Command::new("python3").arg("-V").output().is_err() {
+            eprintln!("skipped: no python3 on this machine to run the probe with");
+            return;
+        }
+        let root = std::env::temp_dir().join(format!("doctor-probe-{}", std::process::id()));
+        let (first, second) = (root.join("first"), root.join("second"));
+        let write = |path: std::path::PathBuf, text: &str| {
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("folder");
+            std::fs::write(path, text).expect("written");
+        };
+        let meta = |version: &str| {
+            format!("Metadata-Version: 2.1\nName: x\nVersion: {version}\n\nVersion: body\n")
+        };
+        write(first.join("Foo_Bar-1.0.dist-info/METADATA"), &meta("1.0"));
+        write(second.join("foo.bar-2.0.dist-info/METADATA"), &meta("2.0"));
+        write(
+            second.join("only_second-3.0.dist-info/METADATA"),
+            &meta("3.0"),
+        );
+        write(first.join("eggdir-0.4.egg-info/PKG-INFO"), &meta("0.4"));
+        write(first.join("eggfile-0.5.egg-info"), &meta("0.5"));
+        write(first.join("empty_meta-0.6.dist-info/METADATA"), "");
+        write(
+            first.join("empty_meta-0.6.dist-info/PKG-INFO"),
+            &meta("0.6"),
+        );
+        write(first.join("no_version-1.dist-info/METADATA"), "Name: x\n");
+        let names = [
+            "foo-bar",
+            "FOO.BAR",
+            "foo__bar",
+            "only-second",
+            "eggdir",
+            "eggfile",
+            "empty-meta",
+            "no_version",
+            "absent",
+        ];
+        let path = std::env::join_paths([&first, &second]).expect("a path");
+        // The probe's own lookup alone, without its fallback to importlib.metadata.
+        let listed = "\ndef fast(n):\n    try:\n        return listed(n)\n    except LookupError:\n        return 'not listed'\n\
+                      print(json.dumps({n: fast(n) for n in sys.argv[1:]}))";
+        let ours = Command::new("python3")
+            .arg("-c")
+            .arg(format!("{PYTHON_PROBE}{listed}"))
+            .args(names)
+            .env("PYTHONPATH", &path)
+            .current_dir("/")
+            .output()
+            .expect("python3 runs");
+        let theirs = Command::new("python3")
+            .arg("-c")
+            .arg(
+                "import json, sys\nfrom importlib import metadata\n\
+                 def v(n):\n    try:\n        return metadata.version(n)\n    except Exception:\n        return None\n\
+                 print(json.dumps({n: v(n) for n in sys.argv[1:]}))",
+            )
+            .args(names)
+            .env("PYTHONPATH", &path)
+            .current_dir("/")
+            .output()
+            .expect("python3 runs");
+        let _ = std::fs::remove_dir_all(&root);
+        let stdout = String::from_utf8_lossy(&ours.stdout);
+        let mut lines = stdout.lines();
+        let (probe, fast) = (lines.next().unwrap_or(""), lines.next().unwrap_or(""));
+        let parse = |line: &str| -> serde_json::Value {
+            serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&ours.stderr)))
+        };
+        let (probe, mut fast) = (parse(probe), parse(fast));
+        let theirs: serde_json::Value = serde_json::from_slice(&theirs.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&theirs.stderr)));
+        assert_eq!(probe["packages"], theirs);
+        assert_eq!(fast["absent"], "not listed");
+        fast["absent"] = serde_json::Value::Null;
+        assert_eq!(fast, theirs, "the listing alone");
+        // And the layout meant what it says: the first folder wins, a miss is null.
+        assert_eq!(theirs["FOO.BAR"], "1.0");
+        assert_eq!(theirs["only-second"], "3.0");
+        assert_eq!(theirs["absent"], serde_json::Value::Null);
     }
 
     #[test]

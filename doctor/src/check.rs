@@ -30,10 +30,10 @@ const CA_BUNDLES: [&str; 3] = [
 /// Python 3 of any age; a distribution that cannot be read is `null`. A distribution is
 /// looked up as `importlib.metadata.version` finds it (the first `.dist-info` or
 /// `.egg-info` of the normalized name along `sys.path`, its `METADATA`, else `PKG-INFO`,
-/// else the file itself), by listing the path's folders
-/// rather than importing `importlib.metadata`, which costs about 0.1 s of the doctor's
-/// 0.2 s; a name not found so, or a path entry that is not a plain folder (a zip, an
-/// `.egg`), is left to `importlib.metadata`.
+/// else the file itself), by listing the path's folders rather than importing
+/// `importlib.metadata`, which costs about 0.1 s of the doctor's 0.2 s; a name not found
+/// so, or a path entry that is not a plain folder (a zip, an `.egg`), is left to
+/// `importlib.metadata`.
 const PYTHON_PROBE: &str = r#"
 import json, os, sys
 

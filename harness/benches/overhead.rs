@@ -15,7 +15,7 @@
 //! measured the same way at its layer: the bare client is tonic's generic gRPC client
 //! sending each recorded request message with its recorded metadata, one call after
 //! another, and reading every response frame. Exits 1 when the overhead is over 5 ms for
-//! any variant, or when a cloud variant over HTTP has no entry in [`CREATE`].
+//! any variant, or when a cloud variant over HTTP has no entry in [`LAUNCH_STARTS`].
 //!
 //! `cargo bench -p sandbox-matrix --bench overhead`
 
@@ -44,7 +44,7 @@ const BUDGET: Duration = Duration::from_millis(5);
 /// Each cloud variant's first request of its launch, where create-to-first-result starts:
 /// its method and path in the cassette (datalayer-runtimes reads the environment's
 /// burning rate before it creates the runtime).
-const CREATE: &[(&str, &str, &str)] = &[
+const LAUNCH_STARTS: &[(&str, &str, &str)] = &[
     ("e2b", "POST", "/sandboxes"),
     ("daytona", "POST", "/sandbox"),
     ("datalayer-runtimes", "GET", "/api/runtimes/v1/environments"),
@@ -409,9 +409,12 @@ fn main() {
             }
             continue;
         }
-        let Some((_, method, path)) = CREATE.iter().find(|(name, ..)| *name == variant.name) else {
+        let Some((_, method, path)) = LAUNCH_STARTS
+            .iter()
+            .find(|(name, ..)| *name == variant.name)
+        else {
             eprintln!(
-                "{}: no launch request in CREATE; add the first request of the variant's launch to benches/overhead.rs",
+                "{}: no first launch request in LAUNCH_STARTS; add the first request of the variant's launch to benches/overhead.rs",
                 variant.name
             );
             std::process::exit(1);

@@ -551,8 +551,6 @@ impl DockerProvider {
         std::future::pending::<()>().await
     }
 
-    /// Returns once container `id` is no longer running: an error with its exit code and
-    /// last log lines (or why the engine could not be asked).
     /// The last [`EXIT_LOG_LINES`] lines container `id` wrote (stdout and stderr), blank
     /// ones left out; none where the engine cannot give them.
     pub async fn last_log_lines(&self, id: &str) -> Vec<String> {
@@ -576,6 +574,8 @@ impl DockerProvider {
             .collect()
     }
 
+    /// Returns once container `id` is no longer running: an error with its exit code and
+    /// last log lines (or why the engine could not be asked).
     async fn exited(&self, id: &str) -> ProviderError {
         let state = loop {
             tokio::time::sleep(EXIT_POLL).await;
@@ -610,7 +610,6 @@ impl DockerProvider {
         )
     }
 
-    /// Runs `cmd` in a fresh container of `image` and returns its stdout, removing the container after.
     /// Runs `cmd` in a fresh container of `image` to its end and removes it; returns its
     /// stdout and the host's wall clock just before the container was created.
     async fn run_once(

@@ -6,7 +6,7 @@
 //! sandbox is checked on the way ([`checks`]: conformance checks, the secrets scan, the
 //! Dockerfile linter), runs are analyzed ([`analyze`]: statistics, comparison, the gate,
 //! merging shards) and reported ([`report`]: results.json, the table, JUnit, HTML, the run
-//! folder).
+//! folder). What runs that are gone left is removed by [`sweep`].
 
 pub mod analyze;
 pub mod checks;
@@ -14,3 +14,4 @@ pub mod emulate;
 pub mod paths;
 pub mod report;
 pub mod run;
+pub mod sweep;

@@ -12,7 +12,7 @@ use sandbox_matrix::report::results::{
 use sandbox_matrix::report::{self, results, run_folder};
 use sandbox_matrix::run::base::RunBase;
 use sandbox_matrix::run::events::{EventSink, Fanout, RunEvent};
-use sandbox_matrix::run::ledger::{LEDGER_FILE, Ledger, LedgerView};
+use sandbox_matrix::run::ledger::Ledger;
 use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id, unreachable_variant};
 use sandbox_matrix::run::scenario::{Scenario, StepKind};
 use sandbox_matrix::run::terminal::Terminal;
@@ -91,28 +91,18 @@ enum Command {
     /// ledger names (--run), or what runs whose process is gone left and old labelled
     /// resources (no --run). Run ids are the folder names under reports/.
     ///
+    /// Runs register on this machine (under SANDBOX_MATRIX_RUNS_DIR, default
+    /// $TMPDIR/sandbox-matrix-runs) wherever they write their reports: a sweep finds their
+    /// ledgers there, and never takes anything of a run whose process is alive; it names
+    /// each run it left alone. A BuildKit build a killed run left is cancelled and waited for
+    /// before anything is listed: the engine goes on with it and commits its image later.
+    /// Only what was removed is counted; what was gone already is said as such.
+    ///
     /// Cloud variants are asked live, with credentials from the environment; without
     /// --variant, one whose credentials are missing is passed over with a note. Exits 0
-    /// when everything found was removed, 1 when something could not be, 2 on bad input.
-    Sweep {
-        /// The run whose leftovers to remove, such as 20261129T161528Z-6402a8: every
-        /// resource carrying its run label, and every one its ledger
-        /// (reports/<run-id>/ledger.jsonl) names. Without it: the runs whose ledger shows
-        /// their process gone, and resources with a run label older than --older-than.
-        #[arg(long = "run", value_name = "RUN_ID")]
-        run_id: Option<String>,
-        /// The reports folder holding the runs' ledgers. Default: <root>/reports.
-        #[arg(long, value_name = "DIR")]
-        out: Option<PathBuf>,
-        /// Without --run: also remove resources with a run label created longer ago than this.
-        #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = humantime::parse_duration)]
-        older_than: std::time::Duration,
-        /// List what would be removed, removing nothing.
-        #[arg(long)]
-        dry_run: bool,
-        #[command(flatten)]
-        selection: Selection,
-    },
+    /// when everything found was removed, 1 when something could not be (or --run names a
+    /// run still going), 2 on bad input.
+    Sweep(SweepArgs),
     /// Combine sharded results (one results.json per CI job) into one run folder:
     /// results.json, junit.xml, summary.md and report.html in --out.
     ///
@@ -250,6 +240,17 @@ enum Command {
         #[command(flatten)]
         root: RootArg,
     },
+    /// Hold a BuildKit build's connection to the engine past its client's end (started by
+    /// the docker variant for each build; not for people).
+    #[command(name = "hold-build", hide = true)]
+    HoldBuild {
+        /// The engine: unix://PATH or tcp://HOST:PORT.
+        #[arg(long, value_parser = sandbox_providers::docker::hold::EngineAddress::from_arg)]
+        engine: sandbox_providers::docker::hold::EngineAddress,
+        /// The Unix socket to listen on.
+        #[arg(long)]
+        listen: PathBuf,
+    },
     /// Write the HTML report of a run (the report.html of a run folder): provenance, the
     /// comparison table, failures, each metric's distribution per variant, and with
     /// --history the p50 and p90 of each metric across earlier runs.
@@ -286,6 +287,44 @@ struct BootstrapArgs {
     /// reused whichever way it was made.
     #[arg(long, value_name = "IMAGE")]
     base_from: Option<String>,
+}
+
+#[derive(Args)]
+struct SweepArgs {
+    /// The run whose leftovers to remove, such as 20261129T161528Z-6402a8: every
+    /// resource carrying its run label, and every one its ledger (reports/<run-id>/
+    /// ledger.jsonl, or wherever the run registered it) names. Without it: the runs whose
+    /// process is gone, and resources with a run label older than --older-than of runs not
+    /// alive.
+    #[arg(long = "run", value_name = "RUN_ID")]
+    run_id: Option<String>,
+    /// With --run: sweep the run even though its process is alive.
+    #[arg(long, requires = "run_id")]
+    force: bool,
+    /// The reports folder holding the runs' ledgers. Default: <root>/reports.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Without --run: also remove resources with a run label created longer ago than this,
+    /// except those of a run whose process is alive.
+    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = parse_age, conflicts_with = "run_id")]
+    older_than: (std::time::Duration, String),
+    /// List what would be removed, removing nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Variant to sweep; repeat for several (docker, datalayer, datalayer-runtimes, e2b,
+    /// daytona, modal). Default: with --run, the variants its ledger names; else every
+    /// variant, passing over one that cannot be reached.
+    #[arg(long = "variant", value_name = "NAME")]
+    variants: Vec<String>,
+    #[command(flatten)]
+    root: RootArg,
+}
+
+/// A duration as humantime reads it, with the text given.
+fn parse_age(text: &str) -> Result<(std::time::Duration, String), String> {
+    humantime::parse_duration(text)
+        .map(|d| (d, text.to_owned()))
+        .map_err(|e| e.to_string())
 }
 
 #[derive(Args)]
@@ -409,20 +448,15 @@ fn main() -> ExitCode {
                 preflight(&root.root, &variants, base.as_deref(), &approved).await
             }
             Command::Lint { files } => lint(&files),
-            Command::Sweep {
-                run_id,
-                out,
-                older_than,
-                dry_run,
-                selection,
-            } => {
-                let out = out.unwrap_or_else(|| selection.root.root.join("reports"));
-                let options = SweepOptions {
-                    out,
-                    older_than,
-                    dry_run,
-                };
-                sweep(run_id.as_deref(), &selection, &options).await
+            Command::Sweep(args) => sweep(args).await,
+            Command::HoldBuild { engine, listen } => {
+                match sandbox_providers::docker::hold::serve(&listen, &engine).await {
+                    Ok(()) => EXIT_PASSED,
+                    Err(e) => {
+                        eprintln!("error: holding a build on {}: {e}", listen.display());
+                        EXIT_FAILED
+                    }
+                }
             }
             Command::Merge { files, out } => merge(&files, &out),
             Command::Compare { baseline, current } => compare(&baseline, &current),
@@ -1192,285 +1226,113 @@ async fn wait_for_stop() {
     }
 }
 
-/// What `sweep` looks at and whether it removes.
-struct SweepOptions {
-    /// The reports folder holding the runs' ledgers.
-    out: PathBuf,
-    /// Without a run id: labelled resources older than this are removed.
-    older_than: std::time::Duration,
-    /// List only.
-    dry_run: bool,
+/// How `sweep` reaches each variant: cloud variants live, with credentials from the
+/// environment; docker on the local engine; datalayer on its configured registry, or on the
+/// engine alone when none is configured.
+struct SweepConnect {
+    root: PathBuf,
 }
 
-/// One resource a sweep found, with where it was found.
-struct Found {
-    run_id: String,
-    scenario: String,
-    resource: sandbox_providers::Resource,
-}
-
-/// A run to sweep and its ledger, when it has one.
-type SweepTarget = (String, Option<LedgerView>);
-
-/// The runs to sweep, each with its ledger when there is one: `run_id`'s, or every run
-/// whose ledger shows its process gone before it finished.
-fn sweep_targets(
-    run_id: Option<&str>,
-    options: &SweepOptions,
-) -> Result<Vec<SweepTarget>, (u8, String)> {
-    if let Some(run_id) = run_id {
-        if run_id.is_empty() || run_id.contains(['/', '\\']) || run_id.starts_with('.') {
-            return Err((
-                EXIT_BAD_INPUT,
-                format!("`{run_id}` is not a run id (the folder names under reports/)"),
-            ));
-        }
-        let path = options.out.join(run_id).join(LEDGER_FILE);
-        let view = if path.is_file() {
-            let view = LedgerView::read(&path).map_err(|e| (EXIT_BAD_INPUT, e))?;
-            if view.process_alive() && !view.finished() {
-                return Err((
-                    EXIT_FAILED,
-                    format!(
-                        "run {run_id} is still running (its ledger {} names a live process): not swept",
-                        path.display()
-                    ),
-                ));
-            }
-            Some(view)
-        } else {
-            eprintln!(
-                "run {run_id}: no ledger at {}; sweeping by its run label alone",
-                path.display()
-            );
-            None
+#[async_trait::async_trait]
+impl sandbox_matrix::sweep::Connect for SweepConnect {
+    async fn connect(&self, name: &str) -> Result<sandbox_matrix::sweep::Reached, String> {
+        use sandbox_matrix::sweep::Reached;
+        use sandbox_providers::datalayer;
+        let reached = |provider| Reached {
+            provider,
+            note: None,
+            elsewhere: None,
         };
-        return Ok(vec![(run_id.to_owned(), view)]);
-    }
-    let mut targets = Vec::new();
-    let Ok(entries) = std::fs::read_dir(&options.out) else {
-        return Ok(targets);
-    };
-    let mut dirs: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| e.path())
-        .collect();
-    dirs.sort();
-    for dir in dirs {
-        let path = dir.join(LEDGER_FILE);
-        if !path.is_file() {
-            continue;
-        }
-        match LedgerView::read(&path) {
-            Ok(view) if !view.process_alive() && !view.finished() => {
-                let id = view
-                    .run_id()
-                    .map(str::to_owned)
-                    .or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()))
-                    .unwrap_or_default();
-                targets.push((id, Some(view)));
-            }
-            Ok(_) => {}
-            Err(e) => eprintln!("warning: {e}; that run is swept by its label only"),
-        }
-    }
-    Ok(targets)
-}
-
-/// Removes what killed runs left: `run_id`'s, found by its run label and its ledger, or,
-/// without one, every run's whose process is gone and every labelled resource older than
-/// `options.older_than`.
-async fn sweep(run_id: Option<&str>, selection: &Selection, options: &SweepOptions) -> u8 {
-    let (variant_names, scenarios) = match select(selection) {
-        Ok(selected) => selected,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return EXIT_BAD_INPUT;
-        }
-    };
-    let targets = match sweep_targets(run_id, options) {
-        Ok(targets) => targets,
-        Err((code, e)) => {
-            eprintln!("error: {e}");
-            return code;
-        }
-    };
-    let live_runs: std::collections::BTreeSet<String> = if run_id.is_none() {
-        live_ledgers(&options.out)
-    } else {
-        Default::default()
-    };
-    let explicit = !selection.variants.is_empty();
-    let mut code = EXIT_PASSED;
-    let mut removed: std::collections::BTreeMap<String, usize> =
-        targets.iter().map(|(id, _)| (id.clone(), 0)).collect();
-    for name in &variant_names {
-        let provider = match variants::cloud(name) {
-            None if name == "datalayer" => {
-                match variants::connect_datalayer_configured(
-                    &selection.root.root,
-                    &harness_executable(),
-                )
-                .await
-                {
-                    Ok(Some(p)) => Ok(p),
-                    Ok(None) => {
-                        eprintln!(
-                            "datalayer: no registry configured ({} unset): what a run pushed to its own registry went with it; its images and containers are swept with docker's",
-                            sandbox_providers::datalayer::REGISTRY_VAR
-                        );
-                        continue;
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-            None => variants::connect_docker(&selection.root.root, &harness_executable()).await,
+        match variants::cloud(name) {
             Some(cloud) => (cloud.connect)(
                 sandbox_providers::api::Mode::Live,
                 std::sync::Arc::default(),
             )
+            .map(reached)
             .map_err(|e| e.to_string()),
-        };
-        let provider = match provider {
-            Ok(p) => p,
-            Err(e) if explicit => {
-                eprintln!("error: cannot sweep {name}: {e}");
-                return EXIT_BAD_INPUT;
-            }
-            Err(e) => {
-                eprintln!("{name}: not swept: {e}");
-                continue;
-            }
-        };
-        // A build killed a moment ago may still be committing: list again until a round
-        // finds nothing labelled.
-        for round in 0..3 {
-            let mut found = Vec::new();
-            let mut labelled = 0;
-            for (target, view) in &targets {
-                match sweep_list(provider.as_ref(), target, view.as_ref(), &scenarios).await {
-                    Ok(list) => {
-                        labelled += list.len();
-                        found.extend(list);
-                    }
-                    Err(e) => {
-                        eprintln!("{name}: cannot list run {target}'s resources: {e}");
-                        code = EXIT_FAILED;
-                    }
-                }
-                if round == 0
-                    && let Some(view) = view
+            None if name == "datalayer" => {
+                let executable = harness_executable();
+                if let Some(provider) =
+                    variants::connect_datalayer_configured(&self.root, &executable).await?
                 {
-                    for resource in view.created(name, None) {
-                        if !found
-                            .iter()
-                            .any(|f: &Found| f.run_id == *target && f.resource == resource)
-                        {
-                            found.push(Found {
-                                run_id: target.clone(),
-                                scenario: "ledger".to_owned(),
-                                resource,
-                            });
-                        }
-                    }
+                    return Ok(reached(provider));
                 }
-            }
-            if run_id.is_none() && round == 0 {
-                match provider.list_labelled(None).await {
-                    Ok(all) => {
-                        let now = std::time::SystemTime::now();
-                        for l in all {
-                            let old = l
-                                .created
-                                .and_then(|c| now.duration_since(c).ok())
-                                .is_some_and(|age| age >= options.older_than);
-                            if old
-                                && !live_runs.contains(&l.run_id)
-                                && !found.iter().any(|f| f.resource == l.resource)
-                            {
-                                removed.entry(l.run_id.clone()).or_default();
-                                found.push(Found {
-                                    run_id: l.run_id,
-                                    scenario: l.scenario.unwrap_or_else(|| "?".to_owned()),
-                                    resource: l.resource,
-                                });
+                let engine = variants::connect_docker(&self.root, &executable).await?;
+                Ok(Reached {
+                    provider: engine,
+                    note: Some(format!(
+                        "no registry configured ({} unset): its images and containers are swept on the engine",
+                        datalayer::REGISTRY_VAR
+                    )),
+                    elsewhere: Some(Box::new(|resource| {
+                        (resource.kind == datalayer::MANIFEST_RESOURCE).then(|| {
+                            let host = resource.id.split('/').next().unwrap_or_default();
+                            if host.starts_with("127.0.0.1:") || host.starts_with("localhost:") {
+                                Ok(format!(
+                                    "in the run's own registry on {host}, which went with the run (its storage folder is removed with the run's)"
+                                ))
+                            } else {
+                                Err(format!(
+                                    "in registry {host}, which this sweep has not configured: set {} and its credentials, and sweep again",
+                                    datalayer::REGISTRY_VAR
+                                ))
                             }
-                        }
-                    }
-                    Err(e) => eprintln!(
-                        "{name}: labelled resources older than {} not listed: {e}",
-                        humantime::format_duration(options.older_than)
-                    ),
-                }
+                        })
+                    })),
+                })
             }
-            if found.is_empty() {
-                break;
-            }
-            // Containers before the images they run.
-            found.sort_by_key(|f| f.resource.kind != "container");
-            for f in found {
-                let prefix = if run_id.is_some() {
-                    format!("{name}::{}", f.scenario)
-                } else {
-                    format!("run {}: {name}::{}", f.run_id, f.scenario)
-                };
-                if options.dry_run {
-                    println!(
-                        "{prefix}: would remove {} {}",
-                        f.resource.kind, f.resource.id
-                    );
-                    continue;
-                }
-                match provider.delete_resource(&f.resource).await {
-                    Ok(()) => {
-                        *removed.entry(f.run_id.clone()).or_default() += 1;
-                        println!("{prefix}: removed {} {}", f.resource.kind, f.resource.id);
-                    }
-                    Err(e) => {
-                        eprintln!(
-                            "{prefix}: could not remove {} {}: {e}",
-                            f.resource.kind, f.resource.id
-                        );
-                        code = EXIT_FAILED;
-                    }
-                }
-            }
-            if options.dry_run || labelled == 0 {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            None => variants::connect_docker(&self.root, &harness_executable())
+                .await
+                .map(reached),
         }
     }
-    // What a killed run's own registry kept (its process died with the run).
-    for (target, _) in &targets {
-        let scratch = variants::run_scratch(target);
-        if !scratch.exists() {
-            continue;
-        }
-        if options.dry_run {
-            println!("run {target}: would remove {}", scratch.display());
-        } else if let Err(e) = std::fs::remove_dir_all(&scratch) {
-            eprintln!("run {target}: could not remove {}: {e}", scratch.display());
-            code = EXIT_FAILED;
-        } else {
-            println!("run {target}: removed {}", scratch.display());
-        }
-    }
-    if removed.is_empty() {
+}
+
+/// `sweep`, as [`sandbox_matrix::sweep::sweep`] does it.
+async fn sweep(args: SweepArgs) -> u8 {
+    use sandbox_matrix::sweep::{Ended, Scope, SweepOptions, To};
+    let known = variants::known();
+    if let Some(unknown) = args.variants.iter().find(|v| !known.contains(&v.as_str())) {
         eprintln!(
-            "no run to sweep: no ledger of a run whose process is gone, no labelled resource older than {}",
-            humantime::format_duration(options.older_than)
+            "error: unknown variant `{unknown}`; known variants: {}",
+            known.join(", ")
         );
+        return EXIT_BAD_INPUT;
     }
-    for (id, n) in removed {
-        if options.dry_run {
-            eprintln!("run {id}: dry run, nothing removed");
-        } else {
-            eprintln!("run {id}: {n} resource(s) removed");
+    let root = &args.root.root;
+    let options = SweepOptions {
+        out: args.out.unwrap_or_else(|| root.join("reports")),
+        runs_dir: sandbox_matrix::run::live_runs::dir(),
+        dry_run: args.dry_run,
+        variants: args.variants,
+    };
+    let scope = match args.run_id {
+        Some(id) => Scope::Run {
+            id,
+            force: args.force,
+        },
+        None => Scope::Gone {
+            older_than: args.older_than.0,
+            shown: args.older_than.1,
+        },
+    };
+    let connect = SweepConnect { root: root.clone() };
+    let say = |to: To, line: &str| match to {
+        To::Out => println!("{line}"),
+        To::Err => eprintln!("{line}"),
+    };
+    match sandbox_matrix::sweep::sweep(&scope, &options, &connect, &say).await {
+        Ended::Clean => EXIT_PASSED,
+        Ended::Failed => EXIT_FAILED,
+        Ended::BadInput(e) => {
+            eprintln!("error: {e}");
+            EXIT_BAD_INPUT
+        }
+        Ended::Refused(e) => {
+            eprintln!("error: {e}");
+            EXIT_FAILED
         }
     }
-    code
 }
 
 /// Creates `out` if needed and writes (then removes) a file in it, so a folder the run
@@ -1489,74 +1351,6 @@ fn check_writable(out: &Path) -> Result<(), String> {
     ));
     std::fs::write(&probe, b"").map_err(refuse)?;
     std::fs::remove_file(&probe).map_err(refuse)
-}
-
-/// The resources carrying run `run_id`'s label: by the run label alone where the variant
-/// can list so, else by every (variant, scenario) its ledger or the selection names.
-async fn sweep_list(
-    provider: &dyn sandbox_providers::Provider,
-    run_id: &str,
-    view: Option<&LedgerView>,
-    scenarios: &[Scenario],
-) -> Result<Vec<Found>, String> {
-    match provider.list_labelled(Some(run_id)).await {
-        Ok(list) => {
-            return Ok(list
-                .into_iter()
-                .map(|l| Found {
-                    run_id: run_id.to_owned(),
-                    scenario: l.scenario.unwrap_or_else(|| "?".to_owned()),
-                    resource: l.resource,
-                })
-                .collect());
-        }
-        Err(e) if e.kind == sandbox_providers::ErrorKind::Unsupported => {}
-        Err(e) => return Err(e.to_string()),
-    }
-    let variant = provider.variant().to_owned();
-    let mut names: std::collections::BTreeSet<String> =
-        scenarios.iter().map(|s| s.name.clone()).collect();
-    if let Some(view) = view {
-        names.extend(
-            view.scenarios()
-                .into_iter()
-                .filter(|(v, _)| *v == variant)
-                .map(|(_, s)| s),
-        );
-    }
-    let mut found = Vec::new();
-    for scenario in names {
-        let labels = sandbox_providers::RunLabels {
-            run_id: run_id.to_owned(),
-            variant: variant.clone(),
-            scenario: scenario.clone(),
-        };
-        for resource in provider
-            .list_resources(&labels)
-            .await
-            .map_err(|e| format!("{scenario}: {e}"))?
-        {
-            found.push(Found {
-                run_id: run_id.to_owned(),
-                scenario: scenario.clone(),
-                resource,
-            });
-        }
-    }
-    Ok(found)
-}
-
-/// The run ids whose ledger under `out` names a live process.
-fn live_ledgers(out: &Path) -> std::collections::BTreeSet<String> {
-    let Ok(entries) = std::fs::read_dir(out) else {
-        return Default::default();
-    };
-    entries
-        .filter_map(|e| e.ok())
-        .filter_map(|e| LedgerView::read(&e.path().join(LEDGER_FILE)).ok())
-        .filter(|v| v.process_alive() && !v.finished())
-        .filter_map(|v| v.run_id().map(str::to_owned))
-        .collect()
 }
 
 /// The command that removes what run `run_id` left, as its user would type it.
@@ -1821,6 +1615,22 @@ async fn run(args: RunArgs) -> u8 {
         }
     };
     runner.attach_ledger(ledger.clone());
+    // Registered where every sweep on this machine looks, so that none takes what this run
+    // is using, wherever its reports go.
+    let registered = match sandbox_matrix::run::live_runs::Registered::register(
+        &sandbox_matrix::run::live_runs::dir(),
+        &run_id,
+        ledger.path(),
+    ) {
+        Ok(registered) => Some(registered),
+        Err(e) => {
+            eprintln!(
+                "warning: {e}; a sweep that does not read {} may take this run's resources",
+                ledger.path().display()
+            );
+            None
+        }
+    };
     eprintln!(
         "run {run_id}: {} variant(s) × {} scenario(s); cloud variants {}",
         variant_names.len(),
@@ -1948,6 +1758,9 @@ async fn run(args: RunArgs) -> u8 {
         }
     }
     if let Err(e) = ledger.finished() {
+        eprintln!("warning: {e}");
+    }
+    if let Some(Err(e)) = registered.map(|r| r.release()) {
         eprintln!("warning: {e}");
     }
     let results = snapshot(&provenance, &collector);

@@ -149,9 +149,15 @@ impl Provider for Scripted {
         Ok(self.resources.lock().unwrap().clone())
     }
 
-    async fn delete_resource(&self, resource: &Resource) -> Result<()> {
-        self.resources.lock().unwrap().retain(|r| r != resource);
-        Ok(())
+    async fn delete_resource(&self, resource: &Resource) -> Result<sandbox_providers::Deleted> {
+        let mut resources = self.resources.lock().unwrap();
+        let before = resources.len();
+        resources.retain(|r| r != resource);
+        Ok(if resources.len() < before {
+            sandbox_providers::Deleted::Removed
+        } else {
+            sandbox_providers::Deleted::AlreadyGone
+        })
     }
 }
 

@@ -126,8 +126,8 @@ impl Provider for Stub {
         Ok(Vec::new())
     }
 
-    async fn delete_resource(&self, _: &Resource) -> Result<()> {
-        Ok(())
+    async fn delete_resource(&self, _: &Resource) -> Result<sandbox_providers::Deleted> {
+        Ok(sandbox_providers::Deleted::AlreadyGone)
     }
 }
 

@@ -1,9 +1,18 @@
 //! `sandbox-matrix sweep` removes what a killed run left, found by its run label, and only
-//! that run's. Needs Docker (required under CI=true).
+//! that run's; an age sweep leaves a run that is still going alone, wherever it writes its
+//! reports. Needs Docker (required under CI=true).
 
 mod common;
 
 use std::process::Command;
+use std::sync::Mutex;
+
+/// Held by each test here: an age sweep would take another test's leftovers.
+static ENGINE: Mutex<()> = Mutex::new(());
+
+fn engine() -> std::sync::MutexGuard<'static, ()> {
+    ENGINE.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// A stopped container labelled as if run `run_id` had been killed while it existed.
 fn leftover(run_id: &str) -> String {
@@ -40,6 +49,7 @@ fn sweep_removes_a_killed_runs_leftovers_and_nothing_else() {
     if !common::docker_or_skip("sweep_removes_a_killed_runs_leftovers_and_nothing_else") {
         return;
     }
+    let _engine = engine();
     let killed = sandbox_matrix::run::runner::new_run_id();
     let other = sandbox_matrix::run::runner::new_run_id();
     let id = leftover(&killed);
@@ -81,6 +91,7 @@ fn sweep_finds_a_scenario_from_outside_scenarios_without_being_told_it() {
     if !common::docker_or_skip("sweep_finds_a_scenario_from_outside_scenarios") {
         return;
     }
+    let _engine = engine();
     let killed = sandbox_matrix::run::runner::new_run_id();
     // A scenario loaded from a path: its name is in no file under scenarios/.
     let id = leftover_of(&killed, "from-elsewhere");
@@ -106,6 +117,7 @@ fn sweep_without_a_run_takes_dead_runs_ledgers_and_dry_run_removes_nothing() {
     if !common::docker_or_skip("sweep_without_a_run_takes_dead_runs_ledgers") {
         return;
     }
+    let _engine = engine();
     let out = common::out_dir("sweep-dead-ledgers");
     let dead = sandbox_matrix::run::runner::new_run_id();
     let alive = sandbox_matrix::run::runner::new_run_id();
@@ -157,4 +169,64 @@ fn sweep_without_a_run_takes_dead_runs_ledgers_and_dry_run_removes_nothing() {
     );
     assert!(dead_left.is_empty(), "the dead run's container is left");
     assert_eq!(alive_left.len(), 1, "a live run's container was removed");
+}
+
+#[test]
+fn an_age_sweep_leaves_a_live_run_alone_wherever_it_writes_and_the_run_passes() {
+    if !common::docker_or_skip("an_age_sweep_leaves_a_live_run_alone") {
+        return;
+    }
+    let _engine = engine();
+    let dir = common::out_dir("sweep-live-run");
+    // The reference environment whose server starts 25 s late: by first-result, its
+    // container and image are older than the sweep's --older-than.
+    let env = dir.join("environment");
+    std::fs::create_dir_all(&env).expect("environment folder");
+    std::fs::write(
+        env.join("Dockerfile"),
+        "ARG BASE_IMAGE=sandbox-matrix/contract-base:v1\nFROM ${BASE_IMAGE}\nENTRYPOINT [\"/bin/sh\", \"-c\", \"sleep 25; exec \\\"$@\\\"\", \"slow-start\"]\n",
+    )
+    .expect("Dockerfile written");
+    let scenario = dir.join("live.yaml");
+    std::fs::write(
+        &scenario,
+        "name: live-run\nenvironment: environment\nsteps:\n  - step: build\n    budget: 10m\n  - step: launch\n    budget: 3m\n  - step: first-result\n    budget: 2m\n    code: \"import time; time.sleep(10); 1+1\"\n    expect: \"2\"\n  - step: cleanup\n    budget: 2m\n",
+    )
+    .expect("scenario written");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"));
+    command
+        .args(["run", "--variant", "docker", "--scenario"])
+        .arg(&scenario)
+        .arg("--root")
+        .arg(common::root())
+        .arg("--out")
+        .arg(dir.join("reports"));
+    let mut run = common::StartedRun::start(command);
+    let run_id = run.until_step("first-result");
+    let before = common::left_by_run(&run_id);
+    // From the checkout, with its own reports folder: the run's ledger is not under it.
+    let swept = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"))
+        .args(["sweep", "--older-than", "20s", "--variant", "docker"])
+        .current_dir(common::root())
+        .output()
+        .expect("sandbox-matrix runs");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&swept.stdout),
+        String::from_utf8_lossy(&swept.stderr)
+    );
+    let during = common::left_by_run(&run_id);
+    let (status, seen) = run.finish();
+    let after = common::left_by_run(&run_id);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(before.len(), 2, "a container and an image: {before:?}");
+    assert_eq!(swept.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains(&format!("run {run_id}: left alone: its process")),
+        "{said}"
+    );
+    assert!(!said.contains(&format!("run {run_id}: docker")), "{said}");
+    assert_eq!(during, before, "the sweep took from the live run: {said}");
+    assert_eq!(status.code(), Some(0), "the run passes: {seen:#?}");
+    assert!(after.is_empty(), "{after:?}");
 }

@@ -143,6 +143,7 @@ fn killed_ledger(out: &Path, run_id: &str, variant: &str, kind: &str, id: &str) 
             run_id: run_id.to_owned(),
             pid: std::process::id(),
             start_ticks: Some(1),
+            boot_id: None,
             started_at: "2026-12-01T00:00:00Z".to_owned(),
         },
         Record::Intent {
@@ -231,7 +232,7 @@ async fn sweep_finds_a_killed_runs_leftovers(variant: &'static str) {
     assert_eq!(output.status.code(), Some(0), "{text}");
     assert!(
         text.contains(&format!(
-            "run {later}: {variant}::ledger: removed {} {by_later_ledger}",
+            "run {later}: {variant}::lifecycle: removed {} {by_later_ledger}",
             cloud.kind
         )),
         "{text}"

@@ -10,6 +10,7 @@ pub mod e2b;
 pub mod error;
 pub mod jupyter;
 pub mod modal;
+pub mod process;
 pub mod registry;
 mod secret;
 pub mod yaml;
@@ -319,6 +320,28 @@ pub struct Resource {
     pub id: String,
 }
 
+/// What [`Provider::delete_resource`] found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deleted {
+    /// It existed, and the provider removed it.
+    Removed,
+    /// It was gone already (the provider answered not found, or this client had removed it).
+    AlreadyGone,
+    /// A build that may have gone on without its client: the provider stopped it or waited
+    /// for it to end; says what it waited for.
+    Settled(String),
+}
+
+impl std::fmt::Display for Deleted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Deleted::Removed => f.write_str("removed"),
+            Deleted::AlreadyGone => f.write_str("already gone"),
+            Deleted::Settled(what) => f.write_str(what),
+        }
+    }
+}
+
 /// A resource found by its run label alone, with what its labels and the provider say of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Labelled {
@@ -347,6 +370,10 @@ pub trait CreateLog: Send + Sync {
         labels: &RunLabels,
         resource: &Resource,
     ) -> std::result::Result<(), String>;
+
+    /// Records that `resource`, created for `labels`, is gone: deleted, or a build that
+    /// ended; cleanup and `sweep` then leave it alone.
+    fn gone(&self, labels: &RunLabels, resource: &Resource) -> std::result::Result<(), String>;
 }
 
 /// The [`CreateLog`] a provider was given by [`Provider::record_creates`], if any.
@@ -380,6 +407,15 @@ impl CreateRecorder {
     ) {
         if let (Some(ledger), Some(seq)) = (self.log(), seq)
             && let Err(e) = ledger.created(seq, labels, resource)
+        {
+            log(&format!("warning: {e}"));
+        }
+    }
+
+    /// [`CreateLog::gone`]; a write that fails is a warning on `log`.
+    pub(crate) fn gone(&self, labels: &RunLabels, resource: &Resource, log: &LogFn) {
+        if let Some(ledger) = self.log()
+            && let Err(e) = ledger.gone(labels, resource)
         {
             log(&format!("warning: {e}"));
         }
@@ -518,8 +554,9 @@ pub trait Provider: Send + Sync {
     /// Lists every resource carrying all of `labels` (run, variant and scenario).
     async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>>;
 
-    /// Deletes one resource; deleting one already gone is not an error.
-    async fn delete_resource(&self, resource: &Resource) -> Result<()>;
+    /// Deletes one resource and says whether it was there; deleting one already gone is not
+    /// an error.
+    async fn delete_resource(&self, resource: &Resource) -> Result<Deleted>;
 
     /// The resource [`Provider::delete_resource`] removes for an artifact this variant
     /// built, for the run ledger; `None` when the variant has no such resource to delete.

@@ -201,6 +201,10 @@ impl CreateLog for Ledger {
             .push(resource.clone());
         Ok(())
     }
+
+    fn gone(&self, _labels: &RunLabels, _resource: &Resource) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 #[tokio::test]

@@ -1,8 +1,9 @@
 //! The run ledger, `reports/<run-id>/ledger.jsonl`: before every create (image, container,
-//! template, sandbox...) an intent record is appended and fsynced, after it the provider's
-//! id. A run killed at any point leaves a ledger that says which variant and scenario may
-//! have left what, so that cleanup and `sweep` find a resource even when its label never
-//! landed, and `sweep` finds the runs whose process is gone.
+//! template, sandbox, BuildKit build...) an intent record is appended and fsynced, after it
+//! the provider's id, and once it is gone (deleted, or a build that ended) a record of that.
+//! A run killed at any point leaves a ledger that says which variant and scenario may have
+//! left what, so that cleanup and `sweep` find a resource even when its label never landed,
+//! and `sweep` finds the runs whose process is gone.
 
 use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
@@ -12,6 +13,8 @@ use std::sync::Mutex;
 
 use sandbox_providers::{Resource, RunLabels};
 use serde::{Deserialize, Serialize};
+
+pub use sandbox_providers::process::Owner;
 
 /// The ledger's file name inside a run folder.
 pub const LEDGER_FILE: &str = "ledger.jsonl";
@@ -31,6 +34,10 @@ pub enum Record {
         /// so a reused pid is not taken for the run.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         start_ticks: Option<u64>,
+        /// The boot the process ran in (`/proc/sys/kernel/random/boot_id`): after a reboot,
+        /// the same pid and start ticks are another process.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        boot_id: Option<String>,
         /// When it started, RFC 3339.
         started_at: String,
     },
@@ -61,6 +68,24 @@ pub enum Record {
         /// what was made, as the provider named it).
         #[serde(default)]
         removable: bool,
+    },
+    /// What a `created` line named is gone: cleanup deleted it, or it was a build that
+    /// ended. Cleanup and `sweep` no longer look for it.
+    Gone {
+        /// The variant that created it.
+        variant: String,
+        /// The scenario it was for.
+        scenario: String,
+        /// The provider's resource kind.
+        kind: String,
+        /// The provider's id.
+        id: String,
+    },
+    /// A sweep removed what the run left, the run's process being gone: an age sweep
+    /// passes the run over from then on.
+    Swept {
+        /// When, RFC 3339.
+        at: String,
     },
     /// The run ended and its cleanup ran (a killed run has no such line).
     Finished {
@@ -97,10 +122,12 @@ impl Ledger {
             file: Mutex::new(file),
             next: Mutex::new(1),
         };
+        let owner = Owner::this_process();
         ledger.append(&Record::Run {
             run_id: run_id.to_owned(),
-            pid: std::process::id(),
-            start_ticks: start_ticks(std::process::id()),
+            pid: owner.pid,
+            start_ticks: owner.start_ticks,
+            boot_id: owner.boot_id,
             started_at: now(),
         })?;
         Ok(ledger)
@@ -158,6 +185,17 @@ impl Ledger {
         })
     }
 
+    /// Records that `resource`, which `labels.variant` created for `labels.scenario`, is
+    /// gone.
+    pub fn gone(&self, labels: &RunLabels, resource: &Resource) -> Result<(), String> {
+        self.append(&Record::Gone {
+            variant: labels.variant.clone(),
+            scenario: labels.scenario.clone(),
+            kind: resource.kind.clone(),
+            id: resource.id.clone(),
+        })
+    }
+
     /// Records that the run ended with its cleanup done.
     pub fn finished(&self) -> Result<(), String> {
         self.append(&Record::Finished { at: now() })
@@ -171,6 +209,10 @@ impl sandbox_providers::CreateLog for Ledger {
 
     fn created(&self, seq: u64, labels: &RunLabels, resource: &Resource) -> Result<(), String> {
         Ledger::created(self, seq, labels, resource, true)
+    }
+
+    fn gone(&self, labels: &RunLabels, resource: &Resource) -> Result<(), String> {
+        Ledger::gone(self, labels, resource)
     }
 }
 
@@ -219,17 +261,26 @@ impl LedgerView {
         })
     }
 
-    /// Whether the process that wrote it still runs (same pid and start time).
-    pub fn process_alive(&self) -> bool {
-        self.records.iter().any(|r| match r {
+    /// The process that wrote it, as its first line names it.
+    pub fn owner(&self) -> Option<Owner> {
+        self.records.iter().find_map(|r| match r {
             Record::Run {
-                pid, start_ticks, ..
-            } => {
-                Path::new(&format!("/proc/{pid}")).exists()
-                    && (start_ticks.is_none() || *start_ticks == self::start_ticks(*pid))
-            }
-            _ => false,
+                pid,
+                start_ticks,
+                boot_id,
+                ..
+            } => Some(Owner {
+                pid: *pid,
+                start_ticks: *start_ticks,
+                boot_id: boot_id.clone(),
+            }),
+            _ => None,
         })
+    }
+
+    /// Whether the process that wrote it still runs (same boot, pid and start time).
+    pub fn process_alive(&self) -> bool {
+        self.owner().is_some_and(|o| o.alive())
     }
 
     /// Whether the run ended with its cleanup done.
@@ -237,6 +288,13 @@ impl LedgerView {
         self.records
             .iter()
             .any(|r| matches!(r, Record::Finished { .. }))
+    }
+
+    /// Whether a sweep removed what the run left.
+    pub fn swept(&self) -> bool {
+        self.records
+            .iter()
+            .any(|r| matches!(r, Record::Swept { .. }))
     }
 
     /// Every (variant, scenario) that meant to create something.
@@ -255,41 +313,87 @@ impl LedgerView {
             .collect()
     }
 
-    /// The resources `variant` created that its delete removes, by the provider's id, for
-    /// `scenario` or, with `None`, for any scenario.
-    pub fn created(&self, variant: &str, scenario: Option<&str>) -> Vec<Resource> {
-        let mut seen = BTreeSet::new();
+    /// Every variant that meant to create something.
+    pub fn variants(&self) -> BTreeSet<String> {
+        self.scenarios().into_iter().map(|(v, _)| v).collect()
+    }
+
+    /// What `variant` created that its delete removes, with the scenario it was for, in
+    /// the order created; what was recorded gone since is left out.
+    pub fn outstanding(&self, variant: &str) -> Vec<Outstanding> {
+        let mut seen: BTreeSet<(String, String)> = self
+            .records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Gone {
+                    variant: v,
+                    kind,
+                    id,
+                    ..
+                } if v == variant => Some((kind.clone(), id.clone())),
+                _ => None,
+            })
+            .collect();
         self.records
             .iter()
             .filter_map(|r| match r {
                 Record::Created {
                     variant: v,
-                    scenario: s,
+                    scenario,
                     kind,
                     id,
                     removable: true,
                     ..
-                } if v == variant && scenario.is_none_or(|want| want == s) => Some(Resource {
-                    kind: kind.clone(),
-                    id: id.clone(),
+                } if v == variant && seen.insert((kind.clone(), id.clone())) => Some(Outstanding {
+                    scenario: scenario.clone(),
+                    resource: Resource {
+                        kind: kind.clone(),
+                        id: id.clone(),
+                    },
                 }),
                 _ => None,
             })
-            .filter(|r| seen.insert((r.kind.clone(), r.id.clone())))
+            .collect()
+    }
+
+    /// The resources [`LedgerView::outstanding`] names for `scenario` or, with `None`, for
+    /// any scenario.
+    pub fn created(&self, variant: &str, scenario: Option<&str>) -> Vec<Resource> {
+        self.outstanding(variant)
+            .into_iter()
+            .filter(|o| scenario.is_none_or(|want| want == o.scenario))
+            .map(|o| o.resource)
             .collect()
     }
 }
 
-fn now() -> String {
-    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+/// A resource a ledger names as created and not gone since.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outstanding {
+    /// The scenario it was created for.
+    pub scenario: String,
+    /// What the provider's delete takes.
+    pub resource: Resource,
 }
 
-/// Field 22 of `/proc/<pid>/stat`: the process's start time in clock ticks since boot.
-fn start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may hold spaces.
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(19)?.parse().ok()
+/// Appends to the ledger at `path`, of a run whose process is gone, that a sweep removed
+/// what it left.
+pub fn record_swept(path: &Path) -> Result<(), String> {
+    let mut line =
+        serde_json::to_string(&Record::Swept { at: now() }).expect("a ledger record is plain JSON");
+    line.push('\n');
+    OpenOptions::new()
+        .append(true)
+        .open(path)
+        .and_then(|mut file| {
+            file.write_all(line.as_bytes())?;
+            file.sync_data()
+        })
+        .map_err(|e| format!("cannot write the ledger {}: {e}", path.display()))
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
 #[cfg(test)]
@@ -350,6 +454,45 @@ mod tests {
     }
 
     #[test]
+    fn what_is_recorded_gone_is_no_longer_outstanding() {
+        let dir = temp("gone");
+        let ledger = Ledger::create(&dir, "20261201T000000Z-abcdef").expect("ledger");
+        let build = Resource {
+            kind: "buildkit-build".into(),
+            id: "sandbox-matrix-b1".into(),
+        };
+        let image = Resource {
+            kind: "image".into(),
+            id: "sha256:1".into(),
+        };
+        for resource in [&build, &image] {
+            let seq = ledger.intent(&labels(), &resource.kind).expect("intent");
+            ledger
+                .created(seq, &labels(), resource, true)
+                .expect("created");
+        }
+        ledger.gone(&labels(), &build).expect("gone");
+        let view = LedgerView::read(ledger.path()).expect("reads");
+        assert_eq!(
+            view.outstanding("docker"),
+            vec![Outstanding {
+                scenario: "outside".into(),
+                resource: image.clone()
+            }]
+        );
+        assert_eq!(view.variants(), BTreeSet::from(["docker".to_owned()]));
+        // Another variant's record of the same id is not this variant's.
+        let other = RunLabels {
+            variant: "datalayer".into(),
+            ..labels()
+        };
+        ledger.gone(&other, &image).expect("gone");
+        let view = LedgerView::read(ledger.path()).expect("reads");
+        assert_eq!(view.created("docker", Some("outside")), vec![image]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn a_bad_line_in_the_middle_is_an_error_with_its_place() {
         let dir = temp("bad");
         std::fs::create_dir_all(&dir).expect("dir");
@@ -367,6 +510,7 @@ mod tests {
                 run_id: "x".into(),
                 pid: std::process::id(),
                 start_ticks: Some(1),
+                boot_id: None,
                 started_at: String::new(),
             }],
         };

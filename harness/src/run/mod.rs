@@ -4,6 +4,7 @@
 pub mod base;
 pub mod events;
 pub mod ledger;
+pub mod live_runs;
 pub mod local_registry;
 pub mod preflight;
 pub mod runner;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use sandbox_providers::api::Volatiles;
 use sandbox_providers::{
-    Artifact, BuildRequest, Capabilities, ErrorKind, Provider, ProviderError, RestartKind,
+    Artifact, BuildRequest, Capabilities, Deleted, ErrorKind, Provider, ProviderError, RestartKind,
     RunLabels, SandboxId, Secret, ShutdownEnding, Timing,
 };
 use tokio_util::sync::CancellationToken;
@@ -192,8 +192,8 @@ impl Runner {
         let mut lines = Vec::new();
         for resource in self.shared.drain(provider.variant()) {
             lines.push(match provider.delete_resource(&resource).await {
-                Ok(()) => format!(
-                    "removed shared {} {} that no scenario after the stop needed",
+                Ok(deleted) => format!(
+                    "shared {} {} that no scenario after the stop needed: {deleted}",
                     resource.kind,
                     short(&resource.id)
                 ),
@@ -1422,20 +1422,49 @@ impl StepContext {
         }
     }
 
+    /// Records in the ledger that `resource` is gone; a write that fails is a warning.
+    fn record_gone(&self, resource: &sandbox_providers::Resource) {
+        if let Some(ledger) = &self.ledger
+            && let Err(e) = ledger.gone(&self.labels, resource)
+        {
+            self.log.line(&format!("warning: {e}"));
+        }
+    }
+
     async fn cleanup(&self) -> Result<(), StepEnd> {
-        let mut found = self.provider.list_resources(&self.labels).await?;
-        // What the ledger says this scenario created, in case a label never landed.
+        // What the ledger says this scenario created and is not gone, in case a label never
+        // landed.
+        let mut named = Vec::new();
         if let Some(ledger) = &self.ledger {
             match crate::run::ledger::LedgerView::read(ledger.path()) {
                 Ok(view) => {
-                    for resource in view.created(&self.labels.variant, Some(&self.labels.scenario))
-                    {
-                        if !found.contains(&resource) {
-                            found.push(resource);
-                        }
-                    }
+                    named = view.created(&self.labels.variant, Some(&self.labels.scenario));
                 }
                 Err(e) => self.log.line(&format!("warning: {e}")),
+            }
+        }
+        let mut errors = Vec::new();
+        // A BuildKit build the step left (interrupted) goes on in the engine and commits its
+        // image later: it is cancelled and waited for before anything is listed.
+        let (builds, named): (Vec<_>, Vec<_>) = named
+            .into_iter()
+            .partition(|r| r.kind == sandbox_providers::docker::BUILD_RESOURCE);
+        for build in &builds {
+            match self.provider.delete_resource(build).await {
+                Ok(done) => {
+                    self.log.line(&format!(
+                        "BuildKit build {} left by the build step: {done}",
+                        build.id
+                    ));
+                    self.record_gone(build);
+                }
+                Err(e) => errors.push(format!("BuildKit build {}: {e}", build.id)),
+            }
+        }
+        let mut found = self.provider.list_resources(&self.labels).await?;
+        for resource in named {
+            if !found.contains(&resource) {
+                found.push(resource);
             }
         }
         let keep = match &self.sharing {
@@ -1484,17 +1513,20 @@ impl StepContext {
         };
         // Containers before the images they run.
         found.sort_by_key(|r| r.kind != "container");
-        let mut errors = Vec::new();
         let mut failed = Vec::new();
         for resource in &found {
+            let what = format!("{} {}", resource.kind, short(&resource.id));
             match self.provider.delete_resource(resource).await {
-                Ok(()) => self.log.line(&format!(
-                    "removed {} {}",
-                    resource.kind,
-                    short(&resource.id)
-                )),
+                Ok(Deleted::Removed) => {
+                    self.log.line(&format!("removed {what}"));
+                    self.record_gone(resource);
+                }
+                Ok(done) => {
+                    self.log.line(&format!("{what}: {done}"));
+                    self.record_gone(resource);
+                }
                 Err(e) => {
-                    errors.push(format!("{} {}: {e}", resource.kind, short(&resource.id)));
+                    errors.push(format!("{what}: {e}"));
                     failed.push(resource.clone());
                 }
             }
@@ -1528,15 +1560,25 @@ impl StepContext {
             .map(|r| format!("{} {}", r.kind, short(&r.id)))
             .collect();
         self.state().leaked = left;
-        if leaked.is_empty() {
+        let mut failures = Vec::new();
+        if !errors.is_empty() {
+            failures.push(format!("could not remove {}", errors.join("; ")));
+        }
+        if !leaked.is_empty() {
+            failures.push(format!(
+                "still listed under the run label: {}{}",
+                leaked.join(", "),
+                if errors.is_empty() {
+                    " (every delete answered; it was made again, or came after the listing)"
+                } else {
+                    ""
+                }
+            ));
+        }
+        if failures.is_empty() {
             Ok(())
         } else {
-            Err(format!(
-                "still listed under the run label: {}; errors: {}",
-                leaked.join(", "),
-                errors.join("; ")
-            )
-            .into())
+            Err(failures.join("; ").into())
         }
     }
 }

@@ -725,10 +725,11 @@ pub fn run_scratch(run_id: &str) -> PathBuf {
 }
 
 /// [`connect_docker`]'s provider itself, for what only the docker variant does (pushing
-/// the base).
+/// the base). Its BuildKit builds are held by `harness hold-build`.
 pub async fn docker_provider(root: &Path, harness: &Path) -> Result<DockerProvider, String> {
     DockerProvider::connect(base_recipe(root, harness))
         .await
+        .map(|p| p.with_build_holder(harness.to_path_buf()))
         .map_err(|e| format!("the docker variant needs a Docker engine: {e}"))
 }
 

@@ -129,6 +129,63 @@ pub fn pushed_reference(stdout: &[u8], shown: &str) -> String {
 }
 
 /// A fresh, empty folder for one test's reports.
+/// A `sandbox-matrix run` started by a test, its standard error read line by line.
+pub struct StartedRun {
+    /// The run's process.
+    pub child: std::process::Child,
+    lines: Box<dyn Iterator<Item = String>>,
+    /// Every line read so far.
+    pub seen: Vec<String>,
+    /// The run id it printed, once read.
+    pub run_id: Option<String>,
+}
+
+impl StartedRun {
+    /// Starts `command` (a `sandbox-matrix run`), with its standard error piped.
+    pub fn start(mut command: Command) -> Self {
+        use std::io::{BufRead, BufReader};
+        let mut child = command
+            .stderr(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("sandbox-matrix starts");
+        let stderr = BufReader::new(child.stderr.take().expect("stderr is piped"));
+        Self {
+            child,
+            lines: Box::new(stderr.lines().map_while(Result::ok)),
+            seen: Vec::new(),
+            run_id: None,
+        }
+    }
+
+    /// Reads until step `step` starts (`▸ step`) and returns the run id; panics with what
+    /// was read when the run ends before.
+    pub fn until_step(&mut self, step: &str) -> String {
+        let started = format!("▸ {step}");
+        for line in self.lines.by_ref() {
+            if let Some(rest) = line.strip_prefix("run ") {
+                self.run_id = rest.split(':').next().map(str::to_owned);
+            }
+            let reached = line.trim() == started;
+            self.seen.push(line);
+            if reached {
+                return self
+                    .run_id
+                    .clone()
+                    .unwrap_or_else(|| panic!("no run id printed: {:#?}", self.seen));
+            }
+        }
+        panic!("the run ended before {step}: {:#?}", self.seen)
+    }
+
+    /// Reads the rest and waits for the run's exit.
+    pub fn finish(mut self) -> (std::process::ExitStatus, Vec<String>) {
+        self.seen.extend(self.lines.by_ref());
+        let status = self.child.wait().expect("sandbox-matrix exits");
+        (status, self.seen)
+    }
+}
+
 pub fn out_dir(test: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("sandbox-matrix-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -219,13 +219,16 @@ async fn record_builds(dir: &Path) -> Vec<Secret> {
         };
         let built = provider.build(&request, &|_: &str| {}).await;
         match (name, built) {
-            ("private-base", Ok(artifact)) => provider
-                .delete_resource(&Resource {
-                    kind: sandbox_providers::daytona::KIND_SNAPSHOT.into(),
-                    id: artifact.id,
-                })
-                .await
-                .expect("the snapshot is deleted"),
+            ("private-base", Ok(artifact)) => assert_eq!(
+                provider
+                    .delete_resource(&Resource {
+                        kind: sandbox_providers::daytona::KIND_SNAPSHOT.into(),
+                        id: artifact.id,
+                    })
+                    .await
+                    .expect("the snapshot is deleted"),
+                sandbox_providers::Deleted::Removed
+            ),
             ("private-base-failed", Err(e)) => assert!(
                 e.message.contains("registry.emulator.test: unauthorized"),
                 "the failed build names the registry: {e}"

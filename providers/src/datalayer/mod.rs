@@ -16,18 +16,20 @@ pub mod oci;
 pub mod runtimes;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use bollard::query_parameters::RemoveImageOptionsBuilder;
 
+use crate::Deleted;
 use crate::docker::{Builder, DockerProvider};
 use crate::registry::{DigestReference, Repository};
 use crate::{
     Artifact, ArtifactFacts, BASE_ARG, BaseImage, BuildRequest, Capabilities, CodeOutput,
-    CommandOutput, CredentialSource, ErrorKind, Labelled, LogFn, Provider, ProviderError,
-    RegistryCredential, Resource, Result, RunLabels, SandboxId, Secret, ShutdownReport, Timing,
+    CommandOutput, CreateLog, CredentialSource, ErrorKind, Labelled, LogFn, Provider,
+    ProviderError, RegistryCredential, Resource, Result, RunLabels, SandboxId, Secret,
+    ShutdownReport, Timing,
 };
 
 /// The repository artifacts are pushed to: `<host[:port]>/<repository>`.
@@ -456,6 +458,10 @@ impl Provider for DatalayerProvider {
         self.docker.credential_use(request)
     }
 
+    fn record_creates(&self, log: Arc<dyn CreateLog>) {
+        self.docker.record_creates(log);
+    }
+
     /// The push (export, attestations and upload) and the bytes pushed.
     fn artifact_facts(&self, artifact: &Artifact) -> ArtifactFacts {
         self.pushed(artifact)
@@ -558,10 +564,10 @@ impl Provider for DatalayerProvider {
     /// from the registry with the push credential, then from the engine its pulled copy
     /// and the image built for it, where the engine still holds them (a rebuild's image is
     /// pushed but never launched, so no pull removed it); anything else is the engine's.
-    async fn delete_resource(&self, resource: &Resource) -> Result<()> {
+    async fn delete_resource(&self, resource: &Resource) -> Result<Deleted> {
         if resource.kind == MANIFEST_RESOURCE {
             let reference = DigestReference::parse(&resource.id)?;
-            oci::delete(&reference, &self.settings.push).await?;
+            let deleted = oci::delete(&reference, &self.settings.push).await?;
             let built = self
                 .pushed
                 .lock()
@@ -577,7 +583,7 @@ impl Provider for DatalayerProvider {
                     })
                     .await?;
             }
-            return Ok(());
+            return Ok(deleted);
         }
         self.docker.delete_resource(resource).await
     }

@@ -583,7 +583,10 @@ const DELETE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Deletes the index `reference` names and every manifest it lists, by digest, with
 /// `credential` (the registry must allow deletes); an index already gone is not an error.
-pub async fn delete(reference: &DigestReference, credential: &RegistryCredential) -> Result<()> {
+pub async fn delete(
+    reference: &DigestReference,
+    credential: &RegistryCredential,
+) -> Result<crate::Deleted> {
     let repository = &reference.repository;
     let registry = &repository.registry;
     let client = client(registry)?;
@@ -602,7 +605,7 @@ pub async fn delete(reference: &DigestReference, credential: &RegistryCredential
         .await
     {
         Ok((body, _)) => body,
-        Err(e) if manifest_unknown(&e) => return Ok(()),
+        Err(e) if manifest_unknown(&e) => return Ok(crate::Deleted::AlreadyGone),
         Err(e) => return Err(failed("reading the index", e)),
     };
     let index: Value = serde_json::from_slice(&index).map_err(|e| {
@@ -654,7 +657,7 @@ pub async fn delete(reference: &DigestReference, credential: &RegistryCredential
             ));
         }
     }
-    Ok(())
+    Ok(crate::Deleted::Removed)
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ use reqwest::Method;
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::Deleted;
 use crate::api::{ApiClient, ApiRequest, ApiSettings, Endpoints, Mode, Network, Target, Volatiles};
 use crate::jupyter::server::{Channel, Server};
 use crate::{
@@ -398,7 +399,7 @@ impl RuntimesProvider {
     }
 
     /// Deletes a runtime by its `pod_name`; one already gone is not an error.
-    async fn delete(&self, pod_name: &str) -> Result<()> {
+    async fn delete(&self, pod_name: &str) -> Result<Deleted> {
         let outcome = self
             .client
             .call(
@@ -410,9 +411,9 @@ impl RuntimesProvider {
         match outcome {
             Ok(_) => {
                 lock(&self.gone)?.insert(pod_name.to_owned());
-                Ok(())
+                Ok(Deleted::Removed)
             }
-            Err(e) if e.kind == ErrorKind::NotFound => Ok(()),
+            Err(e) if e.kind == ErrorKind::NotFound => Ok(Deleted::AlreadyGone),
             Err(e) => Err(e),
         }
     }
@@ -757,9 +758,9 @@ impl Provider for RuntimesProvider {
             .collect())
     }
 
-    async fn delete_resource(&self, resource: &Resource) -> Result<()> {
+    async fn delete_resource(&self, resource: &Resource) -> Result<Deleted> {
         match resource.kind.as_str() {
-            KIND_RUNTIME if lock(&self.gone)?.contains(&resource.id) => Ok(()),
+            KIND_RUNTIME if lock(&self.gone)?.contains(&resource.id) => Ok(Deleted::AlreadyGone),
             KIND_RUNTIME => self.delete(&resource.id).await,
             other => Err(ProviderError::new(
                 ErrorKind::Config,

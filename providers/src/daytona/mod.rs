@@ -24,6 +24,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::Deleted;
 use crate::api::ws::WsMessage;
 use crate::api::{ApiClient, ApiRequest, ApiSettings, Endpoints, Mode, Network, Target, Volatiles};
 use crate::{
@@ -511,13 +512,13 @@ impl DaytonaProvider {
     }
 
     /// Deletes by id; a resource already gone is success.
-    async fn delete(&self, path: String, what: &str) -> Result<()> {
+    async fn delete(&self, path: String, what: &str) -> Result<Deleted> {
         match self
             .call(ApiRequest::delete(Target::Api, path).what(what.to_owned()))
             .await
         {
-            Ok(_) => Ok(()),
-            Err(e) if e.kind == ErrorKind::NotFound => Ok(()),
+            Ok(_) => Ok(Deleted::Removed),
+            Err(e) if e.kind == ErrorKind::NotFound => Ok(Deleted::AlreadyGone),
             Err(e) => Err(e),
         }
     }
@@ -952,7 +953,7 @@ impl Provider for DaytonaProvider {
                 )
                 .await
             {
-                Ok(()) => {
+                Ok(_) => {
                     log(&format!("docker-registry entry {id} deleted"));
                     lock(&self.deleted).insert(id);
                     *self.registry_entry.lock().expect("registry entry lock") =
@@ -1235,7 +1236,7 @@ impl Provider for DaytonaProvider {
         Ok(found)
     }
 
-    async fn delete_resource(&self, resource: &Resource) -> Result<()> {
+    async fn delete_resource(&self, resource: &Resource) -> Result<Deleted> {
         let id = &resource.id;
         match resource.kind.as_str() {
             KIND_SANDBOX => {
@@ -1246,7 +1247,7 @@ impl Provider for DaytonaProvider {
                 self.delete(format!("/snapshots/{id}"), "delete snapshot")
                     .await
             }
-            KIND_REGISTRY if lock(&self.deleted).contains(id) => Ok(()),
+            KIND_REGISTRY if lock(&self.deleted).contains(id) => Ok(Deleted::AlreadyGone),
             KIND_REGISTRY => {
                 self.delete(
                     format!("/docker-registry/{id}"),

@@ -246,6 +246,7 @@ impl BaseRecipe {
             pull: false,
             builder: super::Builder::Classic,
             no_cache: false,
+            build_id: None,
         };
         let id = super::build_context(docker, spec, progress)
             .await
@@ -403,6 +404,7 @@ impl BaseRecipe {
                     pull: false,
                     builder: super::Builder::Classic,
                     no_cache: false,
+                    build_id: None,
                 };
                 super::build_context(docker, spec, progress).await
             }

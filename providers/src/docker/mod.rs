@@ -5,6 +5,7 @@
 //! ephemeral port, and runs code through the server's kernel REST API and WebSocket.
 
 pub mod base;
+pub mod hold;
 pub mod pull;
 
 use std::collections::{HashMap, HashSet};
@@ -27,14 +28,15 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 use rand::Rng;
 
+use crate::Deleted;
 use crate::jupyter::{JupyterServer, KernelSocket};
 use crate::registry::{DigestReference, Repository, check_base};
 use crate::tail;
 use crate::{
     Artifact, BASE_ARG, BaseImage, BuildLogMode, BuildRequest, Capabilities, CodeOutput,
-    CommandOutput, ErrorKind, Labelled, LogFn, Provider, ProviderError, RegistryCredential,
-    Resource, RestartKind, Result, RunLabels, SandboxId, Secret, ShutdownEnding,
-    ShutdownObservation, ShutdownReport, Timing,
+    CommandOutput, CreateLog, CreateRecorder, ErrorKind, Labelled, LogFn, Provider, ProviderError,
+    RegistryCredential, Resource, RestartKind, Result, RunLabels, SandboxId, Secret,
+    ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
 };
 
 pub use base::{BaseRecipe, DoctorBinary, MadeFrom};
@@ -61,6 +63,15 @@ const EXECUTE_DEADLINE: Duration = Duration::from_secs(300);
 /// How long a delete waits for a classic build step the engine is committing (a cancelled
 /// build's last step): about 10 s each on fuse-overlayfs.
 const BUILD_STEP_COMMIT_WAIT: Duration = Duration::from_secs(120);
+/// How long a delete of a BuildKit build waits for it to end once cancelled: a build whose
+/// client is gone goes on exporting its image (6 s for the reference environment on a
+/// 2-core machine with fuse-overlayfs), and an export cannot be cancelled.
+const BUILD_END_WAIT: Duration = Duration::from_secs(300);
+/// The resource kind of a BuildKit build under way: recorded in the run ledger before the
+/// build starts, so that cleanup and `sweep` cancel it and wait for it to end before they
+/// list what carries the run's labels. Its id is `<build id>:<holder pid>:<holder start
+/// ticks>` (see [`hold`]), or the build id alone when it had no holder.
+pub const BUILD_RESOURCE: &str = "buildkit-build";
 /// Which builder the docker variant builds environments with: `buildkit` or `classic`;
 /// unset, BuildKit where the engine offers it ([`DockerProvider::offered_builder`]), else
 /// the classic builder.
@@ -124,6 +135,10 @@ pub struct DockerProvider {
     builder: tokio::sync::OnceCell<Builder>,
     /// The environment folders built so far, by [`DockerProvider::build_environment`].
     built: Mutex<HashSet<PathBuf>>,
+    /// Where each BuildKit build is recorded before it starts, and its end after.
+    creates: CreateRecorder,
+    /// The executable that runs a build holder ([`hold`]), when builds have one.
+    holder: Option<PathBuf>,
 }
 
 /// A kernel socket several tasks may take turns on.
@@ -324,6 +339,36 @@ impl DockerProvider {
                 )])
             }),
         };
+        // A BuildKit build goes on without its client (its image lands seconds after a kill):
+        // it goes through a holder that outlives the client, and the ledger names both
+        // before it starts, so that cleanup and sweep can cancel it and wait for its end.
+        let holder = match (builder, &self.holder, hold::EngineAddress::from_env()) {
+            (Builder::BuildKit, Some(executable), Some(engine)) => {
+                Some(hold::Holder::start(executable, &engine).await?)
+            }
+            _ => None,
+        };
+        let build = (builder == Builder::BuildKit).then(|| {
+            let id = format!("sandbox-matrix-{}", random_hex(12));
+            BuildRecord {
+                holder: holder.as_ref().map(|h| h.owner.clone()),
+                id,
+            }
+        });
+        let build_resource = build.as_ref().map(BuildRecord::resource);
+        if let Some(resource) = &build_resource {
+            let seq = self.creates.intent(&request.labels, BUILD_RESOURCE)?;
+            self.creates.created(seq, &request.labels, resource, log);
+        }
+        let engine = match &holder {
+            Some(holder) => Docker::connect_with_unix(
+                &holder.socket.to_string_lossy(),
+                ENGINE_CALL_TIMEOUT.as_secs(),
+                &self.docker.client_version(),
+            )
+            .map_err(|e| engine_error(e).context("connecting to the build holder"))?,
+            None => self.docker.clone(),
+        };
         let spec = BuildSpec {
             dir: &request.environment_dir,
             extra_files: &[],
@@ -335,8 +380,16 @@ impl DockerProvider {
             pull,
             builder,
             no_cache: !use_cache,
+            build_id: build.as_ref().map(|b| b.id.as_str()),
         };
-        let id = build_context(&self.docker, spec, log).await?;
+        let built = build_context(&engine, spec, log).await;
+        if let Some(holder) = holder {
+            holder.finish().await;
+        }
+        if let Some(resource) = &build_resource {
+            self.creates.gone(&request.labels, resource, log);
+        }
+        let id = built?;
         Ok(Artifact {
             id,
             kind: "image-id".into(),
@@ -374,7 +427,16 @@ impl DockerProvider {
             builder_var: BUILDER_VAR,
             builder: tokio::sync::OnceCell::new(),
             built: Mutex::new(HashSet::new()),
+            creates: CreateRecorder::default(),
+            holder: None,
         })
+    }
+
+    /// This provider with every BuildKit build held by `executable hold-build` (see
+    /// [`hold`]), so that cleanup and `sweep` can see a build end after its client is gone.
+    pub fn with_build_holder(mut self, executable: PathBuf) -> Self {
+        self.holder = Some(executable);
+        self
     }
 
     /// The engine client, for variants that run on this engine (datalayer).
@@ -1143,6 +1205,10 @@ impl Provider for DockerProvider {
         ])
     }
 
+    fn record_creates(&self, log: Arc<dyn CreateLog>) {
+        self.creates.set(log);
+    }
+
     async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>> {
         let filters = HashMap::from([(
             "label".to_owned(),
@@ -1228,8 +1294,11 @@ impl Provider for DockerProvider {
         Ok(found)
     }
 
-    async fn delete_resource(&self, resource: &Resource) -> Result<()> {
+    /// A [`BUILD_RESOURCE`] whose holder runs is cancelled, then waited for until its
+    /// holder exits: the build has ended, and its image, if it got so far, is committed.
+    async fn delete_resource(&self, resource: &Resource) -> Result<Deleted> {
         match resource.kind.as_str() {
+            BUILD_RESOURCE => BuildRecord::parse(&resource.id)?.settle(&self.docker).await,
             "container" => remove_after_its_commit(&self.docker, &resource.id).await,
             "image" => match self
                 .docker
@@ -1240,10 +1309,10 @@ impl Provider for DockerProvider {
                 )
                 .await
             {
-                Ok(_) => Ok(()),
+                Ok(_) => Ok(Deleted::Removed),
                 Err(bollard::errors::Error::DockerResponseServerError {
                     status_code: 404, ..
-                }) => Ok(()),
+                }) => Ok(Deleted::AlreadyGone),
                 Err(e) => Err(engine_error(e).context(format!("removing image {}", resource.id))),
             },
             other => Err(ProviderError::new(
@@ -1353,19 +1422,30 @@ fn is_build_step_being_committed(container: &bollard::models::ContainerInspectRe
 /// Removes a container, except that a classic build step the engine is committing (its
 /// client gone) is left to the engine, which removes it once its image is committed:
 /// removing it would not stop the commit, and the image would land after the sweep.
-async fn remove_after_its_commit(docker: &Docker, id: &str) -> Result<()> {
+async fn remove_after_its_commit(docker: &Docker, id: &str) -> Result<Deleted> {
     let until = tokio::time::Instant::now() + BUILD_STEP_COMMIT_WAIT;
+    let mut waited = false;
     loop {
         let container = match docker.inspect_container(id, None).await {
             Ok(c) => c,
+            // The engine removes a committed step's container itself.
             Err(bollard::errors::Error::DockerResponseServerError {
                 status_code: 404, ..
-            }) => return Ok(()),
+            }) if waited => {
+                return Ok(Deleted::Settled(
+                    "a build step the engine was committing; it removed it once committed"
+                        .to_owned(),
+                ));
+            }
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => return Ok(Deleted::AlreadyGone),
             Err(e) => return Err(engine_error(e).context(format!("inspecting container {id}"))),
         };
         if !is_build_step_being_committed(&container) {
             return remove_container(docker, id).await;
         }
+        waited = true;
         if tokio::time::Instant::now() >= until {
             remove_container(docker, id).await?;
             return Err(ProviderError::new(
@@ -1379,7 +1459,7 @@ async fn remove_after_its_commit(docker: &Docker, id: &str) -> Result<()> {
     }
 }
 
-async fn remove_container(docker: &Docker, id: &str) -> Result<()> {
+async fn remove_container(docker: &Docker, id: &str) -> Result<Deleted> {
     match docker
         .remove_container(
             id,
@@ -1392,15 +1472,15 @@ async fn remove_container(docker: &Docker, id: &str) -> Result<()> {
         )
         .await
     {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(Deleted::Removed),
         Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 404, ..
-        }) => Ok(()),
+        }) => Ok(Deleted::AlreadyGone),
         // The engine is removing it already (a cancelled build's step container).
         Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 409,
             message,
-        }) if message.contains("already in progress") => Ok(()),
+        }) if message.contains("already in progress") => Ok(Deleted::AlreadyGone),
         Err(e) => Err(engine_error(e).context(format!("removing container {id}"))),
     }
 }
@@ -1449,6 +1529,9 @@ pub(crate) struct BuildSpec<'a> {
     pub builder: Builder,
     /// Build every step again, whatever the engine's build cache holds.
     pub no_cache: bool,
+    /// The id BuildKit registers the build under, which [`cancel_build`] takes; the
+    /// classic builder registers none.
+    pub build_id: Option<&'a str>,
 }
 
 /// Builds a [`BuildSpec`] with the engine, with no network inside the build, streaming
@@ -1469,6 +1552,7 @@ pub(crate) async fn build_context(
         pull,
         builder,
         no_cache,
+        build_id,
     } = spec;
     if !dir.join("Dockerfile").is_file() {
         return Err(ProviderError::new(
@@ -1511,7 +1595,11 @@ pub(crate) async fn build_context(
             .version(bollard::query_parameters::BuilderVersion::BuilderBuildKit)
             .session(&format!("sandbox-matrix-{}", random_hex(12)));
     }
-    let mut stream = docker.build_image(
+    let engine = match build_id {
+        Some(id) if builder == Builder::BuildKit => with_build_id(docker, id),
+        _ => docker.clone(),
+    };
+    let mut stream = engine.build_image(
         options.build(),
         credentials,
         Some(bollard::body_full(context.into())),
@@ -1749,6 +1837,152 @@ pub(crate) fn engine_error(e: bollard::errors::Error) -> ProviderError {
     }
 }
 
+/// `docker` with every `/build` request naming `id` as its `buildid`, under which the
+/// engine's BuildKit registers the build so that `/build/cancel` can stop it (bollard 0.21's
+/// build options have no such field), and asking the engine to close the connection after
+/// its answer, so that a holder sees the answer's end.
+fn with_build_id(docker: &Docker, id: &str) -> Docker {
+    let id = id.to_owned();
+    docker.clone().with_request_modifier(move |mut request| {
+        if let Some(uri) = naming_build_id(request.uri(), &id) {
+            *request.uri_mut() = uri;
+            request.headers_mut().insert(
+                http::header::CONNECTION,
+                http::HeaderValue::from_static("close"),
+            );
+        }
+        request
+    })
+}
+
+/// A BuildKit build as the ledger names it: its build id and the holder it went through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct BuildRecord {
+    id: String,
+    holder: Option<crate::process::Owner>,
+}
+
+impl BuildRecord {
+    /// As a [`BUILD_RESOURCE`].
+    fn resource(&self) -> Resource {
+        Resource {
+            kind: BUILD_RESOURCE.into(),
+            id: match &self.holder {
+                Some(h) => format!("{}:{}:{}", self.id, h.pid, h.start_ticks.unwrap_or(0)),
+                None => self.id.clone(),
+            },
+        }
+    }
+
+    /// Reads a [`BUILD_RESOURCE`]'s id; it comes from a ledger file: only the shape
+    /// [`BuildRecord::resource`] gives is taken.
+    fn parse(text: &str) -> Result<Self> {
+        let refused = || {
+            ProviderError::new(
+                ErrorKind::Config,
+                format!("`{text}` is not a BuildKit build as this provider records one"),
+            )
+        };
+        let mut parts = text.split(':');
+        let id = parts.next().unwrap_or_default();
+        if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            return Err(refused());
+        }
+        let holder = match (parts.next(), parts.next(), parts.next()) {
+            (None, _, _) => None,
+            (Some(pid), Some(ticks), None) => Some(crate::process::Owner {
+                pid: pid.parse().map_err(|_| refused())?,
+                start_ticks: Some(ticks.parse().map_err(|_| refused())?).filter(|t| *t != 0),
+                boot_id: None,
+            }),
+            _ => return Err(refused()),
+        };
+        Ok(Self {
+            id: id.to_owned(),
+            holder,
+        })
+    }
+
+    /// Cancels the build and waits for its holder to exit, which it does once the engine
+    /// has ended the build.
+    async fn settle(&self, docker: &Docker) -> Result<Deleted> {
+        let Some(holder) = &self.holder else {
+            cancel_build(docker, &self.id).await?;
+            return Ok(Deleted::Settled(
+                "cancelled; it had no holder (the engine is reached over TLS, or the build predates holders), so its end cannot be seen: an image it was exporting may still land, for a later sweep".to_owned(),
+            ));
+        };
+        if !holder.alive() {
+            return Ok(Deleted::Settled(format!(
+                "it had ended (its holder, process {}, had exited)",
+                holder.pid
+            )));
+        }
+        cancel_build(docker, &self.id).await?;
+        let started = Instant::now();
+        while holder.alive() {
+            if started.elapsed() >= BUILD_END_WAIT {
+                return Err(ProviderError::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "cancelled, and still under way after {} s (its holder, process {}, waits for its end): sweep again once that process has exited",
+                        BUILD_END_WAIT.as_secs(),
+                        holder.pid
+                    ),
+                ));
+            }
+            tokio::time::sleep(EXIT_POLL).await;
+        }
+        Ok(Deleted::Settled(format!(
+            "cancelled; it ended {:.1} s later (its holder, process {}, exited)",
+            started.elapsed().as_secs_f64(),
+            holder.pid
+        )))
+    }
+}
+
+/// `uri` with `buildid=id` added to its query, when it is a `/build` request.
+fn naming_build_id(uri: &http::Uri, id: &str) -> Option<http::Uri> {
+    if !uri.path().ends_with("/build") {
+        return None;
+    }
+    let separator = if uri.query().is_some() { '&' } else { '?' };
+    format!("{uri}{separator}buildid={id}").parse().ok()
+}
+
+/// Makes an engine call bollard 0.21 has no method for, or decodes into a newer API's shape
+/// than the engine speaks, and returns the answer's body: bollard's ping request, re-aimed
+/// at `method` and `path` (with its query) by a request modifier, so that it goes through
+/// bollard's transport and negotiated API version like every other call.
+async fn engine_call(docker: &Docker, method: http::Method, path: &str) -> Result<String> {
+    let path = path.to_owned();
+    let call = docker.clone().with_request_modifier(move |mut request| {
+        let uri = request.uri().to_string();
+        if let Some(prefix) = uri.strip_suffix("/_ping")
+            && let Ok(uri) = format!("{prefix}{path}").parse()
+        {
+            *request.uri_mut() = uri;
+            *request.method_mut() = method.clone();
+        }
+        request
+    });
+    call.ping().await.map_err(engine_error)
+}
+
+/// Asks the engine to cancel BuildKit build `id` (`POST /build/cancel?id=`). Its solve stops
+/// where it can: a `RUN` is killed, an export under way goes on to its end. The engine
+/// answers the same whether or not such a build runs.
+async fn cancel_build(docker: &Docker, id: &str) -> Result<()> {
+    engine_call(
+        docker,
+        http::Method::POST,
+        &format!("/build/cancel?id={id}"),
+    )
+    .await
+    .map(drop)
+    .map_err(|e| e.context(format!("cancelling BuildKit build {id}")))
+}
+
 fn random_hex(bytes: usize) -> String {
     let mut rng = rand::rng();
     (0..bytes)
@@ -1821,6 +2055,59 @@ mod tests {
                 committing,
                 "{cmd:?} {status:?} {code}"
             );
+        }
+    }
+
+    #[test]
+    fn a_build_request_names_its_build_id_and_no_other_request_does() {
+        let build: http::Uri = "unix://2f72756e/v1.41/build?dockerfile=Dockerfile&rm=true"
+            .parse()
+            .expect("a URI");
+        assert_eq!(
+            naming_build_id(&build, "sandbox-matrix-ab12")
+                .expect("named")
+                .query(),
+            Some("dockerfile=Dockerfile&rm=true&buildid=sandbox-matrix-ab12")
+        );
+        let bare: http::Uri = "http://localhost/v1.41/build".parse().expect("a URI");
+        assert_eq!(
+            naming_build_id(&bare, "b1").expect("named").query(),
+            Some("buildid=b1")
+        );
+        for other in [
+            "http://localhost/v1.41/session",
+            "http://localhost/v1.41/build/prune",
+        ] {
+            let uri: http::Uri = other.parse().expect("a URI");
+            assert_eq!(naming_build_id(&uri, "b1"), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn a_build_record_reads_back_and_refuses_any_other_shape() {
+        let held = BuildRecord {
+            id: "sandbox-matrix-ab12".into(),
+            holder: Some(crate::process::Owner {
+                pid: 42,
+                start_ticks: Some(7),
+                boot_id: None,
+            }),
+        };
+        assert_eq!(held.resource().id, "sandbox-matrix-ab12:42:7");
+        assert_eq!(
+            BuildRecord::parse(&held.resource().id).expect("reads"),
+            held
+        );
+        let bare = BuildRecord {
+            id: "sandbox-matrix-cd34".into(),
+            holder: None,
+        };
+        assert_eq!(
+            BuildRecord::parse(&bare.resource().id).expect("reads"),
+            bare
+        );
+        for bad in ["", "x&y=1", "b:1", "b:x:1", "b:1:2:3", "../b"] {
+            assert!(BuildRecord::parse(bad).is_err(), "{bad}");
         }
     }
 

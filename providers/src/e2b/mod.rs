@@ -25,6 +25,7 @@ use sandbox_contract::IDENTITY;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::Deleted;
 use crate::api::{
     ApiClient, ApiRequest, ApiResponse, ApiSettings, Endpoints, Mode, Network, Normalizer, ReqBody,
     Target, Volatiles,
@@ -362,7 +363,7 @@ impl E2bProvider {
     }
 
     /// Deletes a sandbox; one already gone is not an error.
-    async fn kill(&self, sandbox: &str) -> Result<()> {
+    async fn kill(&self, sandbox: &str) -> Result<Deleted> {
         let outcome = self
             .client
             .call(
@@ -572,10 +573,10 @@ fn poisoned() -> ProviderError {
 }
 
 /// A 404 on a delete means the thing is already gone.
-fn gone_is_fine(outcome: Result<ApiResponse>) -> Result<()> {
+fn gone_is_fine(outcome: Result<ApiResponse>) -> Result<Deleted> {
     match outcome {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind == ErrorKind::NotFound => Ok(()),
+        Ok(_) => Ok(Deleted::Removed),
+        Err(e) if e.kind == ErrorKind::NotFound => Ok(Deleted::AlreadyGone),
         Err(e) => Err(e),
     }
 }
@@ -1258,7 +1259,7 @@ impl Provider for E2bProvider {
         Ok(found)
     }
 
-    async fn delete_resource(&self, resource: &Resource) -> Result<()> {
+    async fn delete_resource(&self, resource: &Resource) -> Result<Deleted> {
         match resource.kind.as_str() {
             KIND_SANDBOX => {
                 if self
@@ -1267,7 +1268,7 @@ impl Provider for E2bProvider {
                     .map_err(|_| poisoned())?
                     .contains(&resource.id)
                 {
-                    return Ok(());
+                    return Ok(Deleted::AlreadyGone);
                 }
                 self.kill(&resource.id).await
             }

@@ -27,6 +27,7 @@ use self::proto::client::{
     ClientHelloResponse, ImageContextFile, ImageDeleteRequest, SandboxListRequest, SandboxTag,
 };
 use self::router::Router;
+use crate::Deleted;
 use crate::api::Volatiles;
 use crate::api::grpc::{GrpcOptions, Recorder};
 use crate::{
@@ -629,16 +630,17 @@ impl Provider for ModalProvider {
             .collect())
     }
 
-    async fn delete_resource(&self, resource: &Resource) -> Result<()> {
+    async fn delete_resource(&self, resource: &Resource) -> Result<Deleted> {
         match resource.kind.as_str() {
             KIND_SANDBOX => {
                 if lock(&self.gone).contains(&resource.id) {
-                    return Ok(());
+                    return Ok(Deleted::AlreadyGone);
                 }
-                // Terminating a sandbox that has ended already answers its ending.
+                // Terminating a sandbox that has ended already answers its ending: Modal
+                // does not say which.
                 self.terminate(&resource.id, Duration::from_secs(10))
                     .await
-                    .map(drop)
+                    .map(|_| Deleted::Removed)
             }
             KIND_IMAGE => {
                 let deleted = self
@@ -653,8 +655,9 @@ impl Provider for ModalProvider {
                     )
                     .await;
                 let deleted = match deleted {
-                    Err(e) if e.kind == ErrorKind::NotFound => Ok(()),
-                    other => other,
+                    Ok(_) => Ok(Deleted::Removed),
+                    Err(e) if e.kind == ErrorKind::NotFound => Ok(Deleted::AlreadyGone),
+                    Err(e) => Err(e),
                 };
                 if deleted.is_ok() {
                     lock(&self.built).retain(|(_, id)| *id != resource.id);

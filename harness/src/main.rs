@@ -202,7 +202,8 @@ enum Command {
         #[arg(long)]
         no_task: bool,
         /// datalayer: the name its one environment (the reference environment, built at
-        /// start) is listed and launched under (default python-cpu-env).
+        /// start) is listed and launched under (default ai-agents-env, datalayer-core
+        /// 1.1.40's default).
         #[arg(long, value_name = "NAME")]
         environment_name: Option<String>,
         /// datalayer: the first create answers 200 with `success: false` and this message,

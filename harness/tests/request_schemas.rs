@@ -112,3 +112,45 @@ fn a_request_with_a_wrong_type_or_a_missing_field_is_caught() {
     };
     assert!(set.check_request(&unknown).unwrap_err().contains("not in"));
 }
+
+/// Every request schema is strict: a field the published spec does not name fails, in
+/// every provider's set, at the top of the body and in the objects it nests.
+#[test]
+fn a_request_field_no_spec_names_is_caught() {
+    use serde_json::json;
+    let root = common::root().join("fixtures/schemas");
+    let build = |body: serde_json::Value| RecordedRequest {
+        method: "POST".into(),
+        path: "/v2/templates/tpl0001/builds/b1".into(),
+        headers: Default::default(),
+        body: Some(Body::Json(body)),
+    };
+    let e2b = SchemaSet::load(&root.join("e2b"));
+    let step = json!({"type": "RUN", "args": ["id", "root"], "force": false});
+    e2b.check_request(&build(json!({"fromImage": "a", "steps": [step]})))
+        .expect("a well-formed build");
+    for body in [
+        json!({"fromImage": "a", "steps": [], "user": "root"}),
+        json!({"fromImage": "a", "steps": [{"type": "RUN", "args": ["id"], "user": "root"}]}),
+    ] {
+        e2b.check_request(&build(body.clone()))
+            .expect_err(&format!("an unknown field is refused: {body}"));
+    }
+    let daytona = SchemaSet::load(&root.join("daytona"));
+    let snapshot = |body: serde_json::Value| RecordedRequest {
+        method: "POST".into(),
+        path: "/snapshots".into(),
+        headers: Default::default(),
+        body: Some(Body::Json(body)),
+    };
+    daytona
+        .check_request(&snapshot(
+            json!({"name": "s", "buildInfo": {"dockerfileContent": "FROM a", "contextHashes": []}}),
+        ))
+        .expect("a well-formed snapshot");
+    daytona
+        .check_request(&snapshot(
+            json!({"name": "s", "buildInfo": {"dockerfileContent": "FROM a", "extra": 1}}),
+        ))
+        .expect_err("an unknown nested field is refused");
+}

@@ -4,7 +4,7 @@
 //! docker variant, so every answer about a runtime is real.
 //!
 //! Its one environment is the environment folder it was started with, built on the docker
-//! variant and listed under a name (`python-cpu-env` unless told) with a burning rate. A
+//! variant and listed under a name (`ai-agents-env`, datalayer-core's default, unless told) with a burning rate. A
 //! runtime is a docker sandbox of that build: created by `POST /runtimes` (`type`,
 //! `environment_name` — or the newer client's `environment.name` — `given_name`,
 //! `credits_limit`), got, listed and deleted by its `pod_name`. Its `uid` is no key: a get
@@ -101,7 +101,7 @@ pub struct Emulator {
 }
 
 struct Inner {
-    site: Site,
+    site: Arc<Site>,
     /// The plain HTTP address (WebSocket upgrades too), on loopback.
     plain: std::net::SocketAddr,
     docker: Arc<DockerProvider>,
@@ -143,7 +143,7 @@ impl Emulator {
         let refuse_create = options.faults.refuse_create.clone();
         let emulator = Self {
             inner: Arc::new(Inner {
-                site: Site::new(domain, &front),
+                site: Arc::new(Site::new(domain, &front)),
                 plain: split,
                 docker,
                 options,
@@ -190,6 +190,11 @@ impl Emulator {
     /// Stops serving (what [`Self::cleanup`] removes is left to it).
     pub fn stop(&self) {
         self.inner.site.stop();
+    }
+
+    /// Keeps every request it is sent from now on, for a caller to read.
+    pub fn record(&self) -> super::record::Exchanges {
+        self.inner.site.record()
     }
 
     /// The HTTPS port on 127.0.0.1.
@@ -288,8 +293,11 @@ impl Emulator {
             }
             ("DELETE", ["runtimes", pod]) => self.delete(pod).await,
             _ => refused(
-                404,
-                &format!("the emulator has no {} {}", request.method, request.path),
+                501,
+                &format!(
+                    "the datalayer emulator does not implement {} {}",
+                    request.method, request.path
+                ),
             ),
         }
     }

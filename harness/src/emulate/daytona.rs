@@ -22,6 +22,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bollard::Docker;
 use bollard::query_parameters::StopContainerOptionsBuilder;
@@ -76,10 +77,13 @@ pub struct Options {
     pub volatiles: Option<Arc<Volatiles>>,
     /// Private bases it serves.
     pub bases: Vec<StandInBase>,
+    /// How long a new snapshot waits for a runner, `pending`, before its build starts:
+    /// a queue on the service.
+    pub queued: Duration,
 }
 
 impl Options {
-    /// On `port` under `domain`, with no labels, volatiles or private bases.
+    /// On `port` under `domain`, with no labels, volatiles, private bases or queue.
     pub fn new(port: u16, domain: impl Into<String>) -> Self {
         Self {
             port,
@@ -87,9 +91,14 @@ impl Options {
             labels: None,
             volatiles: None,
             bases: Vec::new(),
+            queued: Duration::ZERO,
         }
     }
 }
+
+/// How long the service holds a build-logs URL request for a `pending` snapshot, waiting
+/// for a runner, before it answers 404 (`snapshot.controller.ts`, see [`build_logs_url`]).
+const RUNNER_WAIT: Duration = Duration::from_secs(30);
 
 /// A snapshot [`Emulator::seed`] built.
 #[derive(Debug, Clone)]
@@ -144,7 +153,7 @@ pub struct Emulator {
 }
 
 struct Inner {
-    site: Site,
+    site: Arc<Site>,
     docker: Arc<dyn Provider>,
     engine: Docker,
     labels: RunLabels,
@@ -154,6 +163,7 @@ struct Inner {
     launched: Mutex<Vec<RunLabels>>,
     volatiles: Option<Arc<Volatiles>>,
     bases: Vec<StandInBase>,
+    queued: Duration,
     state: Mutex<State>,
 }
 
@@ -217,7 +227,7 @@ impl Emulator {
         });
         let emulator = Self {
             inner: Arc::new(Inner {
-                site: Site::new(domain, &front),
+                site: Arc::new(Site::new(domain, &front)),
                 docker,
                 engine,
                 labels,
@@ -225,6 +235,7 @@ impl Emulator {
                 launched: Mutex::default(),
                 volatiles: options.volatiles,
                 bases: options.bases,
+                queued: options.queued,
                 state: Mutex::default(),
             }),
         };
@@ -245,6 +256,11 @@ impl Emulator {
     /// Stops serving (what [`Self::cleanup`] removes is left to it).
     pub fn stop(&self) {
         self.inner.site.stop();
+    }
+
+    /// Keeps every request it is sent from now on, for a caller to read.
+    pub fn record(&self) -> super::record::Exchanges {
+        self.inner.site.record()
     }
 
     /// The port it serves on 127.0.0.1.
@@ -487,10 +503,7 @@ impl Emulator {
                 Some(dto) => Answer::json(200, dto),
                 None => not_found("snapshot"),
             },
-            ("GET", ["snapshots", id, "build-logs-url"]) => Answer::json(
-                200,
-                json!({"url": format!("{api}/api/snapshots/{id}/build-logs")}),
-            ),
+            ("GET", ["snapshots", id, "build-logs-url"]) => self.build_logs_url(id, api).await,
             ("GET", ["snapshots", id, "build-logs"]) => match self.state().snapshots.get(*id) {
                 Some(s) => Answer {
                     status: 200,
@@ -558,8 +571,11 @@ impl Emulator {
                 }
             }
             _ => error(
-                404,
-                &format!("the emulator has no {} {}", req.method, req.path),
+                501,
+                &format!(
+                    "the daytona emulator does not implement {} {}",
+                    req.method, req.path
+                ),
             ),
         }
     }
@@ -606,9 +622,40 @@ impl Emulator {
                 }
             }
             _ => error(
-                404,
-                &format!("the emulator's toolbox has no {method} {}", parts.join("/")),
+                501,
+                &format!(
+                    "the daytona emulator's toolbox does not implement {method} {}",
+                    parts.join("/")
+                ),
             ),
+        }
+    }
+
+    /// The build-logs URL of snapshot `id`, as Daytona's API gives it: while the snapshot
+    /// is `pending` (no runner holds its build) the request is held, the snapshot read
+    /// again every second, and answered 404 after [`RUNNER_WAIT`] without a runner
+    /// (daytonaio/daytona v0.190.0, 01c502bb1f1ff8f2885d0cd490e043736083dca8,
+    /// `apps/api/src/sandbox/controllers/snapshot.controller.ts`).
+    async fn build_logs_url(&self, id: &str, api: &str) -> Answer {
+        let started = std::time::Instant::now();
+        loop {
+            let state = self.state().snapshots.get(id).map(|s| s.state.clone());
+            match state {
+                None => return not_found("snapshot"),
+                Some(state) if state != "pending" => {
+                    return Answer::json(
+                        200,
+                        json!({"url": format!("{api}/api/snapshots/{id}/build-logs")}),
+                    );
+                }
+                Some(_) if started.elapsed() >= RUNNER_WAIT => {
+                    return error(
+                        404,
+                        &format!("Timeout waiting for build runner assignment for snapshot {id}"),
+                    );
+                }
+                Some(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+            }
         }
     }
 
@@ -630,7 +677,12 @@ impl Emulator {
         state.snapshots.insert(id.clone(), snapshot);
         drop(state);
         let this = self.clone();
-        tokio::spawn(async move { this.build(id, dockerfile).await });
+        let queued = self.inner.queued;
+        tokio::spawn(async move {
+            // No runner yet: the snapshot stays `pending`.
+            tokio::time::sleep(queued).await;
+            this.build(id, dockerfile).await
+        });
         Answer::json(200, dto)
     }
 

@@ -24,6 +24,15 @@
 //! A sandbox is created from a template named as E2B resolves it: `name`, `name:tag`,
 //! the template id, or `<templateID>:<buildID>` (the exact build; what the project's
 //! client launches). A bare name or id means the `default` tag.
+//!
+//! A build is checked as E2B's template builder would run it (e2b-dev/infra at
+//! [`INFRA_COMMIT`]), before the emulator builds its environment folder: each `COPY`'s
+//! upload must be there and gzipped (the builder unpacks it with `tar -xzvf`,
+//! `packages/orchestrator/pkg/template/build/commands/copy.go`), and a `RUN` given a second
+//! argument runs as that user (`commands/run.go`), whom envd must know: an empty one is
+//! refused (`packages/envd/internal/permissions/authenticate.go`, `invalid username`).
+//! envd refuses a process start with an empty Basic user the same way. A build field or
+//! step the emulator does not implement is refused by name (501), never dropped.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -47,6 +56,26 @@ use super::{Answer, EmulateError, Front, HttpRequest, Site, lock};
 
 /// The domain the e2b emulator serves when none is given.
 pub const DEFAULT_DOMAIN: &str = "e2b.test";
+
+/// The e2b-dev/infra commit whose template builder and envd the emulator's build and
+/// process rules follow.
+pub const INFRA_COMMIT: &str = "54693ff353d26c5fe1951db5467e751f3e2f984e";
+
+/// The fields of a build start request (`TemplateBuildStartV2`) the emulator implements.
+const BUILD_FIELDS: &[&str] = &[
+    "force",
+    "fromImage",
+    "fromImageRegistry",
+    "readyCmd",
+    "startCmd",
+    "steps",
+];
+
+/// The fields of a build step (`TemplateStep`) the emulator implements.
+const STEP_FIELDS: &[&str] = &["type", "args", "force", "filesHash", "forceUpload"];
+
+/// The step types the emulator implements.
+const STEP_TYPES: &[&str] = &["COPY", "ENV", "RUN", "USER", "WORKDIR"];
 
 /// Where and as what the emulator serves.
 #[derive(Debug, Clone)]
@@ -141,6 +170,8 @@ struct World {
     sandboxes: HashMap<String, Sandbox>,
     labels: Vec<RunLabels>,
     counter: u32,
+    /// Uploaded build files, by template id and files hash.
+    uploads: HashMap<(String, String), Vec<u8>>,
 }
 
 /// The e2b emulator. Dropping it stops serving; [`Emulator::cleanup`] removes what its
@@ -151,7 +182,7 @@ pub struct Emulator {
 }
 
 struct Inner {
-    site: Site,
+    site: Arc<Site>,
     docker: Arc<DockerProvider>,
     environment: PathBuf,
     world: Mutex<World>,
@@ -181,7 +212,7 @@ impl Emulator {
             .map_err(|e| EmulateError::Backend(format!("an HTTP client: {e}")))?;
         let emulator = Self {
             inner: Arc::new(Inner {
-                site: Site::new(domain, &front),
+                site: Arc::new(Site::new(domain, &front)),
                 docker,
                 environment: options.environment,
                 world: Mutex::default(),
@@ -205,6 +236,11 @@ impl Emulator {
     /// Stops serving (what [`Self::cleanup`] removes is left to it).
     pub fn stop(&self) {
         self.inner.site.stop();
+    }
+
+    /// Keeps every request it is sent from now on, for a caller to read.
+    pub fn record(&self) -> super::record::Exchanges {
+        self.inner.site.record()
     }
 
     /// The port it serves on 127.0.0.1.
@@ -288,12 +324,7 @@ impl Emulator {
 
     /// Routes by the host the client called: `api.<domain>` or `<port>-<id>.<domain>`.
     async fn serve(self, request: HttpRequest) -> Answer {
-        let host = request
-            .host
-            .rsplit_once(':')
-            .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
-            .map_or(request.host.as_str(), |(name, _)| name)
-            .to_ascii_lowercase();
+        let host = super::host_name(&request.host);
         let label = self.inner.site.label(&host);
         let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
         let rest: Vec<&str> = request.path.trim_start_matches('/').split('/').collect();
@@ -369,7 +400,12 @@ impl Emulator {
                 201,
                 json!({"present": false, "url": format!("https://{}/upload/{tid}/{hash}", r.host)}),
             ),
-            ("PUT", ["upload", ..]) => Answer::empty(200),
+            ("PUT", ["upload", tid, hash]) => {
+                self.world()
+                    .uploads
+                    .insert(((*tid).to_owned(), (*hash).to_owned()), r.body.clone());
+                Answer::empty(200)
+            }
             ("POST", ["v2", "templates", tid, "builds", _]) => self.start_build(tid, &body),
             ("GET", ["templates", tid, "builds", bid, "status"]) => {
                 self.build_status(tid, bid, &r.query)
@@ -424,11 +460,20 @@ impl Emulator {
                     Answer::error(404, "template not found")
                 }
             }
-            _ => Answer::error(404, &format!("the emulator has no {} {}", r.method, r.path)),
+            _ => Answer::error(
+                501,
+                &format!(
+                    "the e2b emulator does not implement {} {}",
+                    r.method, r.path
+                ),
+            ),
         }
     }
 
     fn start_build(&self, tid: &str, body: &Value) -> Answer {
+        if let Err(refused) = implemented(body) {
+            return refused;
+        }
         let text = |name: &str| {
             body[name]
                 .as_str()
@@ -452,6 +497,12 @@ impl Emulator {
         template.start_cmd = start_cmd;
         let (logs, outcome) = (template.logs.clone(), template.outcome.clone());
         let name = template.name.clone();
+        // What the builder would refuse fails the build at its step, as E2B reports it.
+        if let Err(failed) = builder_rules(tid, &body["steps"], &world.uploads) {
+            logs.lock().expect("logs").push(failed.clone());
+            *outcome.lock().expect("outcome") = Some(Err(failed));
+            return Answer::empty(202);
+        }
         drop(world);
         let login = &body["fromImageRegistry"];
         let password = login["password"].as_str();
@@ -681,6 +732,31 @@ impl Emulator {
         let seen = admitted.clone();
         let this = self.clone();
         let check = move |request: &tungstenite::handshake::server::Request| {
+            let verdict = this.admit_socket(request, &seen);
+            this.inner.site.keep_upgrade(
+                &super::upgrade_request(request),
+                verdict.as_ref().map_or_else(|(s, _)| *s, |()| 101),
+            );
+            verdict
+        };
+        let Some(socket) = accept(stream, check).await else {
+            return;
+        };
+        let Some((inner, path)) = lock(&admitted).take() else {
+            return;
+        };
+        super::relay_to_kernel(&self.inner.docker, &inner, &path, socket).await;
+    }
+
+    /// Whether the WebSocket upgrade `request` reaches an open Jupyter Server's kernel
+    /// channels; if so, `seen` gets the docker sandbox and the path there.
+    fn admit_socket(
+        &self,
+        request: &tungstenite::handshake::server::Request,
+        seen: &Mutex<Option<(SandboxId, String)>>,
+    ) -> Result<(), (u16, String)> {
+        let this = self;
+        {
             let headers: HashMap<String, String> = request
                 .headers()
                 .iter()
@@ -717,20 +793,13 @@ impl Emulator {
                         .query()
                         .map(|q| format!("?{q}"))
                         .unwrap_or_default();
-                    *lock(&seen) = Some((inner, format!("{path}{query}")));
+                    *lock(seen) = Some((inner, format!("{path}{query}")));
                     Ok(())
                 }
                 (CodeChannel::Jupyter { open: false }, _) => Err((403, "Forbidden".to_owned())),
                 _ => Err((404, format!("the emulator has no WebSocket at {path}"))),
             }
-        };
-        let Some(socket) = accept(stream, check).await else {
-            return;
-        };
-        let Some((inner, path)) = lock(&admitted).take() else {
-            return;
-        };
-        super::relay_to_kernel(&self.inner.docker, &inner, &path, socket).await;
+        }
     }
 
     async fn in_sandbox(
@@ -800,30 +869,153 @@ impl Emulator {
                 }
             }
             ("49983", "POST", ["process.Process", "Start"]) => {
+                // No Authorization is envd's default user; a Basic user is looked up, and
+                // an empty one refused (packages/envd/internal/permissions/authenticate.go).
                 let user = r
                     .headers
                     .get("authorization")
                     .and_then(|a| a.strip_prefix("Basic "))
                     .and_then(|b| BASE64.decode(b).ok())
-                    .map(|b| String::from_utf8_lossy(&b).trim_end_matches(':').to_owned())
-                    .unwrap_or_default();
+                    .map(|b| String::from_utf8_lossy(&b).trim_end_matches(':').to_owned());
+                if user.as_deref() == Some("") {
+                    return Answer::json(
+                        401,
+                        json!({"code": "unauthenticated", "message": "invalid username: ''"}),
+                    );
+                }
                 let Ok(frames) = decode_connect(&r.body) else {
                     return Answer::error(400, "not a Connect envelope");
                 };
                 let Some(first) = frames.first() else {
                     return Answer::error(400, "no Connect message");
                 };
-                let process = &first.message["process"];
+                let start = &first.message;
+                let process = &start["process"];
+                if let Some(field) = unimplemented_field(start, &["process", "stdin", "tag"])
+                    .or_else(|| unimplemented_field(process, &["cmd", "args", "envs", "cwd"]))
+                {
+                    return Answer::error(
+                        501,
+                        &format!(
+                            "the e2b emulator does not implement the process start field `{field}`"
+                        ),
+                    );
+                }
+                if start["stdin"] == json!(true) {
+                    return Answer::error(501, "the e2b emulator does not implement stdin");
+                }
                 let mut argv = vec![process["cmd"].as_str().unwrap_or_default().to_owned()];
                 argv.extend(strings(&process["args"]));
-                match self.inner.docker.exec(&inner, &argv, user == "root").await {
+                let env = process["envs"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                    .collect();
+                // The emulator's templates are Docker builds of their Dockerfile, without
+                // the `user` E2B's builder adds: a user other than root runs as the image's.
+                let how = sandbox_providers::docker::Process {
+                    user: (user.as_deref() == Some("root")).then(|| "root".to_owned()),
+                    env,
+                    cwd: process["cwd"].as_str().map(str::to_owned),
+                };
+                match self.inner.docker.exec_process(&inner, &argv, &how).await {
                     Ok(out) => process_frames(&out),
                     Err(e) => Answer::error(500, &e.to_string()),
                 }
             }
-            _ => Answer::error(404, &format!("the emulator has no {} {}", r.method, r.path)),
+            _ => Answer::error(
+                501,
+                &format!(
+                    "the e2b emulator does not implement {} {}",
+                    r.method, r.path
+                ),
+            ),
         }
     }
+}
+
+/// The first field of `object` not among `known`, if any.
+fn unimplemented_field(object: &Value, known: &[&str]) -> Option<String> {
+    object
+        .as_object()
+        .into_iter()
+        .flat_map(|o| o.keys())
+        .find(|k| !known.contains(&k.as_str()))
+        .cloned()
+}
+
+/// Refuses, by name, a build request field or step the emulator does not implement (501).
+fn implemented(body: &Value) -> Result<(), Answer> {
+    let unimplemented = |what: String| {
+        Err(Answer::error(
+            501,
+            &format!(
+                "the e2b emulator does not implement {what}; it refuses it rather than drop it"
+            ),
+        ))
+    };
+    for field in body.as_object().into_iter().flat_map(|o| o.keys()) {
+        if !BUILD_FIELDS.contains(&field.as_str()) {
+            return unimplemented(format!("the build field `{field}`"));
+        }
+    }
+    for (i, step) in body["steps"].as_array().into_iter().flatten().enumerate() {
+        for field in step.as_object().into_iter().flat_map(|o| o.keys()) {
+            if !STEP_FIELDS.contains(&field.as_str()) {
+                return unimplemented(format!("the step field `{field}` (step {i})"));
+            }
+        }
+        let kind = step["type"].as_str().unwrap_or_default();
+        if !STEP_TYPES.contains(&kind) {
+            return unimplemented(format!("the step type `{kind}` (step {i})"));
+        }
+    }
+    Ok(())
+}
+
+/// What E2B's template builder (e2b-dev/infra at [`INFRA_COMMIT`]) fails a build with
+/// before any step's work: a `COPY` whose upload is missing or not gzipped (`copy.go`
+/// unpacks it with `tar -xzvf`), a `RUN` whose user, its second argument, is empty (`run.go`
+/// takes it as the user; envd's `authenticate.go` refuses the name). The message is the
+/// builder's, with the step.
+fn builder_rules(
+    tid: &str,
+    steps: &Value,
+    uploads: &HashMap<(String, String), Vec<u8>>,
+) -> Result<(), String> {
+    for step in steps.as_array().into_iter().flatten() {
+        let args: Vec<String> = strings(&step["args"]).collect();
+        let shown = format!(
+            "{} {}",
+            step["type"].as_str().unwrap_or_default(),
+            args.join(" ")
+        );
+        match step["type"].as_str() {
+            Some("COPY") => {
+                let hash = step["filesHash"].as_str().unwrap_or_default();
+                match uploads.get(&(tid.to_owned(), hash.to_owned())) {
+                    None => {
+                        return Err(format!("{shown}: no files uploaded for hash `{hash}`"));
+                    }
+                    Some(bytes) if !bytes.starts_with(&[0x1f, 0x8b]) => {
+                        return Err(format!(
+                            "{shown}: tar -xzvf: gzip: stdin: not in gzip format (the builder unpacks every upload as gzip: e2b-dev/infra@{INFRA_COMMIT} packages/orchestrator/pkg/template/build/commands/copy.go)"
+                        ));
+                    }
+                    Some(_) => {}
+                }
+            }
+            Some("RUN") if args.len() >= 2 && args[1].is_empty() => {
+                return Err(format!(
+                    "failed to run command '{}': invalid username: '' (the builder runs a RUN as its second argument, run.go; envd refuses an empty user, authenticate.go: e2b-dev/infra@{INFRA_COMMIT})",
+                    args[0]
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The template build `selector` names, as E2B resolves a create's `templateID`: `name`
@@ -947,6 +1139,75 @@ fn decode(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The form the project's client sent before following the builder: a plain tar upload
+    /// and `RUN [command, ""]`; both fail the build as E2B's builder fails it.
+    #[test]
+    fn the_builder_refuses_a_plain_tar_and_an_empty_run_user() {
+        let tar = {
+            let mut b = tar::Builder::new(Vec::new());
+            let mut header = tar::Header::new_gnu();
+            header.set_size(2);
+            header.set_mode(0o644);
+            b.append_data(&mut header, "a.json", &b"{}"[..]).unwrap();
+            b.into_inner().unwrap()
+        };
+        let gz = {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            std::io::Write::write_all(&mut gz, &tar).unwrap();
+            gz.finish().unwrap()
+        };
+        let uploads = HashMap::from([
+            (("tpl1".to_owned(), "plain".to_owned()), tar),
+            (("tpl1".to_owned(), "gz".to_owned()), gz),
+        ]);
+        let copy = |hash: &str| json!([{"type": "COPY", "args": ["a.json", "/a.json", "root", ""], "filesHash": hash, "force": false}]);
+        let refused = builder_rules("tpl1", &copy("plain"), &uploads).unwrap_err();
+        assert!(
+            refused.contains("not in gzip format") && refused.contains("copy.go"),
+            "{refused}"
+        );
+        assert_eq!(builder_rules("tpl1", &copy("gz"), &uploads), Ok(()));
+        let missing = builder_rules("tpl1", &copy("other"), &uploads).unwrap_err();
+        assert!(missing.contains("no files uploaded"), "{missing}");
+        let run = |args: Value| json!([{"type": "RUN", "args": args, "force": false}]);
+        let refused = builder_rules("tpl1", &run(json!(["echo hi", ""])), &uploads).unwrap_err();
+        assert!(refused.contains("invalid username: ''"), "{refused}");
+        assert_eq!(
+            builder_rules("tpl1", &run(json!(["echo hi"])), &uploads),
+            Ok(())
+        );
+        assert_eq!(
+            builder_rules("tpl1", &run(json!(["id", "root"])), &uploads),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_build_field_or_step_the_emulator_does_not_implement_is_refused_by_name() {
+        let ok = json!({"fromImage": "a", "force": false, "steps": [
+            {"type": "RUN", "args": ["x"], "force": false}]});
+        assert!(implemented(&ok).is_ok());
+        for (body, named) in [
+            (
+                json!({"fromImage": "a", "fromTemplate": "t"}),
+                "`fromTemplate`",
+            ),
+            (
+                json!({"fromImage": "a", "steps": [{"type": "RUN", "args": ["x"], "user": "u"}]}),
+                "`user` (step 0)",
+            ),
+            (
+                json!({"fromImage": "a", "steps": [{"type": "ARG", "args": ["x"]}]}),
+                "`ARG` (step 0)",
+            ),
+        ] {
+            let refused = implemented(&body).expect_err("refused");
+            let text = String::from_utf8_lossy(&refused.body);
+            assert_eq!(refused.status, 501, "{text}");
+            assert!(text.contains(named), "{text}");
+        }
+    }
 
     #[test]
     fn the_start_command_decides_what_port_49999_serves() {

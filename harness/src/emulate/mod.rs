@@ -12,6 +12,7 @@ pub mod datalayer;
 pub mod daytona;
 pub mod e2b;
 pub mod modal;
+pub mod record;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -267,6 +268,8 @@ pub(crate) struct Site {
     port: u16,
     ca_pem: String,
     front: Mutex<Option<Front>>,
+    /// Where requests are kept once [`Self::record`] is asked for.
+    recording: Mutex<Option<record::Exchanges>>,
 }
 
 impl std::fmt::Debug for Site {
@@ -287,6 +290,7 @@ impl Site {
             port: front.port(),
             ca_pem: front.ca().ca_pem().to_owned(),
             front: Mutex::new(None),
+            recording: Mutex::new(None),
         }
     }
 
@@ -296,9 +300,10 @@ impl Site {
     }
 
     /// Serves `handle` over HTTP on `listener`, the upstream of `front`, and keeps both
-    /// serving until [`Self::stop`].
+    /// serving until [`Self::stop`]. Once [`Self::record`] was asked for, every request
+    /// and its answer are kept.
     pub(crate) fn serve<F, Fut>(
-        &self,
+        self: &Arc<Self>,
         mut front: Front,
         listener: tokio::net::TcpListener,
         handle: F,
@@ -306,8 +311,45 @@ impl Site {
         F: Fn(HttpRequest) -> Fut + Clone + Send + Sync + 'static,
         Fut: std::future::Future<Output = Answer> + Send + 'static,
     {
-        front.serve(serve_http(listener, handle));
+        let site = Arc::downgrade(self);
+        front.serve(serve_http(listener, move |request: HttpRequest| {
+            let handle = handle.clone();
+            let site = site.clone();
+            async move {
+                let recording = site.upgrade().and_then(|s| lock(&s.recording).clone());
+                let Some(exchanges) = recording else {
+                    return handle(request).await;
+                };
+                let kept = HttpRequest {
+                    method: request.method.clone(),
+                    host: request.host.clone(),
+                    path: request.path.clone(),
+                    query: request.query.clone(),
+                    headers: request.headers.clone(),
+                    body: request.body.clone(),
+                };
+                let arrived = record::now_ms();
+                let answer = handle(request).await;
+                exchanges.keep(arrived, &kept, answer.status, &answer.body);
+                answer
+            }
+        }));
         *lock(&self.front) = Some(front);
+    }
+
+    /// Keeps every request from now on (and a WebSocket upgrade [`Self::keep_upgrade`] is
+    /// given); the handle reads them.
+    pub(crate) fn record(&self) -> record::Exchanges {
+        lock(&self.recording)
+            .get_or_insert_with(record::Exchanges::default)
+            .clone()
+    }
+
+    /// Keeps a WebSocket upgrade request, answered `status`, when recording.
+    pub(crate) fn keep_upgrade(&self, request: &HttpRequest, status: u16) {
+        if let Some(exchanges) = lock(&self.recording).as_ref() {
+            exchanges.keep(record::now_ms(), request, status, &[]);
+        }
     }
 
     /// Stops serving.
@@ -346,6 +388,38 @@ impl Site {
                 domain: self.domain.clone(),
                 addr: SocketAddr::from(([127, 0, 0, 1], self.port)),
             })
+    }
+}
+
+/// The name in a `Host` header, lower case, without the port it may name.
+pub(crate) fn host_name(host: &str) -> String {
+    host.rsplit_once(':')
+        .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+        .map_or(host, |(name, _)| name)
+        .to_ascii_lowercase()
+}
+
+/// A WebSocket upgrade `request` as an [`HttpRequest`] with no body, for the request log.
+pub(crate) fn upgrade_request(
+    request: &tokio_tungstenite::tungstenite::handshake::server::Request,
+) -> HttpRequest {
+    let headers: std::collections::HashMap<String, String> = request
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_ascii_lowercase(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    HttpRequest {
+        method: request.method().to_string(),
+        host: headers.get("host").cloned().unwrap_or_default(),
+        path: request.uri().path().to_owned(),
+        query: request.uri().query().unwrap_or_default().to_owned(),
+        headers,
+        body: Vec::new(),
     }
 }
 

@@ -31,7 +31,8 @@ use sandbox_providers::{
 use tokio_util::sync::CancellationToken;
 
 /// What the cassettes say they were authored from.
-const ORIGIN: &str = "authored from daytona/openapi.yaml@1.0 and daytona/toolbox-swagger.yaml@v0.0.0-dev \
+const ORIGIN: &str = "authored from daytonaio/daytona@01c502bb1f1ff8f2885d0cd490e043736083dca8 (v0.190.0) \
+libs/api-client-go/api/openapi.yaml and apps/daemon/pkg/toolbox/docs/swagger.yaml (fixtures/specs/daytona/SOURCES.md) \
 (an emulator of those APIs on 127.0.0.1 over HTTPS through the live URL forms, builds and probes served by the local docker variant)";
 
 struct Quiet;

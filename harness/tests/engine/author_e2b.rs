@@ -21,7 +21,7 @@ use sandbox_providers::e2b::E2bProvider;
 use sandbox_providers::{Provider, Secret};
 
 /// What the cassettes say they were written from.
-const ORIGIN: &str = "authored from e2b/openapi.yml@0.1.0 and envd.yaml@0.1.3, answered by an emulator forwarding to the docker variant";
+const ORIGIN: &str = "authored from e2b-dev/infra@54693ff353d26c5fe1951db5467e751f3e2f984e spec/openapi.yml and packages/envd/spec/envd.yaml (fixtures/specs/e2b/SOURCES.md), answered by an emulator forwarding to the docker variant";
 
 /// The fake key the emulator is sent; it grants nothing anywhere.
 const FAKE_KEY: &str = "e2b_fake_authoring_key_0000";

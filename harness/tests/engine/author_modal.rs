@@ -23,8 +23,9 @@ use sandbox_providers::modal::{self, Connection, ModalProvider};
 use sandbox_providers::{Provider, Secret};
 
 /// What the cassettes say they were written from.
-const ORIGIN: &str = "authored from Modal's published protos (modal 1.6.4), answered by \
-                      sandbox-matrix's emulator of them backed by the docker variant";
+const ORIGIN: &str = "authored from modal-labs/modal-client@69519aef4cf6a3378314e3e7b91e87429490ed2a \
+                      modal_proto/api.proto and task_command_router.proto (fixtures/specs/modal/SOURCES.md), \
+                      answered by sandbox-matrix's emulator of them backed by the docker variant";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Docker; writes fixtures/cassettes/modal/*.yaml"]

@@ -25,7 +25,7 @@ use sandbox_providers::datalayer::runtimes::{self, RuntimesProvider};
 use sandbox_providers::{Artifact, Provider, Resource, RunLabels, Secret};
 
 /// What the cassettes say they were written from.
-const ORIGIN: &str = "authored from datalayer-core 1.1.40's runtimes calls, answered by an emulator forwarding to the docker variant";
+const ORIGIN: &str = "authored from datalayer-core 1.1.40's runtimes calls (fixtures/specs/datalayer-runtimes/SOURCES.md), answered by an emulator forwarding to the docker variant";
 
 /// The fake key the emulator is sent; it grants nothing anywhere.
 const FAKE_KEY: &str = "datalayer-fake-authoring-key-0000";

@@ -54,6 +54,10 @@ async fn the_e2b_client_runs_the_lifecycle_against_emulate_over_https_through_li
 
 /// The emulator refuses what E2B refuses: a ready command with no start command, and the
 /// code channel of a sandbox whose template has no start command does not answer.
+/// A template without a start command leaves its code channel closed; its sandbox's envd
+/// refuses, as envd does, an empty Basic user (e2b-dev/infra 54693ff,
+/// `packages/envd/internal/permissions/authenticate.go`), and the emulator refuses by name
+/// what it does not implement (a `pty`, `set_timeout`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_start_command_the_code_channel_does_not_answer() {
     use sandbox_matrix::emulate::e2b::{DEFAULT_DOMAIN, Emulator, Options};
@@ -155,6 +159,42 @@ async fn without_a_start_command_the_code_channel_does_not_answer() {
         .await
         .expect("the emulator answers for the sandbox");
     let status = health.status().as_u16();
+    let start = |basic: &str, message: Value| {
+        let body = sandbox_providers::api::cassette::encode_connect(0, &message)
+            .expect("a Connect envelope");
+        let request = http
+            .post(format!(
+                "https://{}-{id}.{DEFAULT_DOMAIN}/process.Process/Start",
+                sandbox_providers::e2b::ENVD_PORT
+            ))
+            .header("X-Access-Token", token)
+            .header("Authorization", format!("Basic {basic}"))
+            .header("Content-Type", "application/connect+json")
+            .body(body);
+        async move {
+            let response = request.send().await.expect("envd answers");
+            (
+                response.status().as_u16(),
+                response.text().await.unwrap_or_default(),
+            )
+        }
+    };
+    let echo = json!({"process": {"cmd": "echo", "args": ["hi"]}, "stdin": false});
+    // base64(":"): an empty user, as `RUN [command, ""]` made the builder send.
+    let empty_user = start("Og==", echo.clone()).await;
+    // base64("root:").
+    let root = start("cm9vdDo=", echo.clone()).await;
+    let pty = start(
+        "cm9vdDo=",
+        json!({"process": {"cmd": "echo"}, "pty": {"size": {"cols": 80, "rows": 24}}}),
+    )
+    .await;
+    let (timeout_status, timeout) = call(
+        reqwest::Method::POST,
+        format!("{api}/sandboxes/{id}/timeout"),
+        Some(json!({"timeout": 60})),
+    )
+    .await;
     let _ = call(
         reqwest::Method::DELETE,
         format!("{api}/sandboxes/{id}"),
@@ -166,5 +206,18 @@ async fn without_a_start_command_the_code_channel_does_not_answer() {
     assert_eq!(
         status, 502,
         "the code channel of a template without a start command answered"
+    );
+    assert_eq!(empty_user.0, 401, "{empty_user:?}");
+    assert!(
+        empty_user.1.contains("invalid username: ''"),
+        "{empty_user:?}"
+    );
+    assert_eq!(root.0, 200, "{root:?}");
+    assert_eq!(pty.0, 501, "{pty:?}");
+    assert!(pty.1.contains("`pty`"), "{pty:?}");
+    assert_eq!(timeout_status, 501, "{timeout}");
+    assert!(
+        timeout.to_string().contains("POST /sandboxes/"),
+        "{timeout}"
     );
 }

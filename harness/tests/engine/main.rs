@@ -35,5 +35,6 @@ mod sdk_datalayer;
 mod sdk_daytona;
 mod sdk_e2b;
 mod sdk_modal;
+mod server_rules;
 mod shared_build;
 mod violations;

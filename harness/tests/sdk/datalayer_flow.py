@@ -10,7 +10,7 @@ from an empty working directory whose HOME holds no Datalayer configuration (so 
 ~/.datalayer/config.json nor a keyring entry can move the URLs or the token). Environment:
   SANDBOX_MATRIX_DATALAYER_PLAIN_URL  http://127.0.0.1:<port>, the emulator's plain HTTP
                                       address: the client's run, IAM and runtimes URL
-  SANDBOX_MATRIX_ENVIRONMENT          the environment to launch (python-cpu-env)
+  SANDBOX_MATRIX_ENVIRONMENT          the environment to launch (ai-agents-env, datalayer-core 1.1.40's default)
 
 Prints one JSON line per step, {"step", "ok", "detail"}; exits 1 at the first failed step.
 """

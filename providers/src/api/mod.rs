@@ -101,13 +101,9 @@ pub enum ReqBody {
     Json(serde_json::Value),
     /// One Connect envelope holding this JSON message, for a server-streaming call.
     ConnectStream(serde_json::Value),
-    /// Raw bytes.
-    Bytes {
-        /// Their content type.
-        content_type: String,
-        /// The bytes.
-        bytes: Vec<u8>,
-    },
+    /// Raw bytes with no content type, as E2B's SDK uploads a build's files to the signed
+    /// URL the API hands out.
+    Raw(Vec<u8>),
 }
 
 /// One HTTP call. Its `Debug` shows header names only: values may be credentials.
@@ -217,22 +213,20 @@ impl ApiRequest {
         }
     }
 
-    fn encode_body(&self) -> Result<Option<(String, Vec<u8>)>> {
+    /// The body's bytes, with its content type where it has one.
+    fn encode_body(&self) -> Result<Option<(Option<String>, Vec<u8>)>> {
         Ok(match &self.body {
             ReqBody::None => None,
             ReqBody::Json(v) => Some((
-                "application/json".to_owned(),
+                Some("application/json".to_owned()),
                 serde_json::to_vec(v)
                     .map_err(|e| ProviderError::new(ErrorKind::Protocol, e.to_string()))?,
             )),
             ReqBody::ConnectStream(v) => Some((
-                "application/connect+json".to_owned(),
+                Some("application/connect+json".to_owned()),
                 cassette::encode_connect(0, v)?,
             )),
-            ReqBody::Bytes {
-                content_type,
-                bytes,
-            } => Some((content_type.clone(), bytes.clone())),
+            ReqBody::Raw(bytes) => Some((None, bytes.clone())),
         })
     }
 }
@@ -730,7 +724,7 @@ impl ApiClient {
         &self,
         req: &ApiRequest,
         url: &str,
-        body: Option<&(String, Vec<u8>)>,
+        body: Option<&(Option<String>, Vec<u8>)>,
         deadline: Duration,
     ) -> Attempt {
         let started = Instant::now();
@@ -739,9 +733,10 @@ impl ApiClient {
             builder = builder.header(name, value);
         }
         if let Some((content_type, bytes)) = body {
-            builder = builder
-                .header("content-type", content_type)
-                .body(bytes.clone());
+            if let Some(content_type) = content_type {
+                builder = builder.header("content-type", content_type);
+            }
+            builder = builder.body(bytes.clone());
         }
         let work = async {
             let response = match builder.send().await {
@@ -806,7 +801,7 @@ impl ApiClient {
         &self,
         recorder: &Recorder,
         req: &ApiRequest,
-        body: Option<&(String, Vec<u8>)>,
+        body: Option<&(Option<String>, Vec<u8>)>,
         outcome: &Attempt,
         sent: u64,
     ) {
@@ -835,9 +830,13 @@ impl ApiClient {
                 .headers
                 .iter()
                 .map(|(k, v)| (k.clone(), normalizer.text(v)))
-                .chain(body.map(|(ct, _)| ("content-type".to_owned(), ct.clone())))
+                .chain(
+                    body.and_then(|(ct, _)| ct.clone().map(|ct| ("content-type".to_owned(), ct))),
+                )
                 .collect(),
-            body: body.map(|(ct, bytes)| normalizer.body(&Body::from_bytes(ct, bytes))),
+            body: body.map(|(ct, bytes)| {
+                normalizer.body(&Body::from_bytes(ct.as_deref().unwrap_or(""), bytes))
+            }),
         };
         let response = RecordedResponse {
             status,

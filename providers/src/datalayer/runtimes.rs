@@ -46,9 +46,11 @@ pub const URL_VAR: &str = "DATALAYER_RUNTIMES_URL";
 pub const API_KEY_VAR: &str = "DATALAYER_API_KEY";
 /// The environment the variant launches.
 pub const ENVIRONMENT_VAR: &str = "SANDBOX_MATRIX_DATALAYER_ENVIRONMENT";
-/// The environment launched when [`ENVIRONMENT_VAR`] is not set: the platform's CPU
-/// Python environment.
-pub const DEFAULT_ENVIRONMENT: &str = "python-cpu-env";
+/// The environment launched when [`ENVIRONMENT_VAR`] is not set: the default of
+/// Datalayer's own client, datalayer-core 1.1.40 (`DEFAULT_ENVIRONMENT` in
+/// `datalayer_core/utils/defaults.py`, what `create_runtime` launches). Whether the live
+/// platform still lists it is not checked here: `preflight` asks the platform.
+pub const DEFAULT_ENVIRONMENT: &str = "ai-agents-env";
 /// The artifact kind: an environment the platform launches by name.
 pub const ARTIFACT_KIND: &str = "environment";
 /// The resource kind of a runtime; its id is the `pod_name`.
@@ -339,7 +341,9 @@ impl RuntimesProvider {
         Channel {
             client: &self.client,
             server: Server::Url(&state.ingress),
-            admit: Some(("Authorization", "token ", &state.token)),
+            // As Datalayer's kernel client sends it (jupyter-kernel-client 0.15.0,
+            // `manager.py`); Jupyter Server takes `token` or `bearer` alike.
+            admit: Some(("Authorization", "Bearer ", &state.token)),
         }
     }
 

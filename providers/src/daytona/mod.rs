@@ -569,11 +569,16 @@ impl DaytonaProvider {
         .json()
     }
 
-    /// Polls snapshot `id` until `active`, fetching its build logs on every poll.
+    /// Polls snapshot `id` until `active`, fetching its build logs on every poll once it
+    /// has left `pending`. The build-logs URL is asked for only then, as Daytona's SDK asks
+    /// (`daytona/_sync/snapshot.py`, 0.226.1): while the snapshot is `pending` no runner
+    /// holds its build, and the service holds the request up to 30 s, then answers 404
+    /// (`apps/api/src/sandbox/controllers/snapshot.controller.ts`, daytonaio/daytona
+    /// v0.190.0, 01c502bb1f1ff8f2885d0cd490e043736083dca8).
     async fn wait_for_snapshot(&self, id: &str, log: &LogFn) -> Result<()> {
-        let logs = self.build_logs_url(id).await?;
         let seen = Mutex::new(0usize);
-        let (this, seen, logs_url) = (self, &seen, logs.url.as_str());
+        let logs_url: Mutex<Option<String>> = Mutex::new(None);
+        let (this, seen, logs_url) = (self, &seen, &logs_url);
         let started = Instant::now();
         let ((), resolution) = self
             .client
@@ -588,7 +593,18 @@ impl DaytonaProvider {
                         )
                         .await?
                         .json()?;
-                    this.emit_new_log_lines(logs_url, seen, log).await?;
+                    if snapshot.state != "pending" {
+                        let known = logs_url.lock().expect("logs URL lock").clone();
+                        let url = match known {
+                            Some(url) => url,
+                            None => {
+                                let url = this.build_logs_url(id).await?.url;
+                                *logs_url.lock().expect("logs URL lock") = Some(url.clone());
+                                url
+                            }
+                        };
+                        this.emit_new_log_lines(&url, seen, log).await?;
+                    }
                     match snapshot.state.as_str() {
                         "active" => Ok(Some(())),
                         "error" | "build_failed" => Err(ProviderError::new(

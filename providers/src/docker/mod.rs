@@ -141,6 +141,18 @@ pub struct DockerProvider {
     holder: Option<PathBuf>,
 }
 
+/// How [`DockerProvider::exec_process`] runs a command; each field unset is the
+/// container's own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Process {
+    /// The user, by name or uid.
+    pub user: Option<String>,
+    /// Environment variables added to the container's.
+    pub env: Vec<(String, String)>,
+    /// The working directory.
+    pub cwd: Option<String>,
+}
+
 /// A kernel socket several tasks may take turns on.
 type SharedSocket = Arc<tokio::sync::Mutex<KernelSocket>>;
 
@@ -437,6 +449,65 @@ impl DockerProvider {
     pub fn with_build_holder(mut self, executable: PathBuf) -> Self {
         self.holder = Some(executable);
         self
+    }
+
+    /// Runs `argv` in `sandbox` as `process` says (its user, environment and working
+    /// directory, each the container's own when unset), as the emulators' process APIs
+    /// run a command. A user the container does not know fails the call (kind `Api`).
+    pub async fn exec_process(
+        &self,
+        sandbox: &SandboxId,
+        argv: &[String],
+        process: &Process,
+    ) -> Result<CommandOutput> {
+        let container_id = self.sandbox(sandbox)?.container_id.clone();
+        let env: Vec<String> = process
+            .env
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let exec = self
+            .docker
+            .create_exec(
+                &container_id,
+                CreateExecOptions {
+                    cmd: Some(argv.to_vec()),
+                    user: process.user.clone(),
+                    env: (!env.is_empty()).then_some(env),
+                    working_dir: process.cwd.clone(),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| engine_error(e).context("creating an exec"))?;
+        let mut out = CommandOutput::default();
+        if let StartExecResults::Attached { mut output, .. } = self
+            .docker
+            .start_exec(&exec.id, None)
+            .await
+            .map_err(|e| engine_error(e).context("starting an exec"))?
+        {
+            while let Some(chunk) = output.next().await {
+                match chunk.map_err(|e| engine_error(e).context("reading exec output"))? {
+                    LogOutput::StdOut { message } => {
+                        out.stdout.push_str(&String::from_utf8_lossy(&message))
+                    }
+                    LogOutput::StdErr { message } => {
+                        out.stderr.push_str(&String::from_utf8_lossy(&message))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        out.exit_code = self
+            .docker
+            .inspect_exec(&exec.id)
+            .await
+            .map_err(|e| engine_error(e).context("inspecting an exec"))?
+            .exit_code;
+        Ok(out)
     }
 
     /// The engine client, for variants that run on this engine (datalayer).
@@ -1005,47 +1076,11 @@ impl Provider for DockerProvider {
         argv: &[String],
         as_root: bool,
     ) -> Result<CommandOutput> {
-        let container_id = self.sandbox(sandbox)?.container_id.clone();
-        let exec = self
-            .docker
-            .create_exec(
-                &container_id,
-                CreateExecOptions {
-                    cmd: Some(argv.to_vec()),
-                    user: as_root.then(|| "root".to_owned()),
-                    attach_stdout: Some(true),
-                    attach_stderr: Some(true),
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(|e| engine_error(e).context("creating an exec"))?;
-        let mut out = CommandOutput::default();
-        if let StartExecResults::Attached { mut output, .. } = self
-            .docker
-            .start_exec(&exec.id, None)
-            .await
-            .map_err(|e| engine_error(e).context("starting an exec"))?
-        {
-            while let Some(chunk) = output.next().await {
-                match chunk.map_err(|e| engine_error(e).context("reading exec output"))? {
-                    LogOutput::StdOut { message } => {
-                        out.stdout.push_str(&String::from_utf8_lossy(&message))
-                    }
-                    LogOutput::StdErr { message } => {
-                        out.stderr.push_str(&String::from_utf8_lossy(&message))
-                    }
-                    _ => {}
-                }
-            }
-        }
-        out.exit_code = self
-            .docker
-            .inspect_exec(&exec.id)
-            .await
-            .map_err(|e| engine_error(e).context("inspecting an exec"))?
-            .exit_code;
-        Ok(out)
+        let process = Process {
+            user: as_root.then(|| "root".to_owned()),
+            ..Process::default()
+        };
+        self.exec_process(sandbox, argv, &process).await
     }
 
     async fn restart(&self, sandbox: &SandboxId) -> Result<Vec<Timing>> {

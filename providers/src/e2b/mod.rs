@@ -678,6 +678,9 @@ struct TemplateCreated {
 struct FileUpload {
     present: bool,
     url: Option<String>,
+    /// Headers the upload must carry, where the API says.
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -856,21 +859,25 @@ impl Provider for E2bProvider {
             match (link.present, link.url) {
                 (true, _) => log(&format!("files {} already uploaded", &upload.hash[..12])),
                 (false, Some(url)) => {
+                    // As E2B's SDK uploads: no content type (the signed URL is made without
+                    // one), the headers the API names but the length, which the client sets.
+                    let mut put = ApiRequest::new(Method::PUT, Target::Absolute(url), "");
+                    for (name, value) in &link.headers {
+                        if !name.eq_ignore_ascii_case("content-length") {
+                            put = put.header(name, value.clone());
+                        }
+                    }
                     self.client
                         .call(
-                            ApiRequest::new(Method::PUT, Target::Absolute(url), "")
-                                .body(ReqBody::Bytes {
-                                    content_type: "application/x-tar".into(),
-                                    bytes: upload.tar.clone(),
-                                })
+                            put.body(ReqBody::Raw(upload.archive.clone()))
                                 .idempotent(true)
                                 .what("upload build files"),
                         )
                         .await?;
                     log(&format!(
-                        "uploaded files {} ({} bytes)",
+                        "uploaded files {} ({} bytes, gzipped)",
                         &upload.hash[..12],
-                        upload.tar.len()
+                        upload.archive.len()
                     ));
                 }
                 (false, None) => {

@@ -1,8 +1,21 @@
 //! Turns an environment directory (a Dockerfile and its context) into an E2B template
-//! build: a base image, a list of steps, and the tar archives the `COPY` steps upload.
+//! build: a base image, a list of steps, and the gzipped tar archives the `COPY` steps
+//! upload.
 //!
-//! E2B ignores the image's `USER`, `WORKDIR` and `ENV` at launch, so the steps end by
-//! re-asserting the contract's identity (user, working directory, locale and time zone).
+//! The steps run as a Docker build of the Dockerfile would run them. E2B's template
+//! builder runs a step as its own build user (`user`, which it creates) unless told
+//! otherwise, and ignores the image's `USER`, `WORKDIR` and `ENV`; a Docker build starts
+//! from the base image's, which the contract fixes. So the steps start by asserting the
+//! contract's identity (user, working directory, locale and time zone), as the base image
+//! has it, and end by asserting it again, for the launch. A `RUN` is `[command, user]`, the
+//! user a Docker build would run it as (the base's, or the Dockerfile's last `USER`): the
+//! builder takes the second argument as the user to run it as (`run.go`), and envd refuses
+//! an empty one. A `COPY` names `root` as its owner, as Docker's `COPY` without `--chown`
+//! gives root's; the builder gives the current build user's when the owner is empty
+//! (`copy.go`, `parseCopyArgs`). The builder unpacks an upload with `tar -xzvf`: archives
+//! are gzipped. (e2b-dev/infra at 54693ff353d26c5fe1951db5467e751f3e2f984e,
+//! `packages/orchestrator/pkg/template/build/commands/{run,copy}.go`;
+//! `packages/envd/internal/permissions/authenticate.go`.)
 
 use std::path::Path;
 
@@ -26,13 +39,13 @@ pub struct TemplatePlan {
     pub ignored: Vec<String>,
 }
 
-/// The files of one `COPY` step, as a tar archive named by its SHA-256.
+/// The files of one `COPY` step, as a gzipped tar archive named by its SHA-256.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Upload {
-    /// Lowercase hex SHA-256 of `tar`.
+    /// Lowercase hex SHA-256 of `archive`.
     pub hash: String,
-    /// A deterministic tar archive (sorted entries, zero times, fixed owner).
-    pub tar: Vec<u8>,
+    /// A deterministic gzipped tar archive (sorted entries, zero times, fixed owner).
+    pub archive: Vec<u8>,
 }
 
 /// Reads `dir/Dockerfile` and plans the template build from it.
@@ -40,7 +53,9 @@ pub fn plan(dir: &Path) -> Result<TemplatePlan> {
     let path = dir.join("Dockerfile");
     let text = crate::read_dockerfile(dir)?;
     let mut from_image = None;
-    let mut steps = Vec::new();
+    let mut steps = assert_identity();
+    // Who a Docker build would run the next RUN as.
+    let mut user = IDENTITY.user.to_owned();
     let mut uploads = Vec::new();
     let mut ignored = Vec::new();
     for instruction in parse(&text) {
@@ -72,9 +87,20 @@ pub fn plan(dir: &Path) -> Result<TemplatePlan> {
                 };
                 from_image = Some(image.clone());
             }
-            "RUN" => steps.push(step("RUN", vec![rest.to_owned(), String::new()])),
+            "RUN" => steps.push(step("RUN", vec![rest.to_owned(), user.clone()])),
             "WORKDIR" => steps.push(step("WORKDIR", vec![rest.to_owned()])),
-            "USER" => steps.push(step("USER", vec![rest.to_owned()])),
+            "USER" => {
+                // envd runs a step as a user it looks up by name: `name` or `name:group`.
+                let name = rest.split(':').next().unwrap_or_default().trim();
+                if name.is_empty() || name.chars().all(|c| c.is_ascii_digit()) {
+                    return Err(refused(
+                        at(),
+                        "E2B runs a step as a user named, not a uid: `USER name`",
+                    ));
+                }
+                user = name.to_owned();
+                steps.push(step("USER", vec![rest.to_owned()]));
+            }
             "ENV" => steps.push(step(
                 "ENV",
                 env_pairs(&instruction).map_err(|m| refused(at(), m))?,
@@ -90,7 +116,7 @@ pub fn plan(dir: &Path) -> Result<TemplatePlan> {
                 let upload = archive(dir, source).map_err(|m| refused(at(), &m))?;
                 let mut copy = step(
                     "COPY",
-                    vec![source.clone(), dest.clone(), String::new(), String::new()],
+                    vec![source.clone(), dest.clone(), "root".into(), String::new()],
                 );
                 copy["filesHash"] = json!(upload.hash);
                 steps.push(copy);
@@ -108,7 +134,7 @@ pub fn plan(dir: &Path) -> Result<TemplatePlan> {
     }
     let from_image =
         from_image.ok_or_else(|| refused(path.display().to_string(), "no FROM instruction"))?;
-    steps.extend(reassert_identity());
+    steps.extend(assert_identity());
     Ok(TemplatePlan {
         from_image,
         steps,
@@ -192,8 +218,10 @@ pub fn resolve_base(from: &str, base: &crate::BaseImage) -> String {
         .map_or_else(|| from.to_owned(), str::to_owned)
 }
 
-/// The steps that re-assert the contract's identity, last in every build.
-fn reassert_identity() -> Vec<Value> {
+/// The steps that assert the contract's identity, as the base image has it: first in every
+/// build, so that the Dockerfile's steps run as they would in a Docker build, and last,
+/// for the launch.
+fn assert_identity() -> Vec<Value> {
     vec![
         step("ENV", locale_pairs()),
         step("WORKDIR", vec![IDENTITY.workdir.to_owned()]),
@@ -270,11 +298,20 @@ fn archive(dir: &Path, source: &str) -> std::result::Result<Upload, String> {
     let tar = builder
         .into_inner()
         .map_err(|e| format!("cannot finish the archive of {source}: {e}"))?;
-    let hash = Sha256::digest(&tar)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    Ok(Upload { hash, tar })
+    // No name and a zero time in the gzip header: the same files give the same bytes.
+    let mut gz = flate2::GzBuilder::new()
+        .mtime(0)
+        .write(Vec::new(), flate2::Compression::default());
+    std::io::Write::write_all(&mut gz, &tar)
+        .and_then(|()| gz.finish())
+        .map(|archive| {
+            let hash = Sha256::digest(&archive)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            Upload { hash, archive }
+        })
+        .map_err(|e| format!("cannot gzip the archive of {source}: {e}"))
 }
 
 #[cfg(unix)]
@@ -356,16 +393,42 @@ mod tests {
     }
 
     #[test]
-    fn plans_steps_and_reasserts_identity_last() {
+    fn plans_steps_between_the_identity_asserted_first_and_last() {
         let dir = dir_with(
             "# c\nFROM base:v1\nENV A=1 \\\n    B=\"two words\"\nRUN echo hi\nCOPY a.json /etc/a.json\nCMD [\"x\"]\n",
         );
         let plan = plan(&dir).unwrap();
         assert_eq!(plan.from_image, "base:v1");
-        assert_eq!(plan.steps[0]["args"], json!(["A", "1", "B", "two words"]));
-        assert_eq!(plan.steps[1]["type"], "RUN");
-        assert_eq!(plan.steps[2]["filesHash"], json!(plan.uploads[0].hash));
-        assert_eq!(plan.steps.last().unwrap()["args"], json!(["datalayer"]));
+        let identity = assert_identity();
+        assert_eq!(plan.steps[..3], identity[..], "the base's identity first");
+        assert_eq!(plan.steps[2]["args"], json!(["datalayer"]));
+        assert_eq!(plan.steps[3]["args"], json!(["A", "1", "B", "two words"]));
+        // As E2B's SDK sends a RUN with a user: `[command, user]`, the base's.
+        assert_eq!(
+            plan.steps[4],
+            json!({"type": "RUN", "args": ["echo hi", "datalayer"], "force": false})
+        );
+        assert_eq!(
+            plan.steps[5]["args"],
+            json!(["a.json", "/etc/a.json", "root", ""])
+        );
+        assert_eq!(plan.steps[5]["filesHash"], json!(plan.uploads[0].hash));
+        assert_eq!(plan.steps[6..], identity[..], "and last, for the launch");
+        // Gzipped, as the builder's `tar -xzvf` takes it.
+        assert_eq!(plan.uploads[0].archive[..2], [0x1f, 0x8b]);
+        let mut tar = Vec::new();
+        std::io::Read::read_to_end(
+            &mut flate2::read::GzDecoder::new(plan.uploads[0].archive.as_slice()),
+            &mut tar,
+        )
+        .unwrap();
+        let mut entries = tar::Archive::new(tar.as_slice());
+        let names: Vec<String> = entries
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .collect();
+        assert_eq!(names, ["a.json"]);
         assert_eq!(plan.ignored, vec!["CMD"]);
         // Deterministic: the same context gives the same archive.
         assert_eq!(super::plan(&dir).unwrap().uploads, plan.uploads);
@@ -456,10 +519,33 @@ mod tests {
             "# escape=`\nFROM base:v1\nRUN echo a `\n  # a comment inside\n  b\nCOPY \"a.json\" C:\\a.json\n",
         );
         let plan = plan(&dir).unwrap();
-        assert_eq!(plan.steps[0]["args"], json!(["echo a   b", ""]));
+        assert_eq!(plan.steps[3]["args"], json!(["echo a   b", "datalayer"]));
         assert_eq!(
-            plan.steps[1]["args"],
-            json!(["a.json", "C:\\a.json", "", ""])
+            plan.steps[4]["args"],
+            json!(["a.json", "C:\\a.json", "root", ""])
+        );
+    }
+
+    #[test]
+    fn a_run_goes_as_the_user_a_docker_build_would_use() {
+        let plan = plan(&dir_with(
+            "FROM a\nRUN whoami\nUSER root\nRUN whoami\nUSER builder:staff\nRUN whoami\n",
+        ))
+        .unwrap();
+        let runs: Vec<&Value> = plan
+            .steps
+            .iter()
+            .filter(|s| s["type"] == "RUN")
+            .map(|s| &s["args"][1])
+            .collect();
+        assert_eq!(
+            runs,
+            [&json!("datalayer"), &json!("root"), &json!("builder")]
+        );
+        let e = super::plan(&dir_with("FROM a\nUSER 1000\n")).unwrap_err();
+        assert!(
+            e.message.contains(":2: E2B runs a step as a user named"),
+            "{e}"
         );
     }
 
@@ -516,9 +602,13 @@ mod tests {
         assert_eq!(build["body"]["json"]["steps"], json!(plan.steps));
         let upload = requests.iter().find(|r| r["method"] == "PUT").unwrap();
         assert_eq!(plan.uploads.len(), 1);
+        use base64::Engine as _;
         assert_eq!(
-            upload["body"]["text"].as_str().unwrap().as_bytes(),
-            plan.uploads[0].tar
+            base64::engine::general_purpose::STANDARD
+                .decode(upload["body"]["base64"].as_str().unwrap())
+                .unwrap(),
+            plan.uploads[0].archive
         );
+        assert_eq!(upload["headers"].get("content-type"), None, "{upload:?}");
     }
 }

@@ -72,7 +72,8 @@ pub fn python_or_skip(test: &str, sdk: &str, version: &str) -> Option<PathBuf> {
 
 /// Runs `script` (under harness/tests/sdk/) with `python` from the empty folder `cwd`, with
 /// `env` set and `cleared` removed, its output kept beside `cwd`; fails unless it exits 0
-/// within 3 minutes having printed exactly `steps`, each ok. `what` names the run.
+/// within 3 minutes having printed exactly `steps`, each ok, and returns the lines it
+/// printed. `what` names the run.
 pub fn run_flow(
     python: &Path,
     script: &str,
@@ -81,7 +82,7 @@ pub fn run_flow(
     cleared: &[&str],
     what: &str,
     steps: &[&str],
-) {
+) -> Vec<serde_json::Value> {
     std::fs::create_dir_all(cwd).expect("an empty working folder");
     let output = |ext: &str| PathBuf::from(format!("{}.{ext}", cwd.display()));
     let (out_file, err_file) = (output("out"), output("err"));
@@ -127,4 +128,5 @@ pub fn run_flow(
         status.success() && named == expected,
         "the SDK flow with {what} ({status}):\n{stdout}\n{stderr}"
     );
+    printed
 }

@@ -29,6 +29,7 @@ mod launch_hang;
 mod modal_cli;
 mod modal_client_emulator;
 mod modal_emulator;
+mod parity;
 mod preflight;
 mod private_base;
 mod sdk_datalayer;

@@ -1,0 +1,308 @@
+//! Parity with E2B's official SDK (e2b 2.63.0, pinned in harness/tests/sdk): the project's
+//! e2b client and the SDK (`harness/tests/sdk/e2b_parity.py`) each perform the intents
+//! against an e2b emulator of their own, built from `fixtures/environments/parity` (a
+//! COPY, a RUN and a USER after its FROM); the requests are compared, differences judged
+//! by `fixtures/parity/e2b.yaml`. Then the regressions the parity check exists for are put
+//! back into our recording one at a time, each failing it: a plain-tar upload, an empty
+//! RUN user.
+//!
+//! Needs Docker and the SDK venv: `cargo test -p sandbox-matrix --test engine parity::e2b`.
+
+use crate::common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use sandbox_matrix::emulate::e2b::{Emulator, Options};
+use sandbox_matrix::emulate::record::{Body, Exchange, now_ms};
+use sandbox_matrix::run::runner::new_run_id;
+use sandbox_providers::api::{Endpoints, Mode};
+use sandbox_providers::e2b::E2bProvider;
+use sandbox_providers::{BaseImage, BuildRequest, Provider, Resource, RunLabels, Secret};
+use serde_json::{Value, json};
+
+use super::{Difference, ParityFile, Side, Window, compare};
+
+/// The domain both emulators serve: the SDK's resolver sends `*.localhost` to loopback.
+const DOMAIN: &str = "e2b.localhost";
+
+/// The SDK the venv must hold (it brings e2b, whose Template and Sandbox the flow uses).
+const SDK: &str = "e2b-code-interpreter";
+
+/// Fake: the emulator checks only that a key is sent.
+const FAKE_KEY: &str = "e2b_fake_parity_key_0000";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_e2b_client_sends_what_the_e2b_sdk_sends_for_each_intent() {
+    let Some(python) = common::sdk::python_or_skip("parity::e2b", SDK, &common::sdk::pinned(SDK))
+    else {
+        return;
+    };
+    if !common::docker_or_skip("parity::e2b") {
+        return;
+    }
+    let root = common::root();
+    let parity = ParityFile::load(&root, "e2b");
+    let docker = common::prepared_docker(&root).await;
+    let environment = root.join("fixtures/environments/parity");
+    let start = || async {
+        Emulator::start(
+            docker.clone(),
+            Options {
+                port: 0,
+                domain: DOMAIN.to_owned(),
+                environment: environment.clone(),
+            },
+        )
+        .await
+        .expect("the e2b emulator starts")
+    };
+
+    let labels = RunLabels {
+        run_id: new_run_id(),
+        variant: "e2b".into(),
+        scenario: "parity".into(),
+    };
+    let emulator = start().await;
+    let ours = ours(&emulator, &environment, &labels).await;
+    emulator.stop();
+    emulator.cleanup().await;
+
+    let emulator = start().await;
+    let theirs = theirs(&emulator, &python, &environment, &ours).await;
+    emulator.stop();
+    emulator.cleanup().await;
+    assert!(common::left_by_run(&labels.run_id).is_empty());
+
+    let skipped: Vec<&str> = parity
+        .not_applicable
+        .iter()
+        .map(|n| n.intent.as_str())
+        .collect();
+    let found = compare(&ours, &theirs, &skipped);
+    for d in &found {
+        eprintln!("{d}");
+    }
+    parity.assert_holds(&found);
+
+    // Each regression put back into our requests is a difference the file does not accept.
+    for (what, regress) in [
+        ("a plain-tar upload", plain_tar as fn(&mut Exchange) -> bool),
+        ("an empty RUN user", empty_run_user),
+    ] {
+        let mut regressed = Side {
+            exchanges: ours.exchanges.clone(),
+            windows: ours.windows.clone(),
+            given: ours.given.clone(),
+        };
+        let touched = regressed
+            .exchanges
+            .iter_mut()
+            .map(regress)
+            .filter(|t| *t)
+            .count();
+        assert!(touched > 0, "our requests hold no place for {what}");
+        let (unaccepted, _) = parity.judge(&compare(&regressed, &theirs, &skipped));
+        assert!(
+            !unaccepted.is_empty(),
+            "{what} in our requests passes the parity check"
+        );
+        eprintln!("{what} fails parity: {}", shown(&unaccepted));
+    }
+}
+
+fn shown(ds: &[Difference]) -> String {
+    ds.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Turns a gzip upload into a plain tar's form.
+fn plain_tar(e: &mut Exchange) -> bool {
+    if let Body::Gzip { len, .. } = e.body {
+        e.body = Body::Tar { len };
+        return true;
+    }
+    false
+}
+
+/// Empties the user of every RUN step of a build start.
+fn empty_run_user(e: &mut Exchange) -> bool {
+    let Body::Json { value } = &mut e.body else {
+        return false;
+    };
+    let mut touched = false;
+    let steps = value.get_mut("steps").and_then(Value::as_array_mut);
+    for step in steps.into_iter().flatten() {
+        if step["type"] == "RUN"
+            && let Some(args) = step["args"].as_array_mut()
+        {
+            args.truncate(1);
+            args.push(json!(""));
+            touched = true;
+        }
+    }
+    touched
+}
+
+/// Runs `action` as intent `name`, marking its span, apart from the next by a pause so
+/// that no request falls on a boundary's millisecond.
+async fn intent<T>(windows: &mut Vec<Window>, name: &str, action: impl Future<Output = T>) -> T {
+    tokio::time::sleep(super::PAUSE).await;
+    let from_ms = now_ms();
+    let out = action.await;
+    windows.push(Window {
+        intent: name.to_owned(),
+        from_ms,
+        to_ms: now_ms(),
+    });
+    tokio::time::sleep(super::PAUSE).await;
+    out
+}
+
+/// The project's e2b client performs every intent against `emulator`.
+async fn ours(emulator: &Emulator, environment: &Path, labels: &RunLabels) -> Side {
+    let exchanges = emulator.record();
+    let client = E2bProvider::with_network(
+        Endpoints {
+            api_base: format!("https://api.{}", emulator.domain()),
+            sandbox_domain: emulator.domain().to_owned(),
+        },
+        Mode::Live,
+        Secret::new("E2B_API_KEY", FAKE_KEY),
+        Arc::default(),
+        Default::default(),
+        &emulator.network(),
+    )
+    .expect("an e2b client");
+    let log = |line: &str| eprintln!("  {line}");
+    let request = BuildRequest {
+        environment_dir: environment.to_owned(),
+        base: BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
+        registry_credential: None,
+        build_secrets: Vec::new(),
+        labels: labels.clone(),
+    };
+    let mut w = Vec::new();
+    let artifact = intent(&mut w, "build", client.build(&request, &log))
+        .await
+        .expect("our client builds the parity environment");
+    let (sandbox, _) = intent(&mut w, "create", client.launch(&artifact, labels))
+        .await
+        .expect("our client creates a sandbox");
+    let (code, _) = intent(&mut w, "run-1+1", client.run_code(&sandbox, "1+1"))
+        .await
+        .expect("our client runs 1+1");
+    assert_eq!(code.result.as_deref(), Some("2"), "{code:?}");
+    let id = ["id".to_owned(), "-un".to_owned()];
+    for (name, root, user) in [
+        ("command-root", true, "root"),
+        ("command-default", false, "datalayer"),
+    ] {
+        let out = intent(&mut w, name, client.exec(&sandbox, &id, root))
+            .await
+            .expect("our client runs a command");
+        assert_eq!(out.stdout.trim(), user, "{name}: {out:?}");
+    }
+    intent(&mut w, "restart", client.restart(&sandbox))
+        .await
+        .expect("our client restarts the code channel");
+    let listed = intent(&mut w, "list", client.list_resources(labels))
+        .await
+        .expect("our client lists by label");
+    let resource = Resource {
+        kind: "sandbox".into(),
+        id: sandbox.0.clone(),
+    };
+    assert!(listed.contains(&resource), "{listed:?}");
+    intent(&mut w, "delete", client.delete_resource(&resource))
+        .await
+        .expect("our client deletes the sandbox");
+    for left in client.list_resources(labels).await.unwrap_or_default() {
+        let _ = client.delete_resource(&left).await;
+    }
+    Side {
+        exchanges: exchanges.all(),
+        windows: w,
+        given: vec![(
+            sandbox_providers::e2b::template_name(labels),
+            "{name}".into(),
+        )],
+    }
+}
+
+/// The request our client sent to `path` by `method`, as JSON.
+fn sent(ours: &Side, method: &str, path: &str) -> Value {
+    ours.exchanges
+        .iter()
+        .find(|e| e.method == method && e.path == path)
+        .and_then(|e| match &e.body {
+            Body::Json { value } => Some(value.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("our client sent no {method} {path} with a JSON body"))
+}
+
+/// The official SDK performs the intents against `emulator`, with the parameters our
+/// client sent for each.
+async fn theirs(emulator: &Emulator, python: &Path, environment: &Path, ours: &Side) -> Side {
+    let exchanges = emulator.record();
+    let dir = common::out_dir("parity-e2b");
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, emulator.ca_pem()).expect("the CA file");
+    let template = sent(ours, "POST", "/v3/templates");
+    let create = sent(ours, "POST", "/sandboxes");
+    let name = format!(
+        "{}-sdk",
+        template["name"].as_str().expect("a template name")
+    );
+    let given = json!({
+        "url": format!("https://{}", emulator.domain_with_port()),
+        "ca_file": ca_file,
+        "environment": environment,
+        "base": sandbox_providers::docker::base::BASE_IMAGE,
+        "name": name,
+        "cpu_count": template["cpuCount"],
+        "memory_mb": template["memoryMB"],
+        "timeout": create["timeout"],
+        "metadata": create["metadata"],
+        "envs": create["envVars"],
+        "allow_public_traffic": create["network"]["allowPublicTraffic"],
+    })
+    .to_string();
+    let python = python.to_owned();
+    let cwd = dir.join("cwd");
+    let printed = tokio::task::spawn_blocking(move || {
+        common::sdk::run_flow(
+            &python,
+            "e2b_parity.py",
+            &cwd,
+            &[("SANDBOX_MATRIX_PARITY", &given)],
+            &[
+                "E2B_API_URL",
+                "E2B_SANDBOX_URL",
+                "E2B_DOMAIN",
+                "E2B_DEBUG",
+                "E2B_API_KEY",
+            ],
+            "e2b parity",
+            &[
+                "build",
+                "create",
+                "command-root",
+                "command-default",
+                "list",
+                "delete",
+            ],
+        )
+    })
+    .await
+    .expect("the SDK flow");
+    let _ = std::fs::remove_dir_all(&dir);
+    Side {
+        exchanges: exchanges.all(),
+        windows: Window::from_flow(&printed),
+        given: vec![(name, "{name}".into())],
+    }
+}

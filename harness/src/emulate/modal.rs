@@ -1332,9 +1332,18 @@ impl TaskCommandRouter for Router {
         let exec = self.emulator.exec(&request.task_id, &request.exec_id)?;
         let stderr = request.file_descriptor() == router::TaskExecStdioFileDescriptor::Stderr;
         let offset = usize::try_from(request.offset).unwrap_or(usize::MAX);
-        let stream = futures_util::stream::unfold(offset, move |offset| {
+        // The read ends at its deadline, the stream and not only its headers: gRPC's
+        // deadline is the whole call's (`grpc-timeout`, grpc/grpc doc/PROTOCOL-HTTP2.md),
+        // and Modal's official client opens the read again from its offset when it ends
+        // so (`modal/sandbox/_task_command_router_client.py`, `_stream_stdio_with_retries`,
+        // modal 1.6.4). Modal publishes no server to cite.
+        let until = grpc_timeout(&metadata).map(|t| tokio::time::Instant::now() + t);
+        let stream = futures_util::stream::unfold((offset, false), move |(offset, ended)| {
             let exec = exec.clone();
             async move {
+                if ended {
+                    return None;
+                }
                 loop {
                     // The exit first: once set, all the output is in.
                     let exited = lock(&exec.exit).is_some();
@@ -1346,10 +1355,19 @@ impl TaskCommandRouter for Router {
                     };
                     if !data.is_empty() {
                         let next = offset + data.len();
-                        return Some((Ok(router::TaskExecStdioReadResponse { data }), next));
+                        return Some((
+                            Ok(router::TaskExecStdioReadResponse { data }),
+                            (next, false),
+                        ));
                     }
                     if exited {
                         return None;
+                    }
+                    if until.is_some_and(|u| tokio::time::Instant::now() >= u) {
+                        let status = Status::deadline_exceeded(format!(
+                            "the read's deadline passed at offset {offset}"
+                        ));
+                        return Some((Err(status), (offset, true)));
                     }
                     tokio::time::sleep(POLL).await;
                 }
@@ -1384,6 +1402,22 @@ impl TaskCommandRouter for Router {
 }
 
 /// The base a Dockerfile's first command, `FROM [--flag ...] <reference> [AS name]`, names.
+/// A call's deadline, from its `grpc-timeout` header (`<digits><H|M|S|m|u|n>`).
+fn grpc_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
+    let value = metadata.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
 fn hex_sha256(data: &[u8]) -> String {
     use sha2::Digest as _;
     sha2::Sha256::digest(data)
@@ -1493,6 +1527,20 @@ mod tests {
         assert_eq!(claims["exp"], 42);
         let id = random_id(22);
         assert!(id.len() == 22 && id.chars().all(|c| c.is_ascii_alphanumeric()));
+    }
+
+    #[test]
+    fn a_grpc_timeout_header_is_read_in_each_unit() {
+        let mut metadata = tonic::metadata::MetadataMap::new();
+        for (value, expected) in [
+            ("2S", Some(Duration::from_secs(2))),
+            ("1500m", Some(Duration::from_millis(1500))),
+            ("1M", Some(Duration::from_secs(60))),
+            ("7x", None),
+        ] {
+            metadata.insert("grpc-timeout", value.parse().expect("ascii"));
+            assert_eq!(grpc_timeout(&metadata), expected, "{value}");
+        }
     }
 
     #[test]

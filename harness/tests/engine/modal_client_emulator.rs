@@ -3,7 +3,8 @@
 //! of the reference base built and followed to its result, a sandbox, an exec re-asserting
 //! the contract's user (uid 1000) and one as root (uid 0), and, once the router JWT has
 //! expired (`--router-jwt-ttl 3`), an exec that still runs because the client fetches a
-//! fresh JWT on `Unauthenticated`. Terminated, nothing of the sandbox is left; stopped, the
+//! fresh JWT on `Unauthenticated`; an exec cut at its own deadline (the router ends a
+//! stdio read at its deadline) and one of 32 s read to its end. Terminated, nothing of the sandbox is left; stopped, the
 //! emulator leaves nothing.
 //!
 //! Needs Docker (required under CI=true).
@@ -135,6 +136,28 @@ async fn the_projects_modal_client_runs_execs_against_emulate_modal() {
         .await
         .expect("an exec after the JWT expired");
     assert_eq!((after.exit_code, after.stdout.as_str()), (Some(0), "2\n"));
+
+    // The router ends a stdio read at its deadline, on the stream: an exec that outlives
+    // its own deadline fails at that deadline, not when the command ends.
+    let long = ["sh", "-c", "echo started; sleep 10; echo ended"].map(str::to_owned);
+    let started = std::time::Instant::now();
+    let cut = router.exec(&long, false, Duration::from_secs(3)).await;
+    let took = started.elapsed();
+    assert!(
+        cut.is_err() && took < Duration::from_secs(8),
+        "an exec with a 3 s deadline gave {cut:?} after {took:?}"
+    );
+    // An exec longer than one router call's 30 s is read to its end: each read's deadline
+    // is the exec's (the client's reads once had 30 s, and failed here).
+    let longer = ["sh", "-c", "echo started; sleep 32; echo ended"].map(str::to_owned);
+    let out = router
+        .exec(&longer, false, DEADLINE)
+        .await
+        .expect("an exec of 32 s within its 60 s");
+    assert_eq!(
+        (out.exit_code, out.stdout.as_str()),
+        (Some(0), "started\nended\n")
+    );
 
     let terminate = api::SandboxTerminateRequest { sandbox_id };
     plane

@@ -56,6 +56,20 @@ const READY_DEADLINE: Duration = Duration::from_secs(60);
 /// How often the channel looks for the server while it waits.
 const READY_POLL: Duration = Duration::from_millis(50);
 /// How long a sandbox lives before Modal ends it, should cleanup never run.
+/// The image builder version a build asks for when `MODAL_IMAGE_BUILDER_VERSION` is not
+/// set. The official client asks for its environment's setting (or that variable's); this
+/// one is pinned, so that a night's image does not change with a dashboard setting.
+pub const DEFAULT_IMAGE_BUILDER_VERSION: &str = "2025.06";
+
+/// Names the image builder version a build asks for.
+pub const IMAGE_BUILDER_VERSION_VAR: &str = "MODAL_IMAGE_BUILDER_VERSION";
+
+/// The image builder versions the official client 1.6.4 accepts (`modal/_image.py`,
+/// `ImageBuilderVersion`).
+pub const IMAGE_BUILDER_VERSIONS: &[&str] = &[
+    "2023.12", "2024.04", "2024.10", "2025.06", "2026.10", "PREVIEW",
+];
+
 const SANDBOX_LIFETIME: Duration = Duration::from_secs(15 * 60);
 /// How long one command may run.
 const EXEC_TIMEOUT: Duration = Duration::from_secs(300);
@@ -157,13 +171,32 @@ pub struct ModalProvider {
     order: tokio::sync::Mutex<()>,
     /// How long a new sandbox may take to get a task.
     task_deadline: Duration,
+    /// The image builder version builds ask for.
+    builder_version: String,
     creates: CreateRecorder,
+}
+
+/// The image builder version `var` (reading the environment) names, else the default;
+/// one the official client does not know is refused, naming the variable.
+pub fn image_builder_version(var: impl Fn(&str) -> Option<String>) -> Result<String> {
+    match var(IMAGE_BUILDER_VERSION_VAR).filter(|v| !v.trim().is_empty()) {
+        None => Ok(DEFAULT_IMAGE_BUILDER_VERSION.to_owned()),
+        Some(v) if IMAGE_BUILDER_VERSIONS.contains(&v.trim()) => Ok(v.trim().to_owned()),
+        Some(v) => Err(ProviderError::new(
+            ErrorKind::Config,
+            format!(
+                "{IMAGE_BUILDER_VERSION_VAR}={v} is not an image builder version modal 1.6.4 knows ({})",
+                IMAGE_BUILDER_VERSIONS.join(", ")
+            ),
+        )),
+    }
 }
 
 impl ModalProvider {
     /// Connects as `connection` says: live and recording with `MODAL_TOKEN_ID` and
     /// `MODAL_TOKEN_SECRET` (both needed) at [`client::server_url`]; replaying with fakes.
     pub fn from_env(connection: Connection, volatiles: Arc<Volatiles>) -> Result<Self> {
+        let builder_version = image_builder_version(|name| std::env::var(name).ok())?;
         let (url, credentials) = match &connection {
             Connection::Replay { server_url } => (server_url.clone(), fake_credentials()),
             Connection::Live | Connection::Record(_) => {
@@ -181,7 +214,8 @@ impl ModalProvider {
                 (url, credentials)
             }
         };
-        Self::new(&url, credentials, connection, volatiles)
+        Ok(Self::new(&url, credentials, connection, volatiles)?
+            .with_builder_version(builder_version))
     }
 
     /// Connects to the control plane at `url` with `credentials`, as `connection` says
@@ -208,8 +242,15 @@ impl ModalProvider {
             built: Mutex::new(Vec::new()),
             order: tokio::sync::Mutex::new(()),
             task_deadline: TASK_DEADLINE,
+            builder_version: DEFAULT_IMAGE_BUILDER_VERSION.to_owned(),
             creates: CreateRecorder::default(),
         })
+    }
+
+    /// The same provider, its builds asking for image builder `version`.
+    pub fn with_builder_version(mut self, version: String) -> Self {
+        self.builder_version = version;
+        self
     }
 
     /// The same provider, giving a new sandbox `deadline` to get a task.
@@ -425,7 +466,9 @@ impl Provider for ModalProvider {
             credential: request.registry_credential.as_ref(),
             build_secrets: &request.build_secrets,
             on_image: Some(&on_image),
+            builder_version: &self.builder_version,
         };
+        log(&format!("image builder version {}", self.builder_version));
         let image = sandbox::build(&self.plane, &app, spec, log, BUILD_DEADLINE).await?;
         log(&format!("image {image} built"));
         Ok(Artifact {
@@ -675,6 +718,25 @@ impl Provider for ModalProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_image_builder_version_is_the_variables_or_the_stated_default() {
+        let unset = |_: &str| None;
+        assert_eq!(
+            image_builder_version(unset).expect("default"),
+            DEFAULT_IMAGE_BUILDER_VERSION
+        );
+        let given = |_: &str| Some("2026.10".to_owned());
+        assert_eq!(image_builder_version(given).expect("known"), "2026.10");
+        let unknown = |_: &str| Some("2027.01".to_owned());
+        let error = image_builder_version(unknown).expect_err("refused");
+        assert!(
+            error
+                .to_string()
+                .contains("MODAL_IMAGE_BUILDER_VERSION=2027.01"),
+            "{error}"
+        );
+    }
 
     fn environment(files: &[(&str, &str)]) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!(

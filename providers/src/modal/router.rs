@@ -8,7 +8,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::client::{ControlPlane, Transport, connect, retryable, status_error};
 use super::proto::client::TaskGetCommandRouterAccessRequest;
@@ -41,6 +41,13 @@ pub const EXEC_VOLATILE: &str = "modal-exec-id";
 const CALL_DEADLINE: Duration = Duration::from_secs(30);
 /// Most attempts of one router call on a retryable status, the first included.
 const MAX_ATTEMPTS: usize = 4;
+/// How many times in a row a stdio stream ended by a retryable status is opened again
+/// from its offset without a byte read between (the official client's
+/// `stream_stdio_max_retries`).
+const READ_RETRIES: u32 = 10;
+/// The pause before a stdio stream is opened again, doubling with each retry in a row
+/// (`stream_stdio_retry_delay_secs`, `_factor`).
+const READ_RETRY_DELAY: Duration = Duration::from_millis(10);
 
 struct Access {
     client: TaskCommandRouterClient<Transport>,
@@ -176,31 +183,60 @@ impl Router {
         }
     }
 
-    /// Everything one of the exec's streams wrote.
-    async fn read(&self, exec_id: &str, fd: TaskExecStdioFileDescriptor) -> Result<Vec<u8>> {
-        let request = TaskExecStdioReadRequest {
-            task_id: self.task_id.clone(),
-            exec_id: exec_id.to_owned(),
-            offset: 0,
-            file_descriptor: fd as i32,
-        };
-        let mut stream = self
-            .call(
-                "TaskExecStdioRead",
-                request,
-                CALL_DEADLINE,
-                |mut client, request| async move { client.task_exec_stdio_read(request).await },
-            )
-            .await?;
+    /// Everything one of the exec's streams wrote, read until `until` (the exec's
+    /// deadline), as the official client reads it: the stream's deadline is the exec's,
+    /// and a stream ended by a retryable status (its deadline among them, while the
+    /// exec's has not passed) is opened again from the offset read so far
+    /// (`modal/sandbox/_task_command_router_client.py`, `_stream_stdio_with_retries`).
+    async fn read(
+        &self,
+        exec_id: &str,
+        fd: TaskExecStdioFileDescriptor,
+        until: Instant,
+    ) -> Result<Vec<u8>> {
         let mut out = Vec::new();
-        while let Some(chunk) = stream
-            .message()
-            .await
-            .map_err(|s| status_error("TaskExecStdioRead", &s))?
-        {
-            out.extend_from_slice(&chunk.data);
+        let mut retries = 0;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ProviderError::new(
+                    ErrorKind::Timeout,
+                    format!("exec {exec_id} was still writing output at its deadline"),
+                ));
+            }
+            let request = TaskExecStdioReadRequest {
+                task_id: self.task_id.clone(),
+                exec_id: exec_id.to_owned(),
+                offset: out.len() as u64,
+                file_descriptor: fd as i32,
+            };
+            let mut stream = self
+                .call(
+                    "TaskExecStdioRead",
+                    request,
+                    left,
+                    |mut client, request| async move { client.task_exec_stdio_read(request).await },
+                )
+                .await?;
+            let ended = loop {
+                match stream.message().await {
+                    Ok(Some(chunk)) => {
+                        out.extend_from_slice(&chunk.data);
+                        retries = 0;
+                    }
+                    Ok(None) => break None,
+                    Err(status) => break Some(status),
+                }
+            };
+            match ended {
+                None => return Ok(out),
+                Some(status) if retryable(status.code()) && retries < READ_RETRIES => {
+                    tokio::time::sleep((READ_RETRY_DELAY * 2u32.pow(retries)).min(left)).await;
+                    retries += 1;
+                }
+                Some(status) => return Err(status_error("TaskExecStdioRead", &status)),
+            }
         }
-        Ok(out)
     }
 
     /// Runs `argv` in the task, as the contract's user unless `as_root`, within
@@ -217,6 +253,7 @@ impl Router {
                 "exec of an empty command",
             ));
         }
+        let until = Instant::now() + deadline;
         let exec_id = format!("sm-exec-{:016x}", rand::random::<u64>());
         self.volatiles.register(EXEC_VOLATILE, &exec_id);
         let command_args = if as_root {
@@ -245,10 +282,10 @@ impl Router {
         )
         .await?;
         let stdout = self
-            .read(&exec_id, TaskExecStdioFileDescriptor::Stdout)
+            .read(&exec_id, TaskExecStdioFileDescriptor::Stdout, until)
             .await?;
         let stderr = self
-            .read(&exec_id, TaskExecStdioFileDescriptor::Stderr)
+            .read(&exec_id, TaskExecStdioFileDescriptor::Stderr, until)
             .await?;
         let wait = TaskExecWaitRequest {
             task_id: self.task_id.clone(),
@@ -258,7 +295,9 @@ impl Router {
             .call(
                 "TaskExecWait",
                 wait,
-                deadline,
+                until
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_secs(1)),
                 |mut client, request| async move { client.task_exec_wait(request).await },
             )
             .await?;

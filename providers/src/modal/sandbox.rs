@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 
 use super::client::ControlPlane;
 use super::proto::client::generic_result::GenericStatus;
+use super::proto::client::network_access::NetworkAccessType;
 use super::proto::client::{
     AppGetOrCreateRequest, GenericResult, Image, ImageContextFile, ImageGetOrCreateRequest,
-    ImageJoinStreamingRequest, ImageRegistryConfig, ObjectCreationType, RegistryAuthType, Sandbox,
-    SandboxCreateRequest, SandboxGetTaskIdRequest, SandboxTag, SandboxTerminateRequest,
-    SandboxWaitRequest, SecretDeleteRequest, SecretGetOrCreateRequest,
+    ImageJoinStreamingRequest, ImageRegistryConfig, NetworkAccess, ObjectCreationType,
+    RegistryAuthType, Sandbox, SandboxCreateRequest, SandboxGetTaskIdRequest, SandboxTag,
+    SandboxTerminateRequest, SandboxWaitRequest, SecretDeleteRequest, SecretGetOrCreateRequest,
 };
 use crate::{ErrorKind, LogFn, ProviderError, RegistryCredential, Result, RunLabels};
 
@@ -79,6 +80,9 @@ pub struct ImageSpec<'a> {
     /// Told the image's id as soon as Modal answers it, before the build ends (the run
     /// ledger records it then).
     pub on_image: Option<&'a (dyn Fn(&str) + Send + Sync)>,
+    /// The image builder version the build asks for (`ImageGetOrCreate.builder_version`),
+    /// which the official client always sends.
+    pub builder_version: &'a str,
 }
 
 /// Builds the image of `spec` in `app_id`; its id. Build logs go to `log` as they arrive.
@@ -145,7 +149,7 @@ async fn secret(
 async fn build_with_secrets(
     plane: &ControlPlane,
     app_id: &str,
-    spec: ImageSpec<'_>,
+    mut spec: ImageSpec<'_>,
     log: &LogFn,
     deadline: Duration,
     made: &mut Vec<String>,
@@ -187,20 +191,20 @@ async fn build_with_secrets(
         secret_ids.push(id);
     }
     let image = Image {
-        dockerfile_commands: spec.commands,
-        context_files: spec.context_files,
+        dockerfile_commands: std::mem::take(&mut spec.commands),
+        context_files: std::mem::take(&mut spec.context_files),
         secret_ids,
         image_registry_config: registry,
         ..Default::default()
     };
-    build_image(plane, app_id, image, spec.on_image, log, deadline).await
+    build_image(plane, app_id, image, &spec, log, deadline).await
 }
 
 async fn build_image(
     plane: &ControlPlane,
     app_id: &str,
     image: Image,
-    on_image: Option<&(dyn Fn(&str) + Send + Sync)>,
+    spec: &ImageSpec<'_>,
     log: &LogFn,
     deadline: Duration,
 ) -> Result<String> {
@@ -208,6 +212,7 @@ async fn build_image(
     let request = ImageGetOrCreateRequest {
         image: Some(image),
         app_id: app_id.to_owned(),
+        builder_version: spec.builder_version.to_owned(),
         ..Default::default()
     };
     let created = plane
@@ -219,7 +224,7 @@ async fn build_image(
         )
         .await?;
     let image_id = created.image_id;
-    if let Some(told) = on_image {
+    if let Some(told) = spec.on_image {
         told(&image_id);
     }
     let mut logs = String::new();
@@ -307,6 +312,11 @@ pub async fn create(
             entrypoint_args: entrypoint,
             image_id: image_id.to_owned(),
             timeout_secs: u32::try_from(lifetime.as_secs()).unwrap_or(u32::MAX),
+            // Named, as the official client names it: open, no allow-list.
+            network_access: Some(NetworkAccess {
+                network_access_type: NetworkAccessType::Open as i32,
+                allowed_cidrs: Vec::new(),
+            }),
             ..Default::default()
         }),
         tags: labels

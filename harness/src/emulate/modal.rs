@@ -54,6 +54,7 @@
 //! step fails the docker build, and terminating twice answers the first ending.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -80,7 +81,7 @@ use api::generic_result::GenericStatus;
 use api::modal_client_server::{ModalClient, ModalClientServer};
 use router::task_command_router_server::{TaskCommandRouter, TaskCommandRouterServer};
 
-use super::{EmulateError, lock};
+use super::{EmulateError, HttpRequest, lock};
 
 /// The domain the TLS front's certificate names (`api.<domain>`) when none is given.
 pub const DEFAULT_DOMAIN: &str = "modal.test";
@@ -217,6 +218,8 @@ struct Inner {
     stopped: AtomicBool,
     /// Sandbox launches under way.
     launching: AtomicUsize,
+    /// Where calls are kept once [`Emulator::record`] is asked for.
+    recording: Mutex<Option<super::record::Exchanges>>,
 }
 
 impl std::fmt::Debug for Emulator {
@@ -278,6 +281,7 @@ impl Emulator {
                 serving: Mutex::default(),
                 stopped: AtomicBool::new(false),
                 launching: AtomicUsize::new(0),
+                recording: Mutex::default(),
             }),
         };
         let run_labels = emulator.labels(None, "build");
@@ -384,8 +388,13 @@ impl Emulator {
         let router = Router {
             emulator: self.clone(),
         };
+        let keeper = self.clone();
         tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
+                .layer(tower_layer::layer_fn(move |inner| KeepCalls {
+                    inner,
+                    emulator: keeper.clone(),
+                }))
                 .add_service(ModalClientServer::with_interceptor(
                     control,
                     move |r: Request<()>| check.admit(r),
@@ -394,6 +403,14 @@ impl Emulator {
                 .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
                 .await;
         })
+    }
+
+    /// Keeps every call it is sent from now on (its method, metadata and request
+    /// messages, undecoded), for a caller to read.
+    pub fn record(&self) -> super::record::Exchanges {
+        lock(&self.inner.recording)
+            .get_or_insert_with(super::record::Exchanges::default)
+            .clone()
     }
 
     /// Admits a control-plane call carrying the emulator's token id and secret.
@@ -1125,6 +1142,10 @@ impl ModalClient for Control {
             .iter()
             .filter(|(_, s)| request.app_id.is_empty() || s.app_id == request.app_id)
             .filter(|(_, s)| request.tags.iter().all(|t| s.tags.contains(t)))
+            // A page: those created before the last one the client has (0: the first).
+            .filter(|(_, s)| {
+                request.before_timestamp <= 0.0 || s.created_at < request.before_timestamp
+            })
             .filter_map(|(id, s)| {
                 let state = lock(&s.state);
                 if state.result.is_some() && !request.include_finished {
@@ -1402,6 +1423,80 @@ impl TaskCommandRouter for Router {
 }
 
 /// The base a Dockerfile's first command, `FROM [--flag ...] <reference> [AS name]`, names.
+/// The layer under the gRPC server that keeps each call's request while recording.
+#[derive(Clone)]
+struct KeepCalls<S> {
+    inner: S,
+    emulator: Emulator,
+}
+
+impl<S> tonic::codegen::Service<http::Request<tonic::body::Body>> for KeepCalls<S>
+where
+    S: tonic::codegen::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        // The service polled ready serves this call; a clone takes its place.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let recording = lock(&self.emulator.inner.recording).clone();
+        Box::pin(async move {
+            let Some(exchanges) = recording else {
+                return inner.call(request).await;
+            };
+            let arrived = super::record::now_ms();
+            let (parts, body) = request.into_parts();
+            let bytes = match http_body_util::BodyExt::collect(body).await {
+                Ok(collected) => collected.to_bytes(),
+                Err(status) => return Ok(status.into_http()),
+            };
+            let kept = HttpRequest {
+                method: parts.method.to_string(),
+                host: parts
+                    .uri
+                    .authority()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+                path: parts.uri.path().to_owned(),
+                query: String::new(),
+                headers: parts
+                    .headers
+                    .iter()
+                    .map(|(k, v)| {
+                        (
+                            k.as_str().to_owned(),
+                            String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                        )
+                    })
+                    .collect(),
+                body: bytes.to_vec(),
+            };
+            exchanges.keep(arrived, &kept, 200, &[]);
+            let request = http::Request::from_parts(
+                parts,
+                tonic::body::Body::new(http_body_util::Full::new(bytes)),
+            );
+            inner.call(request).await
+        })
+    }
+}
+
 /// A call's deadline, from its `grpc-timeout` header (`<digits><H|M|S|m|u|n>`).
 fn grpc_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
     let value = metadata.get("grpc-timeout")?.to_str().ok()?;

@@ -23,6 +23,7 @@ const CREDENTIAL_HEADERS: &[&str] = &[
     "x-access-token",
     "e2b-traffic-access-token",
     "x-daytona-api-key",
+    "x-modal-token-id",
     "x-modal-token-secret",
     "x-modal-auth-token",
     "cookie",
@@ -68,6 +69,12 @@ pub enum Body {
         /// Each envelope's message.
         messages: Vec<Value>,
     },
+    /// gRPC messages (each frame's message, base64), undecoded: the reader holds the
+    /// descriptors.
+    Grpc {
+        /// Each message.
+        messages: Vec<String>,
+    },
     /// A gzip stream, with what it unpacks to.
     Gzip {
         /// Bytes sent.
@@ -90,6 +97,11 @@ pub enum Body {
 impl Body {
     /// What `bytes`, sent as `content_type`, is.
     pub fn of(bytes: &[u8], content_type: &str) -> Self {
+        if content_type.starts_with("application/grpc")
+            && let Some(messages) = grpc_messages(bytes)
+        {
+            return Self::Grpc { messages };
+        }
         if bytes.is_empty() {
             return Self::Empty;
         }
@@ -132,6 +144,21 @@ fn connect_messages(mut bytes: &[u8]) -> Option<Vec<Value>> {
         let len = u32::from_be_bytes(bytes.get(1..5)?.try_into().ok()?) as usize;
         let message = bytes.get(5..5 + len)?;
         messages.push(serde_json::from_slice(message).ok()?);
+        bytes = &bytes[5 + len..];
+    }
+    Some(messages)
+}
+
+/// The messages of a gRPC request body (frames of a compressed flag, a big-endian length
+/// and the message), base64; none when a frame is compressed or cut short.
+fn grpc_messages(mut bytes: &[u8]) -> Option<Vec<String>> {
+    let mut messages = Vec::new();
+    while !bytes.is_empty() {
+        if bytes[0] != 0 {
+            return None;
+        }
+        let len = u32::from_be_bytes(bytes.get(1..5)?.try_into().ok()?) as usize;
+        messages.push(BASE64.encode(bytes.get(5..5 + len)?));
         bytes = &bytes[5 + len..];
     }
     Some(messages)

@@ -15,10 +15,11 @@ use super::client::ControlPlane;
 use super::proto::client::generic_result::GenericStatus;
 use super::proto::client::network_access::NetworkAccessType;
 use super::proto::client::{
-    AppGetOrCreateRequest, GenericResult, Image, ImageContextFile, ImageGetOrCreateRequest,
-    ImageJoinStreamingRequest, ImageRegistryConfig, NetworkAccess, ObjectCreationType,
-    RegistryAuthType, Sandbox, SandboxCreateRequest, SandboxGetTaskIdRequest, SandboxTag,
-    SandboxTerminateRequest, SandboxWaitRequest, SecretDeleteRequest, SecretGetOrCreateRequest,
+    AppGetOrCreateRequest, DeploymentNamespace, GenericResult, Image, ImageContextFile,
+    ImageGetOrCreateRequest, ImageJoinStreamingRequest, ImageRegistryConfig, NetworkAccess,
+    ObjectCreationType, RegistryAuthType, Sandbox, SandboxCreateRequest, SandboxGetTaskIdRequest,
+    SandboxTag, SandboxTerminateRequest, SandboxWaitRequest, SecretDeleteRequest,
+    SecretGetOrCreateRequest,
 };
 use crate::{ErrorKind, LogFn, ProviderError, RegistryCredential, Result, RunLabels};
 
@@ -213,6 +214,8 @@ async fn build_image(
         image: Some(image),
         app_id: app_id.to_owned(),
         builder_version: spec.builder_version.to_owned(),
+        // The workspace's namespace, as the official client names it.
+        namespace: DeploymentNamespace::Workspace as i32,
         ..Default::default()
     };
     let created = plane

@@ -14,14 +14,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sandbox_matrix::emulate::e2b::{Emulator, Options};
-use sandbox_matrix::emulate::record::{Body, Exchange, now_ms};
+use sandbox_matrix::emulate::record::{Body, Exchange};
 use sandbox_matrix::run::runner::new_run_id;
 use sandbox_providers::api::{Endpoints, Mode};
 use sandbox_providers::e2b::E2bProvider;
 use sandbox_providers::{BaseImage, BuildRequest, Provider, Resource, RunLabels, Secret};
 use serde_json::{Value, json};
 
-use super::{Difference, ParityFile, Side, Window, compare};
+use super::{Difference, ParityFile, Side, Window, compare, intent};
 
 /// The domain both emulators serve: the SDK's resolver sends `*.localhost` to loopback.
 const DOMAIN: &str = "e2b.localhost";
@@ -144,21 +144,6 @@ fn empty_run_user(e: &mut Exchange) -> bool {
         }
     }
     touched
-}
-
-/// Runs `action` as intent `name`, marking its span, apart from the next by a pause so
-/// that no request falls on a boundary's millisecond.
-async fn intent<T>(windows: &mut Vec<Window>, name: &str, action: impl Future<Output = T>) -> T {
-    tokio::time::sleep(super::PAUSE).await;
-    let from_ms = now_ms();
-    let out = action.await;
-    windows.push(Window {
-        intent: name.to_owned(),
-        from_ms,
-        to_ms: now_ms(),
-    });
-    tokio::time::sleep(super::PAUSE).await;
-    out
 }
 
 /// The project's e2b client performs every intent against `emulator`.

@@ -8,7 +8,8 @@
 //! Only what must differ is normalized: ids and tokens the emulator handed out (any
 //! answer's string under a key ending in `id` or `token`), names and labels each side was
 //! given, content hashes each side computes as its cache keys (E2B's `filesHash`),
-//! timestamps, credentials (the recorder keeps none) and idempotency keys. Each
+//! timestamps, deadlines (`grpc-timeout`, which counts down), credentials (the recorder
+//! keeps none) and idempotency keys. Each
 //! intent's requests are compared endpoint by endpoint (method, host form, path): an
 //! endpoint only one side calls is a difference `request`; for one both call, the first
 //! call's query, headers and body are compared field by field. Arrays are aligned on their
@@ -17,6 +18,7 @@
 //! `cargo test -p sandbox-matrix --test engine parity::`.
 
 mod e2b;
+mod modal;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -66,6 +68,25 @@ impl Window {
             })
             .collect()
     }
+}
+
+/// Runs `action` as intent `name`, marking its span in `windows`, apart from the next by
+/// [`PAUSE`] so that no request falls on a boundary's millisecond.
+pub async fn intent<T>(
+    windows: &mut Vec<Window>,
+    name: &str,
+    action: impl Future<Output = T>,
+) -> T {
+    tokio::time::sleep(PAUSE).await;
+    let from_ms = sandbox_matrix::emulate::record::now_ms();
+    let out = action.await;
+    windows.push(Window {
+        intent: name.to_owned(),
+        from_ms,
+        to_ms: sandbox_matrix::emulate::record::now_ms(),
+    });
+    tokio::time::sleep(PAUSE).await;
+    out
 }
 
 /// What one side sent, with the values it alone was given (its names and labels), each
@@ -368,6 +389,11 @@ impl Placeholders {
             .map(|(k, v)| {
                 let v = if k.contains("idempotency") {
                     "{key}".into()
+                } else if k == "grpc-timeout" {
+                    // A deadline counts down: whether one is sent is what compares.
+                    "{deadline}".into()
+                } else if k.contains("timestamp") {
+                    "{time}".into()
                 } else {
                     self.text(v)
                 };
@@ -382,6 +408,8 @@ impl Placeholders {
             Body::Gzip { inner, .. } => json!({"kind": "gzip", "inner": inner}),
             Body::Tar { .. } => json!({"kind": "tar"}),
             Body::Bytes { .. } => json!({"kind": "bytes"}),
+            // A side's test decodes gRPC messages with the published descriptors first.
+            Body::Grpc { messages } => json!({"kind": "grpc", "undecoded": messages.len()}),
             Body::Empty => Value::Null,
         };
         Normalized {

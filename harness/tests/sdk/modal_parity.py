@@ -1,0 +1,110 @@
+"""The official modal client (1.6.4) performs the parity intents against `sandbox-matrix
+emulate modal`, each marked with the wall clock around it, so that
+harness/tests/engine/parity/modal.rs can set the calls the emulator kept for each intent
+beside those the project's client sent.
+
+Intents, in order (the parity file says why the others are not applicable):
+  build            App.lookup, Image.from_registry(<base>, setup_dockerfile_commands=<the
+                   environment's RUN and USER>).build(app)
+  create           Sandbox.create(app=, image=, timeout=, tags=)
+  command-root     exec("id", "-un"): Modal runs an exec as root
+  command-default  exec("id", "-un") again: the client has no other default user
+  list             Sandbox.list(app_id=, tags=)
+  delete           terminate()
+
+Environment: MODAL_SERVER_URL, MODAL_TOKEN_ID, MODAL_TOKEN_SECRET (the emulator's fakes),
+and SANDBOX_MATRIX_PARITY, a JSON object: environment (the folder), base (its
+BASE_IMAGE), builder_version, timeout, tags; each intent's parameters are those the
+project's client sent. `MODAL_SANDBOX_V2=0` keeps the client on the Sandbox* RPCs the
+emulator serves, as the project's client speaks them.
+
+Prints one JSON line per intent, {"step", "ok", "from_ms", "to_ms", "detail"}; exits 1 at
+the first failed one.
+"""
+
+import json
+import os
+import sys
+import time
+
+given = json.loads(os.environ["SANDBOX_MATRIX_PARITY"])
+os.environ["MODAL_SANDBOX_V2"] = "0"
+os.environ["MODAL_CONFIG_PATH"] = os.path.join(os.getcwd(), "modal.toml")
+os.environ["MODAL_IMAGE_BUILDER_VERSION"] = given["builder_version"]
+for name in ("MODAL_PROFILE", "MODAL_ENVIRONMENT"):
+    os.environ.pop(name, None)
+
+import modal  # noqa: E402  (after the settings above)
+
+
+def intent(name, action):
+    """Runs `action`, prints its line; exits at a failure. A pause of 20 ms on each side
+    keeps every call off a boundary's millisecond (parity/mod.rs PAUSE)."""
+    time.sleep(0.02)
+    started = int(time.time() * 1000)
+    try:
+        detail = action()
+        ok = True
+    except Exception as e:  # the line says what failed
+        ok, detail = False, f"{type(e).__name__}: {e}"
+    ended = int(time.time() * 1000)
+    time.sleep(0.02)
+    print(json.dumps({"step": name, "ok": ok, "from_ms": started,
+                      "to_ms": ended, "detail": detail}), flush=True)
+    if not ok:
+        sys.exit(f"modal parity flow failed at {name}: {detail}")
+
+
+state = {}
+
+
+def build():
+    with open(os.path.join(given["environment"], "Dockerfile")) as f:
+        lines = [line.strip() for line in f if line.strip() and not line.startswith("#")]
+    # The Dockerfile's own steps after FROM, but its COPY: the client sends a COPY's files
+    # in a context mount, which the emulator does not implement (see the parity file).
+    steps = [line for line in lines if line.split()[0] in ("RUN", "USER")]
+    app = modal.App.lookup("sandbox-matrix", create_if_missing=True)
+    image = modal.Image.from_registry(given["base"], setup_dockerfile_commands=steps)
+    image.build(app)
+    state["app"], state["image"] = app, image
+    return {"image_id": image.object_id, "steps": steps}
+
+
+def create():
+    sb = modal.Sandbox.create(app=state["app"], image=state["image"],
+                              timeout=given["timeout"], tags=given["tags"])
+    state["sandbox"] = sb
+    return {"sandbox_id": sb.object_id}
+
+
+def command():
+    p = state["sandbox"].exec("id", "-un")
+    out = p.stdout.read()
+    code = p.wait()
+    if code != 0:
+        raise RuntimeError(f"exit {code}: {p.stderr.read()}")
+    return {"stdout": out}
+
+
+def listed():
+    found = [s.object_id for s in modal.Sandbox.list(app_id=state["app"].app_id, tags=given["tags"])]
+    if state["sandbox"].object_id not in found:
+        raise RuntimeError(f"the sandbox is not listed by its tags: {found}")
+    return {"listed": found}
+
+
+def delete():
+    state["sandbox"].terminate()
+    return {"terminated": True}
+
+
+intent("build", build)
+intent("create", create)
+try:
+    intent("command-root", command)
+    intent("command-default", command)
+    intent("list", listed)
+finally:
+    if "sandbox" in state:
+        intent("delete", delete)

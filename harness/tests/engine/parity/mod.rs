@@ -17,6 +17,7 @@
 //!
 //! `cargo test -p sandbox-matrix --test engine parity::`.
 
+mod daytona;
 mod e2b;
 mod modal;
 
@@ -108,8 +109,8 @@ pub struct Difference {
     pub intent: String,
     /// The endpoint: method, host form and path, normalized.
     pub request: String,
-    /// Where: `request` (only one side calls it), `query <name>`, `header <name>`,
-    /// `body<pointer>`.
+    /// Where: `request` (only one side calls it), `status` (the answer to the first
+    /// call), `query <name>`, `header <name>`, `body<pointer>`.
     pub at: String,
     /// What ours sends there (null: nothing).
     pub ours: Value,
@@ -305,6 +306,8 @@ pub fn compare(ours: &Side, theirs: &Side, skip: &[&str]) -> Vec<Difference> {
 /// A request as compared: query, headers and body, every value normalized.
 #[derive(Debug, Clone)]
 struct Normalized {
+    /// The status the emulator answered (a gRPC call's HTTP status is always 200).
+    status: u16,
     query: BTreeMap<String, Value>,
     headers: BTreeMap<String, Value>,
     body: Value,
@@ -413,6 +416,7 @@ impl Placeholders {
             Body::Empty => Value::Null,
         };
         Normalized {
+            status: e.status,
             query,
             headers,
             body,
@@ -480,6 +484,9 @@ fn looks_like_time(s: &str) -> bool {
 /// Differences between two calls of one endpoint: `(at, ours, theirs)`.
 fn diff_requests(a: &Normalized, b: &Normalized) -> Vec<(String, Value, Value)> {
     let mut found = Vec::new();
+    if a.status != b.status {
+        found.push(("status".to_owned(), json!(a.status), json!(b.status)));
+    }
     for (what, x, y) in [
         ("query", &a.query, &b.query),
         ("header", &a.headers, &b.headers),

@@ -1,0 +1,279 @@
+//! Parity with Daytona's official SDK (daytona 0.226.1, pinned in harness/tests/sdk): the
+//! project's daytona client and the SDK (`harness/tests/sdk/daytona_parity.py`) each
+//! perform the intents against a daytona emulator of their own whose snapshots wait
+//! [`QUEUED`] for a runner, as a busy service's do, and whose build-log URL is 404 until
+//! then (the server's rule, `emulate::daytona`); the requests are compared, differences
+//! judged by `fixtures/parity/daytona.yaml`. Then a build-log URL asked for while the
+//! snapshot is still pending, put back into our requests, fails it.
+//!
+//! Needs Docker and the SDK venv: `cargo test -p sandbox-matrix --test engine parity::daytona`.
+
+use crate::common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sandbox_matrix::emulate::daytona::{DEFAULT_DOMAIN, Emulator, Options};
+use sandbox_matrix::emulate::record::Body;
+use sandbox_matrix::run::runner::new_run_id;
+use sandbox_providers::api::{ApiSettings, Endpoints, Mode, Network};
+use sandbox_providers::daytona::DaytonaProvider;
+use sandbox_providers::{BaseImage, BuildRequest, Provider, Resource, RunLabels, Secret};
+use serde_json::{Value, json};
+
+use super::{ParityFile, Side, Window, compare, intent};
+
+/// The SDK the venv must hold.
+const SDK: &str = "daytona";
+
+/// How long a new snapshot waits for a runner, `pending`.
+const QUEUED: Duration = Duration::from_secs(2);
+
+/// Fake: the emulator checks only that a key is sent.
+const FAKE_KEY: &str = "fake-daytona-parity-key";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_daytona_client_sends_what_the_daytona_sdk_sends_for_each_intent() {
+    let Some(python) =
+        common::sdk::python_or_skip("parity::daytona", SDK, &common::sdk::pinned(SDK))
+    else {
+        return;
+    };
+    if !common::docker_or_skip("parity::daytona") {
+        return;
+    }
+    let root = common::root();
+    let parity = ParityFile::load(&root, "daytona");
+    let docker = common::prepared_docker(&root).await;
+    let environment = root.join("fixtures/environments/parity");
+    let labels = RunLabels {
+        run_id: new_run_id(),
+        variant: "daytona".into(),
+        scenario: "parity".into(),
+    };
+    let start = || async {
+        Emulator::start(
+            docker.clone(),
+            Options {
+                labels: Some(labels.clone()),
+                queued: QUEUED,
+                ..Options::new(0, DEFAULT_DOMAIN)
+            },
+        )
+        .await
+        .expect("the daytona emulator starts")
+    };
+
+    let emulator = start().await;
+    let ours = ours(&emulator, &environment, &labels).await;
+    emulator.stop();
+    emulator.cleanup().await;
+
+    let emulator = start().await;
+    let theirs = theirs(&emulator, &python, &environment, &ours).await;
+    emulator.stop();
+    emulator.cleanup().await;
+    assert!(common::left_by_run(&labels.run_id).is_empty());
+
+    let skipped: Vec<&str> = parity
+        .not_applicable
+        .iter()
+        .map(|n| n.intent.as_str())
+        .collect();
+    let found = compare(&ours, &theirs, &skipped);
+    for d in &found {
+        eprintln!("{d}");
+    }
+    parity.assert_holds(&found);
+
+    // The build-log URL asked for while the snapshot is pending (as the client once did,
+    // right after create) is answered 404: put back into our requests, it fails parity.
+    let mut regressed = Side {
+        exchanges: ours.exchanges.clone(),
+        windows: ours.windows.clone(),
+        given: ours.given.clone(),
+    };
+    let touched = regressed
+        .exchanges
+        .iter_mut()
+        .filter(|e| e.path.ends_with("/build-logs-url"))
+        .map(|e| e.status = 404)
+        .count();
+    assert!(touched > 0, "our build asked for no build-log URL");
+    let (unaccepted, _) = parity.judge(&compare(&regressed, &theirs, &skipped));
+    assert!(
+        !unaccepted.is_empty(),
+        "an early build-log URL passes the parity check"
+    );
+    for d in &unaccepted {
+        eprintln!("an early build-log URL fails parity: {d}");
+    }
+}
+
+/// `https://localhost:<port>/api`: the API URL both sides call (the SDK's resolver
+/// reaches no other name here), so their hosts compare.
+fn api_url(emulator: &Emulator) -> String {
+    let live = reqwest::Url::parse(&emulator.api_url_with_port()).expect("a URL");
+    format!(
+        "https://localhost:{}{}",
+        live.port().expect("a port"),
+        live.path()
+    )
+}
+
+/// The project's daytona client performs every intent against `emulator`.
+async fn ours(emulator: &Emulator, environment: &Path, labels: &RunLabels) -> Side {
+    let exchanges = emulator.record();
+    let client = DaytonaProvider::with_network(
+        ApiSettings {
+            endpoints: Endpoints {
+                api_base: api_url(emulator),
+                sandbox_domain: String::new(),
+            },
+            mode: Mode::Live,
+            credentials: vec![Secret::new("DAYTONA_API_KEY", FAKE_KEY)],
+            volatiles: Arc::default(),
+            call_timeout: Duration::from_secs(120),
+        },
+        None,
+        None,
+        &Network::default().trust_pem(emulator.ca_pem().to_owned()),
+    )
+    .expect("a daytona client");
+    let log = |line: &str| eprintln!("  {line}");
+    let request = BuildRequest {
+        environment_dir: environment.to_owned(),
+        base: BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
+        registry_credential: None,
+        build_secrets: Vec::new(),
+        labels: labels.clone(),
+    };
+    let mut w = Vec::new();
+    let artifact = intent(&mut w, "build", client.build(&request, &log))
+        .await
+        .expect("our client builds the parity environment");
+    let (sandbox, _) = intent(&mut w, "create", client.launch(&artifact, labels))
+        .await
+        .expect("our client creates a sandbox");
+    let (code, _) = intent(&mut w, "run-1+1", client.run_code(&sandbox, "1+1"))
+        .await
+        .expect("our client runs 1+1");
+    assert_eq!(code.result.as_deref(), Some("2"), "{code:?}");
+    // A command as root is no intent here: the toolbox takes no user, so neither client
+    // can ask for one (the parity file says so).
+    let id = ["id".to_owned(), "-un".to_owned()];
+    let out = intent(&mut w, "command-default", client.exec(&sandbox, &id, false))
+        .await
+        .expect("our client runs a command");
+    assert_eq!(out.stdout.trim(), "datalayer", "{out:?}");
+    intent(&mut w, "restart", client.restart(&sandbox))
+        .await
+        .expect("our client restarts the code channel");
+    let listed = intent(&mut w, "list", client.list_resources(labels))
+        .await
+        .expect("our client lists by label");
+    let resource = Resource {
+        kind: "sandbox".into(),
+        id: sandbox.0.clone(),
+    };
+    assert!(listed.contains(&resource), "{listed:?}");
+    intent(&mut w, "delete", client.delete_resource(&resource))
+        .await
+        .expect("our client deletes the sandbox");
+    for left in client.list_resources(labels).await.unwrap_or_default() {
+        let _ = client.delete_resource(&left).await;
+    }
+    let name = sent(&exchanges.all(), "POST", "/api/snapshots")["name"]
+        .as_str()
+        .expect("a snapshot name")
+        .to_owned();
+    Side {
+        exchanges: exchanges.all(),
+        windows: w,
+        given: vec![(name, "{name}".into())],
+    }
+}
+
+/// The request body our client sent to `path` by `method`.
+fn sent(
+    exchanges: &[sandbox_matrix::emulate::record::Exchange],
+    method: &str,
+    path: &str,
+) -> Value {
+    exchanges
+        .iter()
+        .find(|e| e.method == method && e.path == path)
+        .and_then(|e| match &e.body {
+            Body::Json { value } => Some(value.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("our client sent no {method} {path} with a JSON body"))
+}
+
+/// The path our client ran its command at (`/toolbox/<id>/process/execute`).
+fn execute_path(exchanges: &[sandbox_matrix::emulate::record::Exchange]) -> String {
+    exchanges
+        .iter()
+        .find(|e| e.path.ends_with("/process/execute"))
+        .map(|e| e.path.clone())
+        .expect("our client ran a command")
+}
+
+/// The official SDK performs the intents against `emulator`, with the parameters our
+/// client sent for each.
+async fn theirs(emulator: &Emulator, python: &Path, environment: &Path, ours: &Side) -> Side {
+    let exchanges = emulator.record();
+    let dir = common::out_dir("parity-daytona");
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, emulator.ca_pem()).expect("the CA file");
+    let snapshot = sent(&ours.exchanges, "POST", "/api/snapshots");
+    let create = sent(&ours.exchanges, "POST", "/api/sandbox");
+    let name = format!("{}-sdk", snapshot["name"].as_str().expect("a name"));
+    let given = json!({
+        "url": api_url(emulator),
+        "ca_file": ca_file,
+        "environment": environment,
+        "base": sandbox_providers::docker::base::BASE_IMAGE,
+        "name": name,
+        "resources": {"cpu": snapshot["cpu"], "memory": snapshot["memory"], "disk": snapshot["disk"]},
+        "labels": create["labels"],
+        "exec_timeout": sent(&ours.exchanges, "POST", &execute_path(&ours.exchanges))["timeout"],
+        "target": create["target"].as_str().unwrap_or("us"),
+    })
+    .to_string();
+    let python = python.to_owned();
+    let cwd = dir.join("cwd");
+    let printed = tokio::task::spawn_blocking(move || {
+        common::sdk::run_flow(
+            &python,
+            "daytona_parity.py",
+            &cwd,
+            &[("SANDBOX_MATRIX_PARITY", &given)],
+            &[
+                "DAYTONA_API_KEY",
+                "DAYTONA_API_URL",
+                "DAYTONA_TARGET",
+                "DAYTONA_OTEL_ENABLED",
+                "SSL_CERT_DIR",
+            ],
+            "daytona parity",
+            &[
+                "build",
+                "create",
+                "run-1+1",
+                "command-default",
+                "list",
+                "delete",
+            ],
+        )
+    })
+    .await
+    .expect("the SDK flow");
+    let _ = std::fs::remove_dir_all(&dir);
+    Side {
+        exchanges: exchanges.all(),
+        windows: Window::from_flow(&printed),
+        given: vec![(name, "{name}".into())],
+    }
+}

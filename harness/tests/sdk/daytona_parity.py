@@ -1,0 +1,127 @@
+"""Daytona's official SDK (daytona 0.226.1) performs the parity intents against the
+daytona emulator, each marked with the wall clock around it, so that
+harness/tests/engine/parity/daytona.rs can set the requests the emulator kept for each
+intent beside those the project's client sent.
+
+Intents, in order (the parity file says why the others are not applicable):
+  build            snapshot.create(CreateSnapshotParams(name, Image.base(<base>)
+                   .run_commands(<the environment's RUN>).dockerfile_commands([<its USER>]),
+                   resources), on_logs=...)
+  create           create(CreateSandboxFromSnapshotParams(snapshot=<its id>, labels=...))
+  run-1+1          code_interpreter.run_code("1+1")
+  command-default  process.exec("id -un")
+  list             list(ListSandboxesQuery(labels=...))
+  delete           delete(sandbox)
+
+Environment: SANDBOX_MATRIX_PARITY, a JSON object: url (the API URL), ca_file,
+environment (the folder), base (its BASE_IMAGE), name, resources, labels, target,
+exec_timeout; each intent's
+parameters are those the project's client sent.
+
+Prints one JSON line per intent, {"step", "ok", "from_ms", "to_ms", "detail"}; exits 1 at
+the first failed one.
+"""
+
+import json
+import os
+import sys
+import time
+
+given = json.loads(os.environ["SANDBOX_MATRIX_PARITY"])
+os.environ["SSL_CERT_FILE"] = given["ca_file"]
+
+from daytona import (  # noqa: E402  (after SSL_CERT_FILE)
+    CreateSandboxFromSnapshotParams,
+    CreateSnapshotParams,
+    Daytona,
+    DaytonaConfig,
+    Image,
+    ListSandboxesQuery,
+    Resources,
+)
+
+FAKE_API_KEY = "fake-daytona-parity-key"  # Fake: the emulator checks only that one is sent.
+
+
+def intent(name, action):
+    """Runs `action`, prints its line; exits at a failure. A pause of 20 ms on each side
+    keeps every request off a boundary's millisecond (parity/mod.rs PAUSE)."""
+    time.sleep(0.02)
+    started = int(time.time() * 1000)
+    try:
+        detail = action()
+        ok = True
+    except Exception as e:  # the line says what failed
+        ok, detail = False, f"{type(e).__name__}: {e}"
+    ended = int(time.time() * 1000)
+    time.sleep(0.02)
+    print(json.dumps({"step": name, "ok": ok, "from_ms": started,
+                      "to_ms": ended, "detail": detail}), flush=True)
+    if not ok:
+        sys.exit(f"daytona parity flow failed at {name}: {detail}")
+
+
+daytona = Daytona(DaytonaConfig(api_key=FAKE_API_KEY, api_url=given["url"], target=given["target"]))
+state = {}
+
+
+def build():
+    with open(os.path.join(given["environment"], "Dockerfile")) as f:
+        lines = [line.strip() for line in f if line.strip() and not line.startswith("#")]
+    # Its RUN and USER after FROM, but its COPY: the SDK sends a COPY's files through
+    # object storage, which the emulator does not implement (see the parity file).
+    runs = [line[len("RUN "):] for line in lines if line.startswith("RUN ")]
+    users = [line for line in lines if line.startswith("USER ")]
+    image = Image.base(given["base"]).run_commands(*runs).dockerfile_commands(users)
+    resources = Resources(**given["resources"])
+    # With a log callback, as a user who wants the build's log: the SDK then asks for the
+    # build-log URL once the snapshot has left `pending`.
+    snapshot = daytona.snapshot.create(
+        CreateSnapshotParams(name=given["name"], image=image, resources=resources),
+        on_logs=lambda line: None, timeout=300)
+    state["snapshot"] = snapshot.id
+    return {"id": snapshot.id, "state": str(snapshot.state)}
+
+
+def create():
+    sandbox = daytona.create(
+        CreateSandboxFromSnapshotParams(snapshot=state["snapshot"], labels=given["labels"]), timeout=120)
+    state["sandbox"] = sandbox
+    return {"id": sandbox.id}
+
+
+def run_code():
+    r = state["sandbox"].code_interpreter.run_code("1+1", timeout=120)
+    if r.error:
+        raise RuntimeError(f"{r.error.name}: {r.error.value}")
+    return {"stdout": r.stdout}
+
+
+def command():
+    r = state["sandbox"].process.exec("id -un", timeout=given["exec_timeout"])
+    if r.exit_code != 0:
+        raise RuntimeError(f"exit {r.exit_code}: {r.result}")
+    return {"result": r.result}
+
+
+def listed():
+    found = [s.id for s in daytona.list(ListSandboxesQuery(labels=given["labels"]))]
+    if state["sandbox"].id not in found:
+        raise RuntimeError(f"the sandbox is not listed by its labels: {found}")
+    return {"listed": found}
+
+
+def delete():
+    daytona.delete(state["sandbox"], timeout=60)
+    return {"deleted": True}
+
+
+intent("build", build)
+intent("create", create)
+try:
+    intent("run-1+1", run_code)
+    intent("command-default", command)
+    intent("list", listed)
+finally:
+    if "sandbox" in state:
+        intent("delete", delete)

@@ -527,36 +527,12 @@ impl Emulator {
         let seen = admitted.clone();
         let this = self.clone();
         let check = move |request: &tungstenite::handshake::server::Request| {
-            let headers: HashMap<String, String> = request
-                .headers()
-                .iter()
-                .map(|(k, v)| {
-                    (
-                        k.as_str().to_ascii_lowercase(),
-                        v.to_str().unwrap_or_default().to_owned(),
-                    )
-                })
-                .collect();
-            let query = request.uri().query().unwrap_or_default();
-            let Some(rest) = request.uri().path().strip_prefix(INGRESS_PREFIX) else {
-                return Err((404, "no WebSocket outside an ingress".to_owned()));
-            };
-            let (pod, path) = rest.split_once('/').unwrap_or((rest, ""));
-            let parts: Vec<&str> = path.split('/').collect();
-            if !matches!(parts.as_slice(), ["api", "kernels", _, "channels"]) {
-                return Err((404, format!("the emulator has no WebSocket at /{path}")));
-            }
-            let inner = this
-                .admit(pod, &headers, query)
-                .map_err(|a| (a.status, String::from_utf8_lossy(&a.body).into_owned()))?;
-            let query = without_token(query);
-            let query = if query.is_empty() {
-                String::new()
-            } else {
-                format!("?{query}")
-            };
-            *lock(&seen) = Some((inner, format!("/{path}{query}")));
-            Ok(())
+            let verdict = this.admit_socket(request, &seen);
+            let status = verdict.as_ref().map_or_else(|(s, _)| *s, |()| 101);
+            this.inner
+                .site
+                .keep_upgrade(&super::upgrade_request(request), status);
+            verdict
         };
         let Some(socket) = accept(stream, check).await else {
             return;
@@ -565,6 +541,45 @@ impl Emulator {
             return;
         };
         super::relay_to_kernel(&self.inner.docker, &inner, &path, socket).await;
+    }
+
+    /// Whether the WebSocket upgrade `request` reaches a kernel's channels at a runtime's
+    /// ingress; if so, `seen` gets the docker sandbox and the path there.
+    fn admit_socket(
+        &self,
+        request: &tungstenite::handshake::server::Request,
+        seen: &Mutex<Option<(SandboxId, String)>>,
+    ) -> Result<(), (u16, String)> {
+        let headers: HashMap<String, String> = request
+            .headers()
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_ascii_lowercase(),
+                    v.to_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        let query = request.uri().query().unwrap_or_default();
+        let Some(rest) = request.uri().path().strip_prefix(INGRESS_PREFIX) else {
+            return Err((404, "no WebSocket outside an ingress".to_owned()));
+        };
+        let (pod, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let parts: Vec<&str> = path.split('/').collect();
+        if !matches!(parts.as_slice(), ["api", "kernels", _, "channels"]) {
+            return Err((404, format!("the emulator has no WebSocket at /{path}")));
+        }
+        let inner = self
+            .admit(pod, &headers, query)
+            .map_err(|a| (a.status, String::from_utf8_lossy(&a.body).into_owned()))?;
+        let query = without_token(query);
+        let query = if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{query}")
+        };
+        *lock(seen) = Some((inner, format!("/{path}{query}")));
+        Ok(())
     }
 }
 

@@ -755,50 +755,47 @@ impl Emulator {
         request: &tungstenite::handshake::server::Request,
         seen: &Mutex<Option<(SandboxId, String)>>,
     ) -> Result<(), (u16, String)> {
-        let this = self;
-        {
-            let headers: HashMap<String, String> = request
-                .headers()
-                .iter()
-                .map(|(k, v)| {
-                    (
-                        k.as_str().to_ascii_lowercase(),
-                        v.to_str().unwrap_or_default().to_owned(),
-                    )
-                })
-                .collect();
-            let host = headers.get("host").cloned().unwrap_or_default();
-            let host = host
-                .rsplit_once(':')
-                .map_or(host.as_str(), |(name, _)| name)
-                .to_ascii_lowercase();
-            let (port, id) = match this.inner.site.label(&host).and_then(|l| l.split_once('-')) {
-                Some((port, id)) => (port.to_owned(), id.to_owned()),
-                None => match (
-                    headers.get("e2b-sandbox-id"),
-                    headers.get("e2b-sandbox-port"),
-                ) {
-                    (Some(id), Some(port)) => (port.clone(), id.clone()),
-                    _ => return Err((404, format!("no sandbox port at host {host}"))),
-                },
-            };
-            let refused = |a: Answer| (a.status, String::from_utf8_lossy(&a.body).into_owned());
-            let (inner, _, channel) = this.admit(&port, &id, &headers).map_err(refused)?;
-            let path = request.uri().path();
-            let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-            match (channel, parts.as_slice()) {
-                (CodeChannel::Jupyter { open: true }, ["api", "kernels", _, "channels"]) => {
-                    let query = request
-                        .uri()
-                        .query()
-                        .map(|q| format!("?{q}"))
-                        .unwrap_or_default();
-                    *lock(seen) = Some((inner, format!("{path}{query}")));
-                    Ok(())
-                }
-                (CodeChannel::Jupyter { open: false }, _) => Err((403, "Forbidden".to_owned())),
-                _ => Err((404, format!("the emulator has no WebSocket at {path}"))),
+        let headers: HashMap<String, String> = request
+            .headers()
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_ascii_lowercase(),
+                    v.to_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        let host = headers.get("host").cloned().unwrap_or_default();
+        let host = host
+            .rsplit_once(':')
+            .map_or(host.as_str(), |(name, _)| name)
+            .to_ascii_lowercase();
+        let (port, id) = match self.inner.site.label(&host).and_then(|l| l.split_once('-')) {
+            Some((port, id)) => (port.to_owned(), id.to_owned()),
+            None => match (
+                headers.get("e2b-sandbox-id"),
+                headers.get("e2b-sandbox-port"),
+            ) {
+                (Some(id), Some(port)) => (port.clone(), id.clone()),
+                _ => return Err((404, format!("no sandbox port at host {host}"))),
+            },
+        };
+        let refused = |a: Answer| (a.status, String::from_utf8_lossy(&a.body).into_owned());
+        let (inner, _, channel) = self.admit(&port, &id, &headers).map_err(refused)?;
+        let path = request.uri().path();
+        let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        match (channel, parts.as_slice()) {
+            (CodeChannel::Jupyter { open: true }, ["api", "kernels", _, "channels"]) => {
+                let query = request
+                    .uri()
+                    .query()
+                    .map(|q| format!("?{q}"))
+                    .unwrap_or_default();
+                *lock(seen) = Some((inner, format!("{path}{query}")));
+                Ok(())
             }
+            (CodeChannel::Jupyter { open: false }, _) => Err((403, "Forbidden".to_owned())),
+            _ => Err((404, format!("the emulator has no WebSocket at {path}"))),
         }
     }
 

@@ -17,6 +17,7 @@
 //!
 //! `cargo test -p sandbox-matrix --test engine parity::`.
 
+mod datalayer_runtimes;
 mod daytona;
 mod e2b;
 mod modal;
@@ -380,10 +381,18 @@ impl Placeholders {
     }
 
     fn normalize(&self, e: &Exchange) -> Normalized {
+        // A query parameter named as an id is one a client chose (a session's, say).
         let query = e
             .query
             .iter()
-            .map(|(k, v)| (k.clone(), self.query_value(v)))
+            .map(|(k, v)| {
+                let value = if k.to_ascii_lowercase().ends_with("id") {
+                    Value::String(format!("{{{k}}}"))
+                } else {
+                    self.query_value(v)
+                };
+                (k.clone(), value)
+            })
             .collect();
         let headers = e
             .headers

@@ -1,0 +1,226 @@
+//! Parity with Datalayer's own client (datalayer-core 1.1.40, pinned in
+//! harness/tests/sdk): the project's datalayer-runtimes client and datalayer-core
+//! (`harness/tests/sdk/datalayer_parity.py`) each perform the intents against a datalayer
+//! emulator of their own, at its plain address (datalayer-core's URL there), which keeps
+//! every request and kernel WebSocket upgrade; the requests are compared, differences
+//! judged by `fixtures/parity/datalayer-runtimes.yaml`. Then the runtime's Jupyter Server
+//! called with `Authorization: token …` (as the client once did), put back into our
+//! requests, fails it.
+//!
+//! Needs Docker and the SDK venv:
+//! `cargo test -p sandbox-matrix --test engine parity::datalayer_runtimes`.
+
+use crate::common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use sandbox_matrix::emulate::datalayer::{DEFAULT_DOMAIN, DEFAULT_ENVIRONMENT, Emulator, Options};
+use sandbox_matrix::emulate::record::Body;
+use sandbox_matrix::run::runner::new_run_id;
+use sandbox_providers::api::{Mode, Network};
+use sandbox_providers::datalayer::runtimes::{self, RuntimesProvider};
+use sandbox_providers::{Artifact, Provider, Resource, RunLabels, Secret};
+use serde_json::json;
+
+use super::{ParityFile, Side, Window, compare, intent};
+
+/// The SDK the venv must hold.
+const SDK: &str = "datalayer-core";
+
+/// Fake: the emulator checks only that a key is sent.
+const FAKE_KEY: &str = "datalayer-fake-parity-key-0000";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_datalayer_client_sends_what_datalayer_core_sends_for_each_intent() {
+    let Some(python) =
+        common::sdk::python_or_skip("parity::datalayer_runtimes", SDK, &common::sdk::pinned(SDK))
+    else {
+        return;
+    };
+    if !common::docker_or_skip("parity::datalayer_runtimes") {
+        return;
+    }
+    let root = common::root();
+    let parity = ParityFile::load(&root, "datalayer-runtimes");
+    let docker = common::prepared_docker(&root).await;
+    let start = || async {
+        let emulator = Emulator::start(
+            docker.clone(),
+            Options {
+                port: 0,
+                domain: DEFAULT_DOMAIN.to_owned(),
+                environment: root.join("fixtures/environments/reference"),
+                environment_name: DEFAULT_ENVIRONMENT.to_owned(),
+                faults: Default::default(),
+            },
+        )
+        .await
+        .expect("the datalayer emulator starts");
+        emulator
+            .seed(&|line: &str| eprintln!("environment: {line}"))
+            .await
+            .expect("the emulator's environment builds");
+        emulator
+    };
+    let labels = RunLabels {
+        run_id: new_run_id(),
+        variant: runtimes::VARIANT.into(),
+        scenario: "parity".into(),
+    };
+
+    let emulator = start().await;
+    let ours = ours(&emulator, &labels).await;
+    emulator.stop();
+    emulator.cleanup().await;
+
+    let emulator = start().await;
+    let theirs = theirs(&emulator, &python, &ours).await;
+    emulator.stop();
+    emulator.cleanup().await;
+    assert!(common::left_by_run(&labels.run_id).is_empty());
+
+    let skipped: Vec<&str> = parity
+        .not_applicable
+        .iter()
+        .map(|n| n.intent.as_str())
+        .collect();
+    let found = compare(&ours, &theirs, &skipped);
+    for d in &found {
+        eprintln!("{d}");
+    }
+    parity.assert_holds(&found);
+
+    // The runtime's Jupyter Server called with `token`, not `Bearer`, fails parity.
+    let mut regressed = Side {
+        exchanges: ours.exchanges.clone(),
+        windows: ours.windows.clone(),
+        given: ours.given.clone(),
+    };
+    let touched = regressed
+        .exchanges
+        .iter_mut()
+        .filter(|e| e.path.starts_with("/jupyter/"))
+        .filter_map(|e| e.headers.get_mut("authorization"))
+        .map(|v| *v = "token {token}".into())
+        .count();
+    assert!(touched > 0, "our client sent no Bearer authorization");
+    let (unaccepted, _) = parity.judge(&compare(&regressed, &theirs, &skipped));
+    assert!(
+        !unaccepted.is_empty(),
+        "`Authorization: token` passes the parity check"
+    );
+    for d in &unaccepted {
+        eprintln!("`Authorization: token` fails parity: {d}");
+    }
+}
+
+/// The project's datalayer-runtimes client performs every intent against `emulator`.
+async fn ours(emulator: &Emulator, labels: &RunLabels) -> Side {
+    let exchanges = emulator.record();
+    let client = RuntimesProvider::with_network(
+        &emulator.plain_url(),
+        Mode::Live,
+        Secret::new(runtimes::API_KEY_VAR, FAKE_KEY),
+        Arc::default(),
+        DEFAULT_ENVIRONMENT.to_owned(),
+        &Network::default(),
+    )
+    .expect("a datalayer-runtimes client");
+    let artifact = Artifact {
+        id: DEFAULT_ENVIRONMENT.to_owned(),
+        kind: runtimes::ARTIFACT_KIND.to_owned(),
+    };
+    let mut w = Vec::new();
+    let (sandbox, _) = intent(&mut w, "create", client.launch(&artifact, labels))
+        .await
+        .expect("our client creates a runtime");
+    let (code, _) = intent(&mut w, "run-1+1", client.run_code(&sandbox, "1+1"))
+        .await
+        .expect("our client runs 1+1");
+    assert_eq!(code.result.as_deref(), Some("2"), "{code:?}");
+    let listed = intent(&mut w, "list", client.list_resources(labels))
+        .await
+        .expect("our client lists");
+    let resource = Resource {
+        kind: runtimes::KIND_RUNTIME.into(),
+        id: sandbox.0.clone(),
+    };
+    assert!(listed.contains(&resource), "{listed:?}");
+    intent(&mut w, "delete", client.delete_resource(&resource))
+        .await
+        .expect("our client deletes the runtime");
+    let all = exchanges.all();
+    let given_name = all
+        .iter()
+        .find_map(|e| match &e.body {
+            Body::Json { value } if e.method == "POST" && e.path.ends_with("/runtimes") => {
+                value["given_name"].as_str().map(str::to_owned)
+            }
+            _ => None,
+        })
+        .expect("our client named its runtime");
+    Side {
+        exchanges: all,
+        windows: w,
+        given: vec![(given_name, "{given_name}".into())],
+    }
+}
+
+/// datalayer-core performs the intents against `emulator`, with the parameters our client
+/// sent for each.
+async fn theirs(emulator: &Emulator, python: &Path, ours: &Side) -> Side {
+    let exchanges = emulator.record();
+    let dir = common::out_dir("parity-datalayer");
+    let create = ours
+        .exchanges
+        .iter()
+        .find(|e| e.method == "POST" && e.path.ends_with("/runtimes"))
+        .and_then(|e| match &e.body {
+            Body::Json { value } => Some(value.clone()),
+            _ => None,
+        })
+        .expect("our client created a runtime");
+    // Named as ours names it, so the name compares as the intent's.
+    let given_name = create["given_name"]
+        .as_str()
+        .expect("a given name")
+        .to_owned();
+    let given = json!({
+        "name": given_name,
+        "url": emulator.plain_url(),
+        "environment": create["environment_name"],
+        "time_reservation": runtimes::RESERVATION_MINUTES,
+    })
+    .to_string();
+    let python = python.to_owned();
+    let cwd = dir.join("cwd");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).expect("an empty HOME");
+    let printed = tokio::task::spawn_blocking(move || {
+        common::sdk::run_flow(
+            &python,
+            "datalayer_parity.py",
+            &cwd,
+            &[
+                ("SANDBOX_MATRIX_PARITY", &given),
+                ("HOME", &home.display().to_string()),
+            ],
+            &[
+                "DATALAYER_RUN_URL",
+                "DATALAYER_API_KEY",
+                "DATALAYER_EXTERNAL_TOKEN",
+            ],
+            "datalayer parity",
+            &["create", "run-1+1", "list", "delete"],
+        )
+    })
+    .await
+    .expect("the SDK flow");
+    let _ = std::fs::remove_dir_all(&dir);
+    Side {
+        exchanges: exchanges.all(),
+        windows: Window::from_flow(&printed),
+        given: vec![(given_name, "{given_name}".into())],
+    }
+}

@@ -498,7 +498,8 @@ mod tests {
                 "ImageGetOrCreate",
                 "{app_id: ap-1, image: {dockerfile_commands: [\"FROM base@sha256:00\", \
                  \"RUN true\"], image_registry_config: {registry_auth_type: \
-                 REGISTRY_AUTH_TYPE_STATIC_CREDS, secret_id: st-1}}}",
+                 REGISTRY_AUTH_TYPE_STATIC_CREDS, secret_id: st-1}}, \
+                 namespace: DEPLOYMENT_NAMESPACE_WORKSPACE, builder_version: \"2025.06\"}",
                 "{image_id: im-1}",
                 0,
             ),
@@ -525,6 +526,7 @@ mod tests {
         let spec = ImageSpec {
             commands,
             credential: Some(&credential),
+            builder_version: crate::modal::DEFAULT_IMAGE_BUILDER_VERSION,
             ..ImageSpec::default()
         };
         let built = build(&plane, "ap-1", spec, &log, Duration::from_secs(55)).await;

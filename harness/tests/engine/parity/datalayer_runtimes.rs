@@ -16,14 +16,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sandbox_matrix::emulate::datalayer::{DEFAULT_DOMAIN, DEFAULT_ENVIRONMENT, Emulator, Options};
-use sandbox_matrix::emulate::record::Body;
+use sandbox_matrix::emulate::record::{Body, Exchange};
 use sandbox_matrix::run::runner::new_run_id;
 use sandbox_providers::api::{Mode, Network};
 use sandbox_providers::datalayer::runtimes::{self, RuntimesProvider};
-use sandbox_providers::{Artifact, Provider, Resource, RunLabels, Secret};
+use sandbox_providers::{Artifact, RunLabels, Secret};
 use serde_json::json;
 
-use super::{ParityFile, Side, Window, compare, intent};
+use super::{OurIntents, ParityFile, Side, Window, judge, perform};
 
 /// The SDK the venv must hold.
 const SDK: &str = "datalayer-core";
@@ -80,38 +80,28 @@ async fn our_datalayer_client_sends_what_datalayer_core_sends_for_each_intent() 
     emulator.cleanup().await;
     assert!(common::left_by_run(&labels.run_id).is_empty());
 
-    let skipped: Vec<&str> = parity
-        .not_applicable
-        .iter()
-        .map(|n| n.intent.as_str())
-        .collect();
-    let found = compare(&ours, &theirs, &skipped);
-    for d in &found {
-        eprintln!("{d}");
-    }
-    parity.assert_holds(&found);
-
-    // The runtime's Jupyter Server called with `token`, not `Bearer`, fails parity.
-    let mut regressed = Side {
-        exchanges: ours.exchanges.clone(),
-        windows: ours.windows.clone(),
-        given: ours.given.clone(),
-    };
-    let touched = regressed
-        .exchanges
-        .iter_mut()
-        .filter(|e| e.path.starts_with("/jupyter/"))
-        .filter_map(|e| e.headers.get_mut("authorization"))
-        .map(|v| *v = "token {token}".into())
-        .count();
-    assert!(touched > 0, "our client sent no Bearer authorization");
-    let (unaccepted, _) = parity.judge(&compare(&regressed, &theirs, &skipped));
-    assert!(
-        !unaccepted.is_empty(),
-        "`Authorization: token` passes the parity check"
+    judge(
+        &parity,
+        &ours,
+        &theirs,
+        &[(
+            "`Authorization: token` to the Jupyter Server",
+            &token_scheme,
+        )],
     );
-    for d in &unaccepted {
-        eprintln!("`Authorization: token` fails parity: {d}");
+}
+
+/// Calls the runtime's Jupyter Server with `Authorization: token`, as the client once did.
+fn token_scheme(e: &mut Exchange) -> bool {
+    if !e.path.starts_with("/jupyter/") {
+        return false;
+    }
+    match e.headers.get_mut("authorization") {
+        Some(value) => {
+            *value = "token {token}".into();
+            true
+        }
+        None => false,
     }
 }
 
@@ -131,25 +121,12 @@ async fn ours(emulator: &Emulator, labels: &RunLabels) -> Side {
         id: DEFAULT_ENVIRONMENT.to_owned(),
         kind: runtimes::ARTIFACT_KIND.to_owned(),
     };
-    let mut w = Vec::new();
-    let (sandbox, _) = intent(&mut w, "create", client.launch(&artifact, labels))
-        .await
-        .expect("our client creates a runtime");
-    let (code, _) = intent(&mut w, "run-1+1", client.run_code(&sandbox, "1+1"))
-        .await
-        .expect("our client runs 1+1");
-    assert_eq!(code.result.as_deref(), Some("2"), "{code:?}");
-    let listed = intent(&mut w, "list", client.list_resources(labels))
-        .await
-        .expect("our client lists");
-    let resource = Resource {
-        kind: runtimes::KIND_RUNTIME.into(),
-        id: sandbox.0.clone(),
+    let plan = OurIntents {
+        build: None,
+        launch: Some(artifact),
+        commands: &[],
     };
-    assert!(listed.contains(&resource), "{listed:?}");
-    intent(&mut w, "delete", client.delete_resource(&resource))
-        .await
-        .expect("our client deletes the runtime");
+    let w = perform(&client, labels, plan).await;
     let all = exchanges.all();
     let given_name = all
         .iter()

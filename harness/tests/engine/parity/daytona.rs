@@ -15,14 +15,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sandbox_matrix::emulate::daytona::{DEFAULT_DOMAIN, Emulator, Options};
-use sandbox_matrix::emulate::record::Body;
+use sandbox_matrix::emulate::record::{Body, Exchange};
 use sandbox_matrix::run::runner::new_run_id;
 use sandbox_providers::api::{ApiSettings, Endpoints, Mode, Network};
 use sandbox_providers::daytona::DaytonaProvider;
-use sandbox_providers::{BaseImage, BuildRequest, Provider, Resource, RunLabels, Secret};
+use sandbox_providers::{BaseImage, BuildRequest, RunLabels, Secret};
 use serde_json::{Value, json};
 
-use super::{ParityFile, Side, Window, compare, intent};
+use super::{OurIntents, ParityFile, Side, Window, judge, perform};
 
 /// The SDK the venv must hold.
 const SDK: &str = "daytona";
@@ -76,39 +76,22 @@ async fn our_daytona_client_sends_what_the_daytona_sdk_sends_for_each_intent() {
     emulator.cleanup().await;
     assert!(common::left_by_run(&labels.run_id).is_empty());
 
-    let skipped: Vec<&str> = parity
-        .not_applicable
-        .iter()
-        .map(|n| n.intent.as_str())
-        .collect();
-    let found = compare(&ours, &theirs, &skipped);
-    for d in &found {
-        eprintln!("{d}");
-    }
-    parity.assert_holds(&found);
-
-    // The build-log URL asked for while the snapshot is pending (as the client once did,
-    // right after create) is answered 404: put back into our requests, it fails parity.
-    let mut regressed = Side {
-        exchanges: ours.exchanges.clone(),
-        windows: ours.windows.clone(),
-        given: ours.given.clone(),
-    };
-    let touched = regressed
-        .exchanges
-        .iter_mut()
-        .filter(|e| e.path.ends_with("/build-logs-url"))
-        .map(|e| e.status = 404)
-        .count();
-    assert!(touched > 0, "our build asked for no build-log URL");
-    let (unaccepted, _) = parity.judge(&compare(&regressed, &theirs, &skipped));
-    assert!(
-        !unaccepted.is_empty(),
-        "an early build-log URL passes the parity check"
+    judge(
+        &parity,
+        &ours,
+        &theirs,
+        &[("a build-log URL asked for while pending", &logs_url_refused)],
     );
-    for d in &unaccepted {
-        eprintln!("an early build-log URL fails parity: {d}");
+}
+
+/// Answers a build-log URL request 404, as the server does while the snapshot is pending
+/// (as the client once asked, right after create).
+fn logs_url_refused(e: &mut Exchange) -> bool {
+    if !e.path.ends_with("/build-logs-url") {
+        return false;
     }
+    e.status = 404;
+    true
 }
 
 /// `https://localhost:<port>/api`: the API URL both sides call (the SDK's resolver
@@ -141,7 +124,6 @@ async fn ours(emulator: &Emulator, environment: &Path, labels: &RunLabels) -> Si
         &Network::default().trust_pem(emulator.ca_pem().to_owned()),
     )
     .expect("a daytona client");
-    let log = |line: &str| eprintln!("  {line}");
     let request = BuildRequest {
         environment_dir: environment.to_owned(),
         base: BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
@@ -149,41 +131,14 @@ async fn ours(emulator: &Emulator, environment: &Path, labels: &RunLabels) -> Si
         build_secrets: Vec::new(),
         labels: labels.clone(),
     };
-    let mut w = Vec::new();
-    let artifact = intent(&mut w, "build", client.build(&request, &log))
-        .await
-        .expect("our client builds the parity environment");
-    let (sandbox, _) = intent(&mut w, "create", client.launch(&artifact, labels))
-        .await
-        .expect("our client creates a sandbox");
-    let (code, _) = intent(&mut w, "run-1+1", client.run_code(&sandbox, "1+1"))
-        .await
-        .expect("our client runs 1+1");
-    assert_eq!(code.result.as_deref(), Some("2"), "{code:?}");
     // A command as root is no intent here: the toolbox takes no user, so neither client
     // can ask for one (the parity file says so).
-    let id = ["id".to_owned(), "-un".to_owned()];
-    let out = intent(&mut w, "command-default", client.exec(&sandbox, &id, false))
-        .await
-        .expect("our client runs a command");
-    assert_eq!(out.stdout.trim(), "datalayer", "{out:?}");
-    intent(&mut w, "restart", client.restart(&sandbox))
-        .await
-        .expect("our client restarts the code channel");
-    let listed = intent(&mut w, "list", client.list_resources(labels))
-        .await
-        .expect("our client lists by label");
-    let resource = Resource {
-        kind: "sandbox".into(),
-        id: sandbox.0.clone(),
+    let plan = OurIntents {
+        build: Some(&request),
+        launch: None,
+        commands: &[("command-default", false, "datalayer")],
     };
-    assert!(listed.contains(&resource), "{listed:?}");
-    intent(&mut w, "delete", client.delete_resource(&resource))
-        .await
-        .expect("our client deletes the sandbox");
-    for left in client.list_resources(labels).await.unwrap_or_default() {
-        let _ = client.delete_resource(&left).await;
-    }
+    let w = perform(&client, labels, plan).await;
     let name = sent(&exchanges.all(), "POST", "/api/snapshots")["name"]
         .as_str()
         .expect("a snapshot name")
@@ -212,7 +167,7 @@ fn sent(
 }
 
 /// The path our client ran its command at (`/toolbox/<id>/process/execute`).
-fn execute_path(exchanges: &[sandbox_matrix::emulate::record::Exchange]) -> String {
+fn execute_path(exchanges: &[Exchange]) -> String {
     exchanges
         .iter()
         .find(|e| e.path.ends_with("/process/execute"))

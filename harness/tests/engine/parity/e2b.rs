@@ -18,10 +18,10 @@ use sandbox_matrix::emulate::record::{Body, Exchange};
 use sandbox_matrix::run::runner::new_run_id;
 use sandbox_providers::api::{Endpoints, Mode};
 use sandbox_providers::e2b::E2bProvider;
-use sandbox_providers::{BaseImage, BuildRequest, Provider, Resource, RunLabels, Secret};
+use sandbox_providers::{BaseImage, BuildRequest, RunLabels, Secret};
 use serde_json::{Value, json};
 
-use super::{Difference, ParityFile, Side, Window, compare, intent};
+use super::{OurIntents, ParityFile, Side, Window, judge, perform};
 
 /// The domain both emulators serve: the SDK's resolver sends `*.localhost` to loopback.
 const DOMAIN: &str = "e2b.localhost";
@@ -74,48 +74,15 @@ async fn our_e2b_client_sends_what_the_e2b_sdk_sends_for_each_intent() {
     emulator.cleanup().await;
     assert!(common::left_by_run(&labels.run_id).is_empty());
 
-    let skipped: Vec<&str> = parity
-        .not_applicable
-        .iter()
-        .map(|n| n.intent.as_str())
-        .collect();
-    let found = compare(&ours, &theirs, &skipped);
-    for d in &found {
-        eprintln!("{d}");
-    }
-    parity.assert_holds(&found);
-
-    // Each regression put back into our requests is a difference the file does not accept.
-    for (what, regress) in [
-        ("a plain-tar upload", plain_tar as fn(&mut Exchange) -> bool),
-        ("an empty RUN user", empty_run_user),
-    ] {
-        let mut regressed = Side {
-            exchanges: ours.exchanges.clone(),
-            windows: ours.windows.clone(),
-            given: ours.given.clone(),
-        };
-        let touched = regressed
-            .exchanges
-            .iter_mut()
-            .map(regress)
-            .filter(|t| *t)
-            .count();
-        assert!(touched > 0, "our requests hold no place for {what}");
-        let (unaccepted, _) = parity.judge(&compare(&regressed, &theirs, &skipped));
-        assert!(
-            !unaccepted.is_empty(),
-            "{what} in our requests passes the parity check"
-        );
-        eprintln!("{what} fails parity: {}", shown(&unaccepted));
-    }
-}
-
-fn shown(ds: &[Difference]) -> String {
-    ds.iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+    judge(
+        &parity,
+        &ours,
+        &theirs,
+        &[
+            ("a plain-tar upload", &plain_tar),
+            ("an empty RUN user", &empty_run_user),
+        ],
+    );
 }
 
 /// Turns a gzip upload into a plain tar's form.
@@ -161,7 +128,6 @@ async fn ours(emulator: &Emulator, environment: &Path, labels: &RunLabels) -> Si
         &emulator.network(),
     )
     .expect("an e2b client");
-    let log = |line: &str| eprintln!("  {line}");
     let request = BuildRequest {
         environment_dir: environment.to_owned(),
         base: BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
@@ -169,44 +135,15 @@ async fn ours(emulator: &Emulator, environment: &Path, labels: &RunLabels) -> Si
         build_secrets: Vec::new(),
         labels: labels.clone(),
     };
-    let mut w = Vec::new();
-    let artifact = intent(&mut w, "build", client.build(&request, &log))
-        .await
-        .expect("our client builds the parity environment");
-    let (sandbox, _) = intent(&mut w, "create", client.launch(&artifact, labels))
-        .await
-        .expect("our client creates a sandbox");
-    let (code, _) = intent(&mut w, "run-1+1", client.run_code(&sandbox, "1+1"))
-        .await
-        .expect("our client runs 1+1");
-    assert_eq!(code.result.as_deref(), Some("2"), "{code:?}");
-    let id = ["id".to_owned(), "-un".to_owned()];
-    for (name, root, user) in [
-        ("command-root", true, "root"),
-        ("command-default", false, "datalayer"),
-    ] {
-        let out = intent(&mut w, name, client.exec(&sandbox, &id, root))
-            .await
-            .expect("our client runs a command");
-        assert_eq!(out.stdout.trim(), user, "{name}: {out:?}");
-    }
-    intent(&mut w, "restart", client.restart(&sandbox))
-        .await
-        .expect("our client restarts the code channel");
-    let listed = intent(&mut w, "list", client.list_resources(labels))
-        .await
-        .expect("our client lists by label");
-    let resource = Resource {
-        kind: "sandbox".into(),
-        id: sandbox.0.clone(),
+    let plan = OurIntents {
+        build: Some(&request),
+        launch: None,
+        commands: &[
+            ("command-root", true, "root"),
+            ("command-default", false, "datalayer"),
+        ],
     };
-    assert!(listed.contains(&resource), "{listed:?}");
-    intent(&mut w, "delete", client.delete_resource(&resource))
-        .await
-        .expect("our client deletes the sandbox");
-    for left in client.list_resources(labels).await.unwrap_or_default() {
-        let _ = client.delete_resource(&left).await;
-    }
+    let w = perform(&client, labels, plan).await;
     Side {
         exchanges: exchanges.all(),
         windows: w,

@@ -27,6 +27,7 @@ use std::fmt;
 use std::path::Path;
 
 use sandbox_matrix::emulate::record::{Body, Exchange};
+use sandbox_providers::{Artifact, BuildRequest, Provider, RunLabels};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -89,6 +90,114 @@ pub async fn intent<T>(
     });
     tokio::time::sleep(PAUSE).await;
     out
+}
+
+/// What our client performs of the intents: every one the variant can, in the order the
+/// SDK flows perform theirs.
+pub struct OurIntents<'a> {
+    /// What it builds; `None`: it launches `launch` as given (a platform's environment).
+    pub build: Option<&'a BuildRequest>,
+    /// The artifact launched when there is no build.
+    pub launch: Option<Artifact>,
+    /// The command intents: name, as root, the user `id -un` must print.
+    pub commands: &'a [(&'a str, bool, &'a str)],
+}
+
+/// Our client performs `plan` against its emulator as one run labelled `labels`, each
+/// intent marked; what the intents leave is removed after the last. Fails at the first
+/// intent that fails or answers wrong.
+pub async fn perform(
+    client: &dyn Provider,
+    labels: &RunLabels,
+    plan: OurIntents<'_>,
+) -> Vec<Window> {
+    let mut w = Vec::new();
+    let log = |line: &str| eprintln!("  {line}");
+    let artifact = match plan.build {
+        Some(request) => intent(&mut w, "build", client.build(request, &log))
+            .await
+            .expect("our client builds the parity environment"),
+        None => plan.launch.expect("an artifact to launch"),
+    };
+    let (sandbox, _) = intent(&mut w, "create", client.launch(&artifact, labels))
+        .await
+        .expect("our client creates a sandbox");
+    let (code, _) = intent(&mut w, "run-1+1", client.run_code(&sandbox, "1+1"))
+        .await
+        .expect("our client runs 1+1");
+    assert_eq!(code.result.as_deref(), Some("2"), "{code:?}");
+    let id = ["id".to_owned(), "-un".to_owned()];
+    for &(name, root, user) in plan.commands {
+        let out = intent(&mut w, name, client.exec(&sandbox, &id, root))
+            .await
+            .expect("our client runs a command");
+        assert_eq!(out.stdout.trim(), user, "{name}: {out:?}");
+    }
+    if client.capabilities().restart != sandbox_providers::RestartKind::Unsupported {
+        intent(&mut w, "restart", client.restart(&sandbox))
+            .await
+            .expect("our client restarts the code channel");
+    }
+    let listed = intent(&mut w, "list", client.list_resources(labels))
+        .await
+        .expect("our client lists by label");
+    let resource = listed
+        .iter()
+        .find(|r| r.id == sandbox.0)
+        .unwrap_or_else(|| panic!("{sandbox:?} is not among {listed:?}"))
+        .clone();
+    intent(&mut w, "delete", client.delete_resource(&resource))
+        .await
+        .expect("our client deletes the sandbox");
+    for left in client.list_resources(labels).await.unwrap_or_default() {
+        let _ = client.delete_resource(&left).await;
+    }
+    if let Some(image) = client.artifact_resource(&artifact) {
+        let _ = client.delete_resource(&image).await;
+    }
+    w
+}
+
+/// A regression put back into our requests: what it is, and the change to one exchange
+/// (whether it touched it).
+pub type Regression<'a> = (&'a str, &'a dyn Fn(&mut Exchange) -> bool);
+
+/// Fails unless `parity` accepts every difference between `ours` and `theirs` (for the
+/// intents both perform) and no more; then puts each of `regressions` back into our
+/// requests and fails unless the check catches it.
+pub fn judge(parity: &ParityFile, ours: &Side, theirs: &Side, regressions: &[Regression<'_>]) {
+    let skipped: Vec<&str> = parity
+        .not_applicable
+        .iter()
+        .map(|n| n.intent.as_str())
+        .collect();
+    let found = compare(ours, theirs, &skipped);
+    for d in &found {
+        eprintln!("{d}");
+    }
+    parity.assert_holds(&found);
+    for (what, regress) in regressions {
+        let mut regressed = Side {
+            exchanges: ours.exchanges.clone(),
+            windows: ours.windows.clone(),
+            given: ours.given.clone(),
+        };
+        let touched = regressed
+            .exchanges
+            .iter_mut()
+            .map(regress)
+            .filter(|t| *t)
+            .count();
+        assert!(touched > 0, "our requests hold no place for {what}");
+        let (unaccepted, _) = parity.judge(&compare(&regressed, theirs, &skipped));
+        assert!(
+            !unaccepted.is_empty(),
+            "{what} in our requests passes the parity check"
+        );
+        for d in &unaccepted {
+            eprintln!("{what} fails parity: {d}");
+        }
+    }
 }
 
 /// What one side sent, with the values it alone was given (its names and labels), each

@@ -16,14 +16,14 @@ use std::sync::Arc;
 
 use prost_reflect::{DescriptorPool, DynamicMessage, SerializeOptions};
 use sandbox_matrix::emulate::modal::{DEFAULT_DOMAIN, Emulator, Options, ROUTER_JWT_TTL};
-use sandbox_matrix::emulate::record::Body;
+use sandbox_matrix::emulate::record::{Body, Exchange};
 use sandbox_matrix::run::runner::new_run_id;
 use sandbox_providers::modal::client::{Credentials, TOKEN_ID_VAR, TOKEN_SECRET_VAR};
 use sandbox_providers::modal::{Connection, ModalProvider};
-use sandbox_providers::{BaseImage, BuildRequest, Provider, Resource, RunLabels, Secret};
+use sandbox_providers::{BaseImage, BuildRequest, RunLabels, Secret};
 use serde_json::{Value, json};
 
-use super::{ParityFile, Side, Window, compare, intent};
+use super::{OurIntents, ParityFile, Side, Window, judge, perform};
 
 /// The SDK the venv must hold.
 const SDK: &str = "modal";
@@ -73,44 +73,25 @@ async fn our_modal_client_sends_what_the_modal_client_sends_for_each_intent() {
     emulator.cleanup().await;
     assert!(common::left_by_run(&labels.run_id).is_empty());
 
-    let skipped: Vec<&str> = parity
-        .not_applicable
-        .iter()
-        .map(|n| n.intent.as_str())
-        .collect();
-    let found = compare(&ours, &theirs, &skipped);
-    for d in &found {
-        eprintln!("{d}");
-    }
-    parity.assert_holds(&found);
-
-    // A build that names no builder version, put back into our calls, fails parity.
-    let mut regressed = Side {
-        exchanges: ours.exchanges.clone(),
-        windows: ours.windows.clone(),
-        given: ours.given.clone(),
-    };
-    let touched = regressed
-        .exchanges
-        .iter_mut()
-        .filter(|e| e.path.ends_with("/ImageGetOrCreate"))
-        .map(|e| match &mut e.body {
-            Body::Json { value } => value["messages"][0]
-                .as_object_mut()
-                .and_then(|m| m.remove("builder_version"))
-                .is_some(),
-            _ => false,
-        })
-        .filter(|t| *t)
-        .count();
-    assert!(touched > 0, "our build named no builder version to remove");
-    let (unaccepted, _) = parity.judge(&compare(&regressed, &theirs, &skipped));
-    assert!(
-        !unaccepted.is_empty(),
-        "a build without builder_version passes the parity check"
+    judge(
+        &parity,
+        &ours,
+        &theirs,
+        &[("a build without builder_version", &no_builder_version)],
     );
-    for d in &unaccepted {
-        eprintln!("a missing builder_version fails parity: {d}");
+}
+
+/// Removes a build's `builder_version`.
+fn no_builder_version(e: &mut Exchange) -> bool {
+    if !e.path.ends_with("/ImageGetOrCreate") {
+        return false;
+    }
+    match &mut e.body {
+        Body::Json { value } => value["messages"][0]
+            .as_object_mut()
+            .and_then(|m| m.remove("builder_version"))
+            .is_some(),
+        _ => false,
     }
 }
 
@@ -220,7 +201,6 @@ async fn ours(emulator: &Emulator, environment: &Path, labels: &RunLabels) -> Si
         Arc::default(),
     )
     .expect("a modal client");
-    let log = |line: &str| eprintln!("  {line}");
     let request = BuildRequest {
         environment_dir: environment.to_owned(),
         base: BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
@@ -228,47 +208,15 @@ async fn ours(emulator: &Emulator, environment: &Path, labels: &RunLabels) -> Si
         build_secrets: Vec::new(),
         labels: labels.clone(),
     };
-    let mut w = Vec::new();
-    let artifact = intent(&mut w, "build", client.build(&request, &log))
-        .await
-        .expect("our client builds the parity environment");
-    let (sandbox, _) = intent(&mut w, "create", client.launch(&artifact, labels))
-        .await
-        .expect("our client creates a sandbox");
-    let (code, _) = intent(&mut w, "run-1+1", client.run_code(&sandbox, "1+1"))
-        .await
-        .expect("our client runs 1+1");
-    assert_eq!(code.result.as_deref(), Some("2"), "{code:?}");
-    let id = ["id".to_owned(), "-un".to_owned()];
-    for (name, root, user) in [
-        ("command-root", true, "root"),
-        ("command-default", false, "datalayer"),
-    ] {
-        let out = intent(&mut w, name, client.exec(&sandbox, &id, root))
-            .await
-            .expect("our client runs a command");
-        assert_eq!(out.stdout.trim(), user, "{name}: {out:?}");
-    }
-    intent(&mut w, "restart", client.restart(&sandbox))
-        .await
-        .expect("our client restarts the code channel");
-    let listed = intent(&mut w, "list", client.list_resources(labels))
-        .await
-        .expect("our client lists by label");
-    let resource = Resource {
-        kind: "sandbox".into(),
-        id: sandbox.0.clone(),
+    let plan = OurIntents {
+        build: Some(&request),
+        launch: None,
+        commands: &[
+            ("command-root", true, "root"),
+            ("command-default", false, "datalayer"),
+        ],
     };
-    assert!(listed.contains(&resource), "{listed:?}");
-    intent(&mut w, "delete", client.delete_resource(&resource))
-        .await
-        .expect("our client deletes the sandbox");
-    for left in client.list_resources(labels).await.unwrap_or_default() {
-        let _ = client.delete_resource(&left).await;
-    }
-    if let Some(image) = client.artifact_resource(&artifact) {
-        let _ = client.delete_resource(&image).await;
-    }
+    let w = perform(&client, labels, plan).await;
     Side {
         exchanges: exchanges.all(),
         windows: w,

@@ -20,8 +20,8 @@ the first failed one.
 
 import json
 import os
-import sys
-import time
+
+from parity_flow import intent  # this folder's, beside the script
 
 given = json.loads(os.environ["SANDBOX_MATRIX_PARITY"])
 for name in ("DATALAYER_RUN_URL", "DATALAYER_URL", "DATALAYER_IAM_URL", "DATALAYER_RUNTIMES_URL",
@@ -32,24 +32,6 @@ from datalayer_core import DatalayerClient  # noqa: E402
 from datalayer_core.utils.urls import DatalayerURLs  # noqa: E402
 
 FAKE_TOKEN = "datalayer-fake-parity-token-0000"  # Fake: the emulator checks only that one is sent.
-
-
-def intent(name, action):
-    """Runs `action`, prints its line; exits at a failure. A pause of 20 ms on each side
-    keeps every request off a boundary's millisecond (parity/mod.rs PAUSE)."""
-    time.sleep(0.02)
-    started = int(time.time() * 1000)
-    try:
-        detail = action()
-        ok = True
-    except Exception as e:  # the line says what failed
-        ok, detail = False, f"{type(e).__name__}: {e}"
-    ended = int(time.time() * 1000)
-    time.sleep(0.02)
-    print(json.dumps({"step": name, "ok": ok, "from_ms": started,
-                      "to_ms": ended, "detail": detail}), flush=True)
-    if not ok:
-        sys.exit(f"datalayer parity flow failed at {name}: {detail}")
 
 
 base = given["url"]
@@ -89,10 +71,10 @@ def delete():
     return {"stopped": True}
 
 
-intent("create", create)
+intent("datalayer", "create", create)
 try:
-    intent("run-1+1", run_code)
-    intent("list", listed)
+    intent("datalayer", "run-1+1", run_code)
+    intent("datalayer", "list", listed)
 finally:
     if "runtime" in state:
-        intent("delete", delete)
+        intent("datalayer", "delete", delete)

@@ -24,8 +24,8 @@ the first failed one.
 
 import json
 import os
-import sys
-import time
+
+from parity_flow import intent  # this folder's, beside the script
 
 given = json.loads(os.environ["SANDBOX_MATRIX_PARITY"])
 os.environ["SSL_CERT_FILE"] = given["ca_file"]
@@ -41,24 +41,6 @@ from daytona import (  # noqa: E402  (after SSL_CERT_FILE)
 )
 
 FAKE_API_KEY = "fake-daytona-parity-key"  # Fake: the emulator checks only that one is sent.
-
-
-def intent(name, action):
-    """Runs `action`, prints its line; exits at a failure. A pause of 20 ms on each side
-    keeps every request off a boundary's millisecond (parity/mod.rs PAUSE)."""
-    time.sleep(0.02)
-    started = int(time.time() * 1000)
-    try:
-        detail = action()
-        ok = True
-    except Exception as e:  # the line says what failed
-        ok, detail = False, f"{type(e).__name__}: {e}"
-    ended = int(time.time() * 1000)
-    time.sleep(0.02)
-    print(json.dumps({"step": name, "ok": ok, "from_ms": started,
-                      "to_ms": ended, "detail": detail}), flush=True)
-    if not ok:
-        sys.exit(f"daytona parity flow failed at {name}: {detail}")
 
 
 daytona = Daytona(DaytonaConfig(api_key=FAKE_API_KEY, api_url=given["url"], target=given["target"]))
@@ -116,12 +98,12 @@ def delete():
     return {"deleted": True}
 
 
-intent("build", build)
-intent("create", create)
+intent("daytona", "build", build)
+intent("daytona", "create", create)
 try:
-    intent("run-1+1", run_code)
-    intent("command-default", command)
-    intent("list", listed)
+    intent("daytona", "run-1+1", run_code)
+    intent("daytona", "command-default", command)
+    intent("daytona", "list", listed)
 finally:
     if "sandbox" in state:
-        intent("delete", delete)
+        intent("daytona", "delete", delete)

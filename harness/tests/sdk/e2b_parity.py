@@ -21,8 +21,8 @@ the first failed one.
 
 import json
 import os
-import sys
-import time
+
+from parity_flow import intent  # this folder's, beside the script
 from urllib.parse import urlparse
 
 given = json.loads(os.environ["SANDBOX_MATRIX_PARITY"])
@@ -35,24 +35,6 @@ from e2b import Sandbox, SandboxQuery, Template  # noqa: E402  (after SSL_CERT_F
 FAKE_API_KEY = "e2b_fake_parity_key_0000"  # Fake: the emulator checks only that one is sent.
 domain = urlparse(given["url"]).netloc
 connection = {"api_key": FAKE_API_KEY, "domain": domain, "request_timeout": 60}
-
-
-def intent(name, action):
-    """Runs `action`, prints its line; exits at a failure. A pause of 20 ms on each side
-    keeps every request off a boundary's millisecond (parity/mod.rs PAUSE)."""
-    time.sleep(0.02)
-    started = int(time.time() * 1000)
-    try:
-        detail = action()
-        ok = True
-    except Exception as e:  # the line says what failed
-        ok, detail = False, f"{type(e).__name__}: {e}"
-    ended = int(time.time() * 1000)
-    time.sleep(0.02)
-    print(json.dumps({"step": name, "ok": ok, "from_ms": started,
-                      "to_ms": ended, "detail": detail}), flush=True)
-    if not ok:
-        sys.exit(f"e2b parity flow failed at {name}: {detail}")
 
 
 def build():
@@ -108,12 +90,12 @@ def delete():
     return {"killed": True}
 
 
-intent("build", build)
-intent("create", create)
+intent("e2b", "build", build)
+intent("e2b", "create", create)
 try:
-    intent("command-root", command("root"))
-    intent("command-default", command(None))
-    intent("list", listed)
+    intent("e2b", "command-root", command("root"))
+    intent("e2b", "command-default", command(None))
+    intent("e2b", "list", listed)
 finally:
     if "sandbox" in state:
-        intent("delete", delete)
+        intent("e2b", "delete", delete)

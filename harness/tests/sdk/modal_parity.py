@@ -24,8 +24,8 @@ the first failed one.
 
 import json
 import os
-import sys
-import time
+
+from parity_flow import intent  # this folder's, beside the script
 
 given = json.loads(os.environ["SANDBOX_MATRIX_PARITY"])
 os.environ["MODAL_SANDBOX_V2"] = "0"
@@ -35,24 +35,6 @@ for name in ("MODAL_PROFILE", "MODAL_ENVIRONMENT"):
     os.environ.pop(name, None)
 
 import modal  # noqa: E402  (after the settings above)
-
-
-def intent(name, action):
-    """Runs `action`, prints its line; exits at a failure. A pause of 20 ms on each side
-    keeps every call off a boundary's millisecond (parity/mod.rs PAUSE)."""
-    time.sleep(0.02)
-    started = int(time.time() * 1000)
-    try:
-        detail = action()
-        ok = True
-    except Exception as e:  # the line says what failed
-        ok, detail = False, f"{type(e).__name__}: {e}"
-    ended = int(time.time() * 1000)
-    time.sleep(0.02)
-    print(json.dumps({"step": name, "ok": ok, "from_ms": started,
-                      "to_ms": ended, "detail": detail}), flush=True)
-    if not ok:
-        sys.exit(f"modal parity flow failed at {name}: {detail}")
 
 
 state = {}
@@ -99,12 +81,12 @@ def delete():
     return {"terminated": True}
 
 
-intent("build", build)
-intent("create", create)
+intent("modal", "build", build)
+intent("modal", "create", create)
 try:
-    intent("command-root", command)
-    intent("command-default", command)
-    intent("list", listed)
+    intent("modal", "command-root", command)
+    intent("modal", "command-default", command)
+    intent("modal", "list", listed)
 finally:
     if "sandbox" in state:
-        intent("delete", delete)
+        intent("modal", "delete", delete)

@@ -16,14 +16,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sandbox_matrix::emulate::datalayer::{DEFAULT_DOMAIN, DEFAULT_ENVIRONMENT, Emulator, Options};
-use sandbox_matrix::emulate::record::{Body, Exchange};
+use sandbox_matrix::emulate::record::Exchange;
 use sandbox_matrix::run::runner::new_run_id;
 use sandbox_providers::api::{Mode, Network};
 use sandbox_providers::datalayer::runtimes::{self, RuntimesProvider};
 use sandbox_providers::{Artifact, RunLabels, Secret};
 use serde_json::json;
 
-use super::{OurIntents, ParityFile, Side, Window, judge, perform};
+use super::{OurIntents, ParityFile, Side, Window, judge, perform, sent};
 
 /// The SDK the venv must hold.
 const SDK: &str = "datalayer-core";
@@ -128,15 +128,10 @@ async fn ours(emulator: &Emulator, labels: &RunLabels) -> Side {
     };
     let w = perform(&client, labels, plan).await;
     let all = exchanges.all();
-    let given_name = all
-        .iter()
-        .find_map(|e| match &e.body {
-            Body::Json { value } if e.method == "POST" && e.path.ends_with("/runtimes") => {
-                value["given_name"].as_str().map(str::to_owned)
-            }
-            _ => None,
-        })
-        .expect("our client named its runtime");
+    let given_name = sent(&all, "POST", "/api/runtimes/v1/runtimes")["given_name"]
+        .as_str()
+        .expect("our client named its runtime")
+        .to_owned();
     Side {
         exchanges: all,
         windows: w,
@@ -149,15 +144,7 @@ async fn ours(emulator: &Emulator, labels: &RunLabels) -> Side {
 async fn theirs(emulator: &Emulator, python: &Path, ours: &Side) -> Side {
     let exchanges = emulator.record();
     let dir = common::out_dir("parity-datalayer");
-    let create = ours
-        .exchanges
-        .iter()
-        .find(|e| e.method == "POST" && e.path.ends_with("/runtimes"))
-        .and_then(|e| match &e.body {
-            Body::Json { value } => Some(value.clone()),
-            _ => None,
-        })
-        .expect("our client created a runtime");
+    let create = sent(&ours.exchanges, "POST", "/api/runtimes/v1/runtimes");
     // Named as ours names it, so the name compares as the intent's.
     let given_name = create["given_name"]
         .as_str()

@@ -15,14 +15,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sandbox_matrix::emulate::daytona::{DEFAULT_DOMAIN, Emulator, Options};
-use sandbox_matrix::emulate::record::{Body, Exchange};
+use sandbox_matrix::emulate::record::Exchange;
 use sandbox_matrix::run::runner::new_run_id;
 use sandbox_providers::api::{ApiSettings, Endpoints, Mode, Network};
 use sandbox_providers::daytona::DaytonaProvider;
-use sandbox_providers::{BaseImage, BuildRequest, RunLabels, Secret};
-use serde_json::{Value, json};
+use sandbox_providers::{RunLabels, Secret};
+use serde_json::json;
 
-use super::{OurIntents, ParityFile, Side, Window, judge, perform};
+use super::{OurIntents, ParityFile, Side, Window, build_request, judge, perform, sent};
 
 /// The SDK the venv must hold.
 const SDK: &str = "daytona";
@@ -124,13 +124,7 @@ async fn ours(emulator: &Emulator, environment: &Path, labels: &RunLabels) -> Si
         &Network::default().trust_pem(emulator.ca_pem().to_owned()),
     )
     .expect("a daytona client");
-    let request = BuildRequest {
-        environment_dir: environment.to_owned(),
-        base: BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
-        registry_credential: None,
-        build_secrets: Vec::new(),
-        labels: labels.clone(),
-    };
+    let request = build_request(environment, labels);
     // A command as root is no intent here: the toolbox takes no user, so neither client
     // can ask for one (the parity file says so).
     let plan = OurIntents {
@@ -148,22 +142,6 @@ async fn ours(emulator: &Emulator, environment: &Path, labels: &RunLabels) -> Si
         windows: w,
         given: vec![(name, "{name}".into())],
     }
-}
-
-/// The request body our client sent to `path` by `method`.
-fn sent(
-    exchanges: &[sandbox_matrix::emulate::record::Exchange],
-    method: &str,
-    path: &str,
-) -> Value {
-    exchanges
-        .iter()
-        .find(|e| e.method == method && e.path == path)
-        .and_then(|e| match &e.body {
-            Body::Json { value } => Some(value.clone()),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("our client sent no {method} {path} with a JSON body"))
 }
 
 /// The path our client ran its command at (`/toolbox/<id>/process/execute`).

@@ -18,10 +18,10 @@ use sandbox_matrix::emulate::record::{Body, Exchange};
 use sandbox_matrix::run::runner::new_run_id;
 use sandbox_providers::api::{Endpoints, Mode};
 use sandbox_providers::e2b::E2bProvider;
-use sandbox_providers::{BaseImage, BuildRequest, RunLabels, Secret};
+use sandbox_providers::{RunLabels, Secret};
 use serde_json::{Value, json};
 
-use super::{OurIntents, ParityFile, Side, Window, judge, perform};
+use super::{OurIntents, ParityFile, Side, Window, build_request, judge, perform, sent};
 
 /// The domain both emulators serve: the SDK's resolver sends `*.localhost` to loopback.
 const DOMAIN: &str = "e2b.localhost";
@@ -128,13 +128,7 @@ async fn ours(emulator: &Emulator, environment: &Path, labels: &RunLabels) -> Si
         &emulator.network(),
     )
     .expect("an e2b client");
-    let request = BuildRequest {
-        environment_dir: environment.to_owned(),
-        base: BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
-        registry_credential: None,
-        build_secrets: Vec::new(),
-        labels: labels.clone(),
-    };
+    let request = build_request(environment, labels);
     let plan = OurIntents {
         build: Some(&request),
         launch: None,
@@ -154,18 +148,6 @@ async fn ours(emulator: &Emulator, environment: &Path, labels: &RunLabels) -> Si
     }
 }
 
-/// The request our client sent to `path` by `method`, as JSON.
-fn sent(ours: &Side, method: &str, path: &str) -> Value {
-    ours.exchanges
-        .iter()
-        .find(|e| e.method == method && e.path == path)
-        .and_then(|e| match &e.body {
-            Body::Json { value } => Some(value.clone()),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("our client sent no {method} {path} with a JSON body"))
-}
-
 /// The official SDK performs the intents against `emulator`, with the parameters our
 /// client sent for each.
 async fn theirs(emulator: &Emulator, python: &Path, environment: &Path, ours: &Side) -> Side {
@@ -173,8 +155,8 @@ async fn theirs(emulator: &Emulator, python: &Path, environment: &Path, ours: &S
     let dir = common::out_dir("parity-e2b");
     let ca_file = dir.join("ca.pem");
     std::fs::write(&ca_file, emulator.ca_pem()).expect("the CA file");
-    let template = sent(ours, "POST", "/v3/templates");
-    let create = sent(ours, "POST", "/sandboxes");
+    let template = sent(&ours.exchanges, "POST", "/v3/templates");
+    let create = sent(&ours.exchanges, "POST", "/sandboxes");
     let name = format!(
         "{}-sdk",
         template["name"].as_str().expect("a template name")

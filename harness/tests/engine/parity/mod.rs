@@ -27,7 +27,7 @@ use std::fmt;
 use std::path::Path;
 
 use sandbox_matrix::emulate::record::{Body, Exchange};
-use sandbox_providers::{Artifact, BuildRequest, Provider, RunLabels};
+use sandbox_providers::{Artifact, BaseImage, BuildRequest, Provider, RunLabels};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -90,6 +90,31 @@ pub async fn intent<T>(
     });
     tokio::time::sleep(PAUSE).await;
     out
+}
+
+/// The build of `environment` from the local contract base, labelled `labels`, with no
+/// credential or build secret: what our client builds for the build intent.
+pub fn build_request(environment: &std::path::Path, labels: &RunLabels) -> BuildRequest {
+    BuildRequest {
+        environment_dir: environment.to_owned(),
+        base: BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
+        registry_credential: None,
+        build_secrets: Vec::new(),
+        labels: labels.clone(),
+    }
+}
+
+/// The JSON body of the first request to `path` by `method` among `exchanges` (a gRPC
+/// call's once decoded: `{"messages": [...]}`).
+pub fn sent(exchanges: &[Exchange], method: &str, path: &str) -> Value {
+    exchanges
+        .iter()
+        .find(|e| e.method == method && e.path == path)
+        .and_then(|e| match &e.body {
+            Body::Json { value } => Some(value.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no {method} {path} with a JSON body was sent"))
 }
 
 /// What our client performs of the intents: every one the variant can, in the order the

@@ -20,10 +20,10 @@ use sandbox_matrix::emulate::record::{Body, Exchange};
 use sandbox_matrix::run::runner::new_run_id;
 use sandbox_providers::modal::client::{Credentials, TOKEN_ID_VAR, TOKEN_SECRET_VAR};
 use sandbox_providers::modal::{Connection, ModalProvider};
-use sandbox_providers::{BaseImage, BuildRequest, RunLabels, Secret};
+use sandbox_providers::{RunLabels, Secret};
 use serde_json::{Value, json};
 
-use super::{OurIntents, ParityFile, Side, Window, judge, perform};
+use super::{OurIntents, ParityFile, Side, Window, build_request, judge, perform, sent};
 
 /// The SDK the venv must hold.
 const SDK: &str = "modal";
@@ -201,13 +201,7 @@ async fn ours(emulator: &Emulator, environment: &Path, labels: &RunLabels) -> Si
         Arc::default(),
     )
     .expect("a modal client");
-    let request = BuildRequest {
-        environment_dir: environment.to_owned(),
-        base: BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
-        registry_credential: None,
-        build_secrets: Vec::new(),
-        labels: labels.clone(),
-    };
+    let request = build_request(environment, labels);
     let plan = OurIntents {
         build: Some(&request),
         launch: None,
@@ -224,25 +218,23 @@ async fn ours(emulator: &Emulator, environment: &Path, labels: &RunLabels) -> Si
     }
 }
 
-/// The JSON request our client sent to RPC `method`.
-fn sent(ours: &Side, method: &str) -> Value {
-    ours.exchanges
-        .iter()
-        .find(|e| e.path.ends_with(&format!("/{method}")))
-        .and_then(|e| match &e.body {
-            Body::Json { value } => Some(value["messages"][0].clone()),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("our client sent no {method}"))
-}
-
 /// The official client performs the intents against `emulator`, with the parameters our
 /// client sent for each.
 async fn theirs(emulator: &Emulator, python: &Path, environment: &Path, ours: &Side) -> Side {
     let exchanges = emulator.record();
     let dir = common::out_dir("parity-modal");
-    let build = sent(ours, "ImageGetOrCreate");
-    let create = sent(ours, "SandboxCreate");
+    let build = sent(
+        &ours.exchanges,
+        "POST",
+        "/modal.client.ModalClient/ImageGetOrCreate",
+    )["messages"][0]
+        .clone();
+    let create = sent(
+        &ours.exchanges,
+        "POST",
+        "/modal.client.ModalClient/SandboxCreate",
+    )["messages"][0]
+        .clone();
     let tags: serde_json::Map<String, Value> = create["tags"]
         .as_array()
         .expect("tags")

@@ -10,6 +10,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use sandbox_providers::api::cassette::decode_connect;
+use sandbox_providers::api::grpc::decode_frames;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -98,8 +100,9 @@ impl Body {
     /// What `bytes`, sent as `content_type`, is.
     pub fn of(bytes: &[u8], content_type: &str) -> Self {
         if content_type.starts_with("application/grpc")
-            && let Some(messages) = grpc_messages(bytes)
+            && let Ok(frames) = decode_frames(bytes)
         {
+            let messages = frames.iter().map(|m| BASE64.encode(m)).collect();
             return Self::Grpc { messages };
         }
         if bytes.is_empty() {
@@ -109,8 +112,9 @@ impl Body {
             return Self::Json { value };
         }
         if content_type.starts_with("application/connect+json")
-            && let Some(messages) = connect_messages(bytes)
+            && let Ok(frames) = decode_connect(bytes)
         {
+            let messages = frames.into_iter().map(|f| f.message).collect();
             return Self::ConnectJson { messages };
         }
         if bytes.starts_with(&[0x1f, 0x8b]) {
@@ -135,33 +139,6 @@ impl Body {
 /// Whether `bytes` opens with a ustar header.
 fn is_tar(bytes: &[u8]) -> bool {
     bytes.len() >= 262 && &bytes[257..262] == b"ustar"
-}
-
-/// The JSON messages of a stream of Connect envelopes (flags byte, big-endian length).
-fn connect_messages(mut bytes: &[u8]) -> Option<Vec<Value>> {
-    let mut messages = Vec::new();
-    while !bytes.is_empty() {
-        let len = u32::from_be_bytes(bytes.get(1..5)?.try_into().ok()?) as usize;
-        let message = bytes.get(5..5 + len)?;
-        messages.push(serde_json::from_slice(message).ok()?);
-        bytes = &bytes[5 + len..];
-    }
-    Some(messages)
-}
-
-/// The messages of a gRPC request body (frames of a compressed flag, a big-endian length
-/// and the message), base64; none when a frame is compressed or cut short.
-fn grpc_messages(mut bytes: &[u8]) -> Option<Vec<String>> {
-    let mut messages = Vec::new();
-    while !bytes.is_empty() {
-        if bytes[0] != 0 {
-            return None;
-        }
-        let len = u32::from_be_bytes(bytes.get(1..5)?.try_into().ok()?) as usize;
-        messages.push(BASE64.encode(bytes.get(5..5 + len)?));
-        bytes = &bytes[5 + len..];
-    }
-    Some(messages)
 }
 
 /// `value` of header `name` as recorded: a credential's value is `{token}`.

@@ -106,7 +106,7 @@ async fn recording_with_fake_credentials_writes_none_of_them() {
 }
 
 /// Records `scenarios` into `dir`; returns their results and the secrets used.
-async fn record(dir: &Path, scenarios: &[&str]) -> (Vec<ScenarioResult>, Vec<Secret>) {
+pub async fn record(dir: &Path, scenarios: &[&str]) -> (Vec<ScenarioResult>, Vec<Secret>) {
     let root = common::root();
     let mut results = Vec::new();
     let mut secrets = Vec::new();
@@ -163,7 +163,7 @@ async fn record(dir: &Path, scenarios: &[&str]) -> (Vec<ScenarioResult>, Vec<Sec
 /// `builds/environment` from [`common::PRIVATE_BASE`] with a registry credential, accepted (the
 /// snapshot is then deleted) and refused (an expired token: the build fails). Both hold
 /// the docker-registry entry's create and its delete by id. Returns the fake secrets used.
-async fn record_builds(dir: &Path) -> Vec<Secret> {
+pub async fn record_builds(dir: &Path) -> Vec<Secret> {
     let root = common::root();
     let docker = variants::connect_docker(&root, Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")))
         .await

@@ -55,7 +55,11 @@ async fn recording_with_fake_credentials_writes_none_of_them() {
 }
 
 /// Records `scenarios` into `dir`; returns their results and the secrets used.
-async fn record(root: &Path, dir: &Path, scenarios: &[&str]) -> (Vec<ScenarioResult>, Vec<Secret>) {
+pub async fn record(
+    root: &Path,
+    dir: &Path,
+    scenarios: &[&str],
+) -> (Vec<ScenarioResult>, Vec<Secret>) {
     let docker = common::prepared_docker(root).await;
     let mut results = Vec::new();
     let mut secrets = Vec::new();

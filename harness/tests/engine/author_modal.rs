@@ -40,7 +40,11 @@ async fn author_modal_cassettes() {
 }
 
 /// Records `scenarios` into `dir`; their results and the secrets used.
-async fn record(root: &Path, dir: &Path, scenarios: &[&str]) -> (Vec<ScenarioResult>, Vec<Secret>) {
+pub async fn record(
+    root: &Path,
+    dir: &Path,
+    scenarios: &[&str],
+) -> (Vec<ScenarioResult>, Vec<Secret>) {
     let docker = common::prepared_docker(root).await;
     let mut results = Vec::new();
     let mut secrets = Vec::new();
@@ -143,7 +147,13 @@ pub const FAULT_RUN_ID: &str = "20260101T000000Z-fa0175";
 #[ignore = "needs Docker; writes fixtures/cassettes/modal/faults/*.yaml"]
 async fn author_modal_fault_cassettes() {
     let root = common::root();
-    let dir = root.join("fixtures/cassettes/modal/faults");
+    record_faults(&root, &root.join("fixtures/cassettes/modal/faults")).await;
+}
+
+/// Records the fault cassettes into `dir`, each from an emulator set to fail one way.
+pub async fn record_faults(root: &Path, dir: &Path) {
+    let root = root.to_path_buf();
+    std::fs::create_dir_all(dir).expect("the faults folder");
     let docker = sandbox_matrix::run::variants::docker_provider(
         &root,
         Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")),

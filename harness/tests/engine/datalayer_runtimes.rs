@@ -83,7 +83,7 @@ fn labels(run_id: &str, scenario: &str) -> RunLabels {
 }
 
 /// Runs scenario `name` recording into `dir`; its result and the secrets the run used.
-async fn record_scenario(dir: &Path, name: &str) -> (ScenarioResult, Vec<Secret>) {
+pub async fn record_scenario(dir: &Path, name: &str) -> (ScenarioResult, Vec<Secret>) {
     let root = common::root();
     let emulator = emulator(Faults::default()).await;
     let path = dir.join(format!("{name}.yaml"));
@@ -259,7 +259,7 @@ async fn a_refused_create_fails_launch_and_a_warming_ingress_is_waited_for() {
 
 /// Writes the fault cassettes into `dir`: a refused create, a warming ingress, and a
 /// delete of a pod_name the platform does not have.
-async fn record_faults(dir: &Path) {
+pub async fn record_faults(dir: &Path) {
     let run_id = "20260101T000000Z-fa0175";
     let volatiles = || {
         let v = Arc::new(Volatiles::default());

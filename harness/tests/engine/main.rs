@@ -7,7 +7,8 @@
 //! Not here: `base_from_image` (it retags the reference base the others build on),
 //! `sweep` and `sweep_cloud` (a sweep without `--run` may remove what a neighbour is
 //! using). The `author_*` modules' authoring tests are ignored: they rewrite cassettes
-//! (`cargo test -p sandbox-matrix --test engine -- --ignored author_e2b::`).
+//! (`cargo test -p sandbox-matrix --test engine -- --ignored author_e2b::`); `drift::`
+//! authors them again into a temporary folder and diffs them with the committed ones.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -20,9 +21,11 @@ mod cloud_call_timeout;
 mod crash_cleanup;
 mod datalayer_push;
 mod datalayer_runtimes;
+mod drift;
 mod emulate_daytona;
 mod emulate_e2b;
 mod interrupt;
+mod json_diff;
 mod kernel_death;
 mod launch_exit;
 mod launch_hang;

@@ -100,7 +100,20 @@ fn replay_runs_both_cloud_variants_green_and_reports_each_replay() {
             .find(|s| s["step"] == "replay")
             .expect("a replay step");
         assert_eq!(replay["status"], "passed", "{scenario}");
+        // Where the sandbox ran, as the recorded answers say: Daytona's sandbox record names
+        // its `target`; E2B's API names no region.
+        let region = if scenario["variant"] == "daytona" {
+            serde_json::json!("us")
+        } else {
+            serde_json::Value::Null
+        };
+        assert_eq!(scenario["region"], region, "{scenario}");
     }
+    let summary = std::fs::read_to_string(out.join("latest/summary.md")).expect("summary.md");
+    assert!(
+        summary.contains("- ran in region `us`, as the provider said"),
+        "{summary}"
+    );
     let junit = std::fs::read_to_string(out.join("latest/junit.xml")).expect("junit.xml");
     assert!(junit.contains("name=\"replay\""), "{junit}");
 }

@@ -112,6 +112,8 @@ pub struct Seeded {
 /// An emulated snapshot.
 struct Snapshot {
     name: String,
+    /// The region asked for (`regionId`), or the organization's default.
+    region: String,
     state: String,
     image: Option<String>,
     logs: Vec<String>,
@@ -121,6 +123,8 @@ struct Snapshot {
 /// An emulated sandbox and the container behind it.
 struct Sandbox {
     snapshot: String,
+    /// The region asked for (`target`), or the organization's default.
+    target: String,
     labels: BTreeMap<String, String>,
     state: String,
     container: Option<String>,
@@ -440,7 +444,7 @@ impl Emulator {
             "id": id, "organizationId": ORGANIZATION, "general": false, "name": s.name,
             "state": s.state, "size": null, "entrypoint": null, "cpu": 1, "gpu": 0, "mem": 1,
             "disk": 3, "errorReason": s.error, "createdAt": STAMP, "updatedAt": STAMP,
-            "lastUsedAt": null,
+            "lastUsedAt": null, "regionIds": [s.region],
         })
     }
 
@@ -448,7 +452,7 @@ impl Emulator {
         json!({
             "id": id, "organizationId": ORGANIZATION, "name": id, "snapshot": s.snapshot,
             "user": "datalayer", "env": {}, "labels": s.labels, "public": false,
-            "networkBlockAll": false, "kvm": false, "target": "us", "cpu": 1, "gpu": 0, "memory": 1,
+            "networkBlockAll": false, "kvm": false, "target": s.target, "cpu": 1, "gpu": 0, "memory": 1,
             "disk": 3, "state": s.state, "createdAt": STAMP, "updatedAt": STAMP,
             "toolboxProxyUrl": format!("{proxy}/toolbox"),
         })
@@ -668,6 +672,7 @@ impl Emulator {
         let id = state.id();
         let snapshot = Snapshot {
             name: body["name"].as_str().unwrap_or_default().to_owned(),
+            region: region_asked(&body["regionId"]),
             state: "pending".into(),
             image: None,
             logs: Vec::new(),
@@ -820,6 +825,7 @@ impl Emulator {
             serde_json::from_value(body["labels"].clone()).unwrap_or_default();
         let sandbox = Sandbox {
             snapshot: wanted,
+            target: region_asked(&body["target"]),
             labels,
             state: "creating".into(),
             container: None,
@@ -1129,6 +1135,12 @@ fn context_dto(id: &str, request: &Value) -> Value {
         "active": true,
         "createdAt": STAMP,
     })
+}
+
+/// The region a create asked for, or the organization's default (`us`, the region the
+/// emulated organization has) when it names none.
+fn region_asked(asked: &Value) -> String {
+    asked.as_str().unwrap_or("us").to_owned()
 }
 
 #[cfg(test)]

@@ -345,6 +345,9 @@ fn scenario_bullets(scenario: &ScenarioResult) -> Vec<String> {
     } else if bullets.is_empty() {
         bullets.push("- all steps passed".to_owned());
     }
+    if let Some(region) = &scenario.region {
+        bullets.push(format!("- ran in region `{region}`, as the provider said"));
+    }
     bullets.extend(
         scenario
             .secrets_found

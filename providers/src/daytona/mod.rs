@@ -69,6 +69,13 @@ const DEFAULT_CONTEXT: &str = "";
 /// Resources baked into every snapshot: 1 CPU, 1 GiB memory, 3 GiB disk.
 const SNAPSHOT_RESOURCES: (u32, u32, u32) = (1, 1, 3);
 
+/// The region sandboxes and snapshots are placed in when `DAYTONA_TARGET` is not set:
+/// `us`, the first of the two Daytona offers (`us`, `eu`). Set, rather than left to the
+/// organization's default, so that a run says where it asked to run. Sent as the
+/// sandbox's `target` and the snapshot's `regionId`, as the official SDK sends its
+/// client-level target for both (daytona 0.226.1, `daytona/_async/snapshot.py`).
+pub const DEFAULT_TARGET: &str = "us";
+
 /// How long each wait polls before giving up.
 #[derive(Debug, Clone, Copy)]
 pub struct Waits {
@@ -97,8 +104,10 @@ pub struct DaytonaProvider {
     bearer: Secret,
     /// Sent as `X-Daytona-Organization-ID` (with a JWT).
     organization: Option<String>,
-    /// The region sandboxes are created in, if one is asked for.
-    target: Option<String>,
+    /// The region sandboxes and snapshots are placed in ([`DEFAULT_TARGET`] unless set).
+    target: String,
+    /// The regions the API says this client's sandboxes were created in.
+    ran_in: Mutex<std::collections::BTreeSet<String>>,
     waits: Waits,
     /// Toolbox base URL of each sandbox, from its record.
     toolboxes: Mutex<HashMap<String, String>>,
@@ -163,7 +172,8 @@ fn replay_key() -> Secret {
 impl DaytonaProvider {
     /// Builds the provider from the environment: `DAYTONA_API_KEY`, or `DAYTONA_JWT_TOKEN`
     /// with `DAYTONA_ORGANIZATION_ID`; `DAYTONA_API_URL` overrides the base URL and
-    /// `DAYTONA_TARGET` picks a region. Replay needs no credential.
+    /// `DAYTONA_TARGET` picks a region ([`DEFAULT_TARGET`] if unset). Replay needs no
+    /// credential.
     pub fn from_env(mode: Mode, volatiles: Arc<Volatiles>) -> Result<Self> {
         let (credential, organization) = if matches!(mode, Mode::Replay { .. }) {
             (replay_key(), None)
@@ -189,7 +199,8 @@ impl DaytonaProvider {
     }
 
     /// Builds the provider from explicit settings; the first credential is the bearer
-    /// token, `organization` goes with a JWT and `target` names a region. Live, it takes
+    /// token, `organization` goes with a JWT and `target` names a region ([`DEFAULT_TARGET`]
+    /// if `None`). Live, it takes
     /// the test network settings of the environment, if any (see [`crate::api::network`]).
     pub fn new(
         settings: ApiSettings,
@@ -236,7 +247,8 @@ impl DaytonaProvider {
             client,
             bearer,
             organization,
-            target,
+            target: target.unwrap_or_else(|| DEFAULT_TARGET.to_owned()),
+            ran_in: Mutex::default(),
             waits: Waits::default(),
             toolboxes: Mutex::new(HashMap::new()),
             contexts: Mutex::new(HashMap::new()),
@@ -281,6 +293,9 @@ struct SandboxRecord {
     toolbox_proxy_url: String,
     #[serde(default)]
     labels: BTreeMap<String, String>,
+    /// The region the sandbox was created in.
+    #[serde(default)]
+    target: Option<String>,
     #[serde(default)]
     created_at: Option<String>,
 }
@@ -535,6 +550,7 @@ impl DaytonaProvider {
                         "cpu": cpu,
                         "memory": memory,
                         "disk": disk,
+                        "regionId": self.target,
                     }))
                     .what("create snapshot"),
             )
@@ -898,6 +914,13 @@ impl Provider for DaytonaProvider {
         ))
     }
 
+    /// The regions the API said this client's sandboxes were created in (its `target`);
+    /// `None` before any was created.
+    fn region(&self) -> Option<String> {
+        let ran_in = lock(&self.ran_in);
+        (!ran_in.is_empty()).then(|| ran_in.iter().cloned().collect::<Vec<_>>().join(", "))
+    }
+
     async fn check_access(&self) -> Result<String> {
         let page: SnapshotPage = self
             .call(
@@ -993,14 +1016,12 @@ impl Provider for DaytonaProvider {
         artifact: &Artifact,
         labels: &RunLabels,
     ) -> Result<(SandboxId, Vec<Timing>)> {
-        let mut body = json!({
+        let body = json!({
             "snapshot": artifact.id,
             "labels": labels.to_map(),
             "user": sandbox_contract::IDENTITY.user,
+            "target": self.target,
         });
-        if let Some(target) = &self.target {
-            body["target"] = json!(target);
-        }
         let started = Instant::now();
         let created: SandboxRecord = self
             .call(
@@ -1011,6 +1032,9 @@ impl Provider for DaytonaProvider {
             .await?
             .json()?;
         self.remember(&created);
+        if let Some(region) = &created.target {
+            lock(&self.ran_in).insert(region.clone());
+        }
         let id = created.id;
         let resolution = if created.state.as_deref() == Some("started") {
             None

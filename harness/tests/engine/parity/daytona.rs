@@ -172,7 +172,7 @@ async fn theirs(emulator: &Emulator, python: &Path, environment: &Path, ours: &S
         "resources": {"cpu": snapshot["cpu"], "memory": snapshot["memory"], "disk": snapshot["disk"]},
         "labels": create["labels"],
         "exec_timeout": sent(&ours.exchanges, "POST", &execute_path(&ours.exchanges))["timeout"],
-        "target": create["target"].as_str().unwrap_or("us"),
+        "target": create["target"].as_str().expect("ours names a region"),
     })
     .to_string();
     let python = python.to_owned();

@@ -70,7 +70,7 @@ fn a_chosen_cloud_variant_without_a_cassette_is_an_error_naming_the_path() {
 }
 
 #[test]
-fn replay_runs_both_cloud_variants_green_and_reports_each_replay() {
+fn replay_runs_the_cloud_variants_green_and_reports_each_replay_and_region() {
     let out = common::out_dir("cli-replay");
     let output = sandbox_matrix(&[
         "run",
@@ -78,6 +78,8 @@ fn replay_runs_both_cloud_variants_green_and_reports_each_replay() {
         "e2b",
         "--variant",
         "daytona",
+        "--variant",
+        "modal",
         "--scenario",
         "lifecycle",
         "--scenario",
@@ -91,7 +93,7 @@ fn replay_runs_both_cloud_variants_green_and_reports_each_replay() {
     )
     .expect("results.json parses");
     let scenarios = results["scenarios"].as_array().expect("scenarios");
-    assert_eq!(scenarios.len(), 4);
+    assert_eq!(scenarios.len(), 6);
     for scenario in scenarios {
         let replay = scenario["steps"]
             .as_array()
@@ -101,11 +103,10 @@ fn replay_runs_both_cloud_variants_green_and_reports_each_replay() {
             .expect("a replay step");
         assert_eq!(replay["status"], "passed", "{scenario}");
         // Where the sandbox ran, as the recorded answers say: Daytona's sandbox record names
-        // its `target`; E2B's API names no region.
-        let region = if scenario["variant"] == "daytona" {
-            serde_json::json!("us")
-        } else {
-            serde_json::Value::Null
+        // its `target`, a Modal sandbox its `MODAL_REGION`; E2B's API names no region.
+        let region = match scenario["variant"].as_str() {
+            Some("daytona" | "modal") => serde_json::json!("us"),
+            _ => serde_json::Value::Null,
         };
         assert_eq!(scenario["region"], region, "{scenario}");
     }

@@ -26,7 +26,10 @@
 //!   the result), re-joining up to 3 times when a stream ends without one.
 //! - `Sandbox.create(app=, image=)`: `SandboxCreate`, then `SandboxGetTaskId` polled (no
 //!   timeout set, about every 0.5 s) until it names a task; a `task_result` without a task
-//!   means the sandbox ended first.
+//!   means the sandbox ended first. `Sandbox.create(region=...)` sends the regions as
+//!   `definition.scheduler_placement.regions`: the sandbox is placed in the first (none
+//!   named: `us-east`), and every command in it sees that as `MODAL_REGION`, as Modal sets
+//!   a container's location in its environment.
 //! - `sb.exec(...)`: `TaskGetCommandRouterAccess` (a JWT and the router's URL) once per
 //!   sandbox, then on the router, with `authorization: Bearer <jwt>`: `TaskExecStart`
 //!   (client-chosen exec id; `workdir`, `env`, stdout/stderr configs), `TaskExecStdioRead`
@@ -88,6 +91,10 @@ pub const DEFAULT_DOMAIN: &str = "modal.test";
 /// The image builder version the emulated environment reports: the client then sends a
 /// registry image's Dockerfile as `FROM <tag>` alone.
 const IMAGE_BUILDER_VERSION: &str = "2025.06";
+/// Where the emulator places a sandbox whose create names no region: `us-east`, where
+/// Modal's control plane runs (its region-selection guide). Modal itself may place such
+/// a sandbox anywhere.
+const UNASKED_REGION: &str = "us-east";
 /// How long an `AuthTokenGet` token lives.
 const AUTH_TOKEN_TTL: Duration = Duration::from_secs(60 * 60);
 /// How long a command router JWT lives unless told otherwise.
@@ -149,6 +156,9 @@ struct Build {
 /// A sandbox: its docker container once launched, its result once ended.
 struct SandboxEntry {
     app_id: String,
+    /// Where the sandbox is placed: the first region its create asked for, else
+    /// [`UNASKED_REGION`]. Its commands see it as `MODAL_REGION`, as Modal's containers do.
+    region: String,
     image_id: String,
     tags: Vec<api::SandboxTag>,
     created_at: f64,
@@ -752,18 +762,19 @@ impl Emulator {
         })
     }
 
-    /// Starts `argv` in `container` as a docker exec, its output pumped into `exec`.
+    /// Starts `argv` in `container` (placed in `region`) as a docker exec, its output
+    /// pumped into `exec`.
     async fn start_exec(
         &self,
         container: &str,
+        region: &str,
         request: &router::TaskExecStartRequest,
         exec: Arc<Exec>,
     ) -> Result<(), Status> {
         let engine = &self.inner.engine;
-        let env: Vec<String> = request
-            .env
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
+        // Modal sets the container's location in every container's environment.
+        let env: Vec<String> = std::iter::once(format!("MODAL_REGION={region}"))
+            .chain(request.env.iter().map(|(k, v)| format!("{k}={v}")))
             .collect();
         let created = engine
             .create_exec(
@@ -773,7 +784,7 @@ impl Emulator {
                     // Modal runs a command as root unless it says otherwise.
                     user: Some("root".to_owned()),
                     working_dir: request.workdir.clone(),
-                    env: (!env.is_empty()).then_some(env),
+                    env: Some(env),
                     attach_stdout: Some(true),
                     attach_stderr: Some(true),
                     ..Default::default()
@@ -1075,9 +1086,19 @@ impl ModalClient for Control {
             tag("sandbox-matrix.run").as_deref(),
             &tag("sandbox-matrix.scenario").unwrap_or_else(|| "sandbox".into()),
         );
+        let region = match definition.scheduler_placement {
+            Some(placement) => placement.regions.first().cloned().ok_or_else(|| {
+                Status::unimplemented(
+                    "definition.scheduler_placement without regions (a zone, lifecycle or \
+                         instance types) is not emulated",
+                )
+            })?,
+            None => UNASKED_REGION.to_owned(),
+        };
         let id = format!("sb-{}", random_id(22));
         let sandbox = Arc::new(SandboxEntry {
             app_id: request.app_id,
+            region,
             image_id: definition.image_id,
             tags: request.tags,
             created_at: now_secs(),
@@ -1316,7 +1337,7 @@ impl TaskCommandRouter for Router {
         if request.command_args.is_empty() {
             return Err(Status::invalid_argument("TaskExecStart has no command"));
         }
-        let (_, inner) = self.emulator.task(&request.task_id)?;
+        let (sandbox, inner) = self.emulator.task(&request.task_id)?;
         let key = (request.task_id.clone(), request.exec_id.clone());
         let exec = {
             let mut world = self.emulator.world();
@@ -1328,7 +1349,11 @@ impl TaskCommandRouter for Router {
             world.execs.insert(key.clone(), exec.clone());
             exec
         };
-        if let Err(e) = self.emulator.start_exec(&inner.0, &request, exec).await {
+        if let Err(e) = self
+            .emulator
+            .start_exec(&inner.0, &sandbox.region, &request, exec)
+            .await
+        {
             self.emulator.world().execs.remove(&key);
             return Err(e);
         }

@@ -6,7 +6,7 @@ beside those the project's client sent.
 Intents, in order (the parity file says why the others are not applicable):
   build            App.lookup, Image.from_registry(<base>, setup_dockerfile_commands=<the
                    environment's RUN and USER>).build(app)
-  create           Sandbox.create(app=, image=, timeout=, tags=)
+  create           Sandbox.create(app=, image=, timeout=, tags=, region=)
   command-root     exec("id", "-un"): Modal runs an exec as root
   command-default  exec("id", "-un") again: the client has no other default user
   list             Sandbox.list(app_id=, tags=)
@@ -55,7 +55,8 @@ def build():
 
 def create():
     sb = modal.Sandbox.create(app=state["app"], image=state["image"],
-                              timeout=given["timeout"], tags=given["tags"])
+                              timeout=given["timeout"], tags=given["tags"],
+                              region=given["region"])
     state["sandbox"] = sb
     return {"sandbox_id": sb.object_id}
 

@@ -1,7 +1,7 @@
 # The modal variant's code channel, run in the sandbox through the command router as the
 # contract's user: a client of the sandbox's own Jupyter Server (the contract base's main
 # process) and its kernels. Each call is one exec that prints one JSON line:
-#   ready SECONDS            wait for the server to answer; {"waited_ms": n}
+#   ready SECONDS            wait for the server to answer; {"waited_ms": n, "region": r}
 #   run CONTEXT CODE         run CODE in CONTEXT's kernel (started on first use);
 #                            {"stdout", "stderr", "result", "error", "kernel_ms"}
 #   restart CONTEXT          restart CONTEXT's kernel and wait until it answers;
@@ -81,7 +81,11 @@ def ready(seconds):
         if info is not None:
             try:
                 api(info, "GET", "status", timeout=2)
-                return {"waited_ms": (time.monotonic() - started) * 1000}
+                # Where Modal placed the sandbox: the location it sets in every container.
+                return {
+                    "waited_ms": (time.monotonic() - started) * 1000,
+                    "region": os.environ.get("MODAL_REGION"),
+                }
             except Exception as e:  # noqa: BLE001 - any failure means not ready yet
                 last = "the server at port %s does not answer: %s" % (info.get("port"), e)
         time.sleep(0.05)

@@ -34,6 +34,9 @@ pub const EXECUTE_TIMEOUT: Duration = Duration::from_secs(330);
 pub struct Ready {
     /// How long the server took to answer, from the exec's start.
     pub waited_ms: f64,
+    /// `MODAL_REGION` in the sandbox: where Modal placed it, if it says.
+    #[serde(default)]
+    pub region: Option<String>,
 }
 
 /// What `run` printed.

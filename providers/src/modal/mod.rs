@@ -64,6 +64,15 @@ pub const DEFAULT_IMAGE_BUILDER_VERSION: &str = "2025.06";
 /// Names the image builder version a build asks for.
 pub const IMAGE_BUILDER_VERSION_VAR: &str = "MODAL_IMAGE_BUILDER_VERSION";
 
+/// The region sandboxes are placed in when [`REGION_VAR`] is not set: `us`, Modal's broad
+/// US region. Set, rather than left to Modal, so that a night's timings do not move with
+/// where Modal happens to place a sandbox (left free, the spike's ran in FRA2). Modal
+/// bills a sandbox with a region at a multiplier (its region-selection guide).
+pub const DEFAULT_REGION: &str = "us";
+
+/// Names the region (or a narrower location, such as `us-east`) sandboxes are placed in.
+pub const REGION_VAR: &str = "SANDBOX_MATRIX_MODAL_REGION";
+
 /// The image builder versions the official client 1.6.4 accepts (`modal/_image.py`,
 /// `ImageBuilderVersion`).
 pub const IMAGE_BUILDER_VERSIONS: &[&str] = &[
@@ -173,6 +182,10 @@ pub struct ModalProvider {
     task_deadline: Duration,
     /// The image builder version builds ask for.
     builder_version: String,
+    /// The region sandboxes are placed in.
+    region: String,
+    /// Where Modal placed this client's sandboxes, as each said (`MODAL_REGION`).
+    ran_in: Mutex<std::collections::BTreeSet<String>>,
     creates: CreateRecorder,
 }
 
@@ -197,6 +210,11 @@ impl ModalProvider {
     /// `MODAL_TOKEN_SECRET` (both needed) at [`client::server_url`]; replaying with fakes.
     pub fn from_env(connection: Connection, volatiles: Arc<Volatiles>) -> Result<Self> {
         let builder_version = image_builder_version(|name| std::env::var(name).ok())?;
+        let region = std::env::var(REGION_VAR)
+            .ok()
+            .map(|r| r.trim().to_owned())
+            .filter(|r| !r.is_empty())
+            .unwrap_or_else(|| DEFAULT_REGION.to_owned());
         let (url, credentials) = match &connection {
             Connection::Replay { server_url } => (server_url.clone(), fake_credentials()),
             Connection::Live | Connection::Record(_) => {
@@ -215,7 +233,8 @@ impl ModalProvider {
             }
         };
         Ok(Self::new(&url, credentials, connection, volatiles)?
-            .with_builder_version(builder_version))
+            .with_builder_version(builder_version)
+            .with_region(region))
     }
 
     /// Connects to the control plane at `url` with `credentials`, as `connection` says
@@ -243,6 +262,8 @@ impl ModalProvider {
             order: tokio::sync::Mutex::new(()),
             task_deadline: TASK_DEADLINE,
             builder_version: DEFAULT_IMAGE_BUILDER_VERSION.to_owned(),
+            region: DEFAULT_REGION.to_owned(),
+            ran_in: Mutex::default(),
             creates: CreateRecorder::default(),
         })
     }
@@ -250,6 +271,12 @@ impl ModalProvider {
     /// The same provider, its builds asking for image builder `version`.
     pub fn with_builder_version(mut self, version: String) -> Self {
         self.builder_version = version;
+        self
+    }
+
+    /// The same provider, placing its sandboxes in `region`.
+    pub fn with_region(mut self, region: String) -> Self {
+        self.region = region;
         self
     }
 
@@ -411,6 +438,13 @@ impl Provider for ModalProvider {
         Some(API_VERSION.to_owned())
     }
 
+    /// Where Modal placed this client's sandboxes, as each said (`MODAL_REGION` in the
+    /// sandbox); `None` before any said.
+    fn region(&self) -> Option<String> {
+        let ran_in = lock(&self.ran_in);
+        (!ran_in.is_empty()).then(|| ran_in.iter().cloned().collect::<Vec<_>>().join(", "))
+    }
+
     fn ordered_calls(&self) -> bool {
         !matches!(self.connection, Connection::Live)
     }
@@ -498,6 +532,7 @@ impl Provider for ModalProvider {
             &app,
             &artifact.id,
             Vec::new(),
+            &self.region,
             labels,
             SANDBOX_LIFETIME,
         )
@@ -514,6 +549,9 @@ impl Provider for ModalProvider {
                 channel::millis(ready.waited_ms),
                 Some(READY_POLL),
             ));
+            if let Some(region) = ready.region.filter(|r| !r.is_empty()) {
+                lock(&self.ran_in).insert(region);
+            }
             Ok::<_, ProviderError>(router)
         };
         match ready.await {

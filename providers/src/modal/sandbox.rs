@@ -18,8 +18,8 @@ use super::proto::client::{
     AppGetOrCreateRequest, DeploymentNamespace, GenericResult, Image, ImageContextFile,
     ImageGetOrCreateRequest, ImageJoinStreamingRequest, ImageRegistryConfig, NetworkAccess,
     ObjectCreationType, RegistryAuthType, Sandbox, SandboxCreateRequest, SandboxGetTaskIdRequest,
-    SandboxTag, SandboxTerminateRequest, SandboxWaitRequest, SecretDeleteRequest,
-    SecretGetOrCreateRequest,
+    SandboxTag, SandboxTerminateRequest, SandboxWaitRequest, SchedulerPlacement,
+    SecretDeleteRequest, SecretGetOrCreateRequest,
 };
 use crate::{ErrorKind, LogFn, ProviderError, RegistryCredential, Result, RunLabels};
 
@@ -300,12 +300,13 @@ fn status_name(result: &GenericResult) -> &'static str {
 }
 
 /// Creates a sandbox from `image_id` running `entrypoint` (the image's own when empty),
-/// tagged with the run's labels; its id.
+/// placed in `region`, tagged with the run's labels; its id.
 pub async fn create(
     plane: &ControlPlane,
     app_id: &str,
     image_id: &str,
     entrypoint: Vec<String>,
+    region: &str,
     labels: &RunLabels,
     lifetime: Duration,
 ) -> Result<String> {
@@ -319,6 +320,11 @@ pub async fn create(
             network_access: Some(NetworkAccess {
                 network_access_type: NetworkAccessType::Open as i32,
                 allowed_cidrs: Vec::new(),
+            }),
+            // As the official client places a sandbox given `region=` (modal 1.6.4,
+            // `modal/sandbox/_common.py`, `scheduler_placement`).
+            scheduler_placement: Some(SchedulerPlacement {
+                regions: vec![region.to_owned()],
             }),
             ..Default::default()
         }),

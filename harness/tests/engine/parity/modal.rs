@@ -252,6 +252,7 @@ async fn theirs(emulator: &Emulator, python: &Path, environment: &Path, ours: &S
         "builder_version": build["builder_version"],
         "timeout": create["definition"]["timeout_secs"],
         "tags": tags,
+        "region": create["definition"]["scheduler_placement"]["regions"][0],
     })
     .to_string();
     let python = python.to_owned();

@@ -197,10 +197,11 @@ pub async fn record_faults(root: &Path, dir: &Path) {
         ),
         (
             "jwt-expires",
-            "the command router's JWT expires between two code calls (it lives 2 s); the \
-             router answers UNAUTHENTICATED and the client fetches a new one",
+            "the command router's JWT expires between two code calls (it lives 10 s, the \
+             calls are 12 s apart); the router answers UNAUTHENTICATED and the client fetches \
+             a new one",
             Options {
-                router_jwt_ttl: std::time::Duration::from_secs(2),
+                router_jwt_ttl: JWT_EXPIRES_TTL,
                 ..fault_options()
             },
         ),
@@ -265,6 +266,12 @@ pub async fn record_faults(root: &Path, dir: &Path) {
     let _ = std::fs::remove_dir_all(&failing);
 }
 
+/// How long the router's JWT lives in the `jwt-expires` fault: long enough that launch
+/// and the first code call end before it expires however busy the machine (so it expires
+/// once, after the pause between the two code calls, and every authoring records the same
+/// calls), short enough to wait out.
+const JWT_EXPIRES_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
 fn fault_options() -> Options {
     Options {
         port: 0,
@@ -306,7 +313,7 @@ async fn fault_calls(
         Ok((sandbox, _)) => {
             let first = provider.run_code(sandbox, "1+1").await;
             if name == "jwt-expires" {
-                tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+                tokio::time::sleep(JWT_EXPIRES_TTL + std::time::Duration::from_secs(2)).await;
             }
             let second = provider.run_code(sandbox, "2+2").await;
             let grace = std::time::Duration::from_secs(10);

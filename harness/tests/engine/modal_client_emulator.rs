@@ -37,7 +37,7 @@ async fn the_projects_modal_client_runs_execs_against_emulate_modal() {
         token_id: Secret::new("MODAL_TOKEN_ID", emulate.get("MODAL_TOKEN_ID")),
         token_secret: Secret::new("MODAL_TOKEN_SECRET", emulate.get("MODAL_TOKEN_SECRET")),
     };
-    let plane = Arc::new(ControlPlane::new(transport, credentials, Arc::default()));
+    let plane = Arc::new(ControlPlane::new(transport, credentials));
 
     let image = api::ImageGetOrCreateRequest {
         image: Some(api::Image {

@@ -1,18 +1,18 @@
 //! Modal's control plane as the variant calls it: the credentials, the metadata every
-//! call carries, the auth token from `AuthTokenGet` (refreshed halfway to its expiry) and
-//! retries of retryable statuses under one idempotency key.
+//! call carries and retries of retryable statuses under one idempotency key. Like the
+//! official client 1.6.4 on the V1 sandbox calls, it authenticates by token id and secret
+//! alone: the auth token of `AuthTokenGet` is for the input plane and V2 sandboxes
+//! (`modal/client.py`, `get_input_plane_metadata`; `modal/sandbox/_impl_v2.py`), which
+//! this client does not call.
 
 use std::future::Future;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use std::time::Duration;
 
 use backon::BackoffBuilder as _;
-use base64::Engine as _;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
-use super::proto::client::AuthTokenGetRequest;
 use super::proto::client::modal_client_client::ModalClientClient;
-use crate::api::Volatiles;
 use crate::api::grpc::{GrpcTransport, Recorder};
 use crate::{ErrorKind, ProviderError, Result, Secret};
 
@@ -30,8 +30,6 @@ pub const DEFAULT_URL: &str = "https://api.modal.com:443";
 pub const CLIENT_TYPE: &str = "1";
 /// `x-modal-client-version`: the `modal` release the protos were written from.
 pub const CLIENT_VERSION: &str = "1.6.4";
-/// The name the auth token is registered under, so cassettes hold a placeholder.
-pub const AUTH_TOKEN_NAME: &str = "MODAL_AUTH_TOKEN";
 /// Request metadata that replay compares and recordings keep, on the control plane and
 /// the command router (the rest, such as the idempotency key, varies from run to run).
 pub const MATCHED_METADATA: [&str; 7] = [
@@ -45,10 +43,6 @@ pub const MATCHED_METADATA: [&str; 7] = [
 ];
 /// Most attempts of one call, the first included.
 const MAX_ATTEMPTS: usize = 4;
-/// How long a token without `exp` is used, as the official client does.
-const DEFAULT_TOKEN_LIFETIME: Duration = Duration::from_secs(20 * 60);
-/// The deadline of `AuthTokenGet`.
-const AUTH_DEADLINE: Duration = Duration::from_secs(30);
 
 /// A Modal token: its id and secret, both kept out of logs and cassettes.
 #[derive(Debug, Clone)]
@@ -118,17 +112,10 @@ pub fn connect(url: &str, recorder: Option<Recorder>) -> Result<Transport> {
     Ok(GrpcTransport::new(endpoint.connect_lazy(), recorder))
 }
 
-struct AuthToken {
-    token: Secret,
-    refresh_at: SystemTime,
-}
-
-/// The control plane: `ModalClient` calls with Modal's metadata, auth token and retries.
+/// The control plane: `ModalClient` calls with Modal's metadata and retries.
 pub struct ControlPlane {
     client: ModalClientClient<Transport>,
     credentials: Credentials,
-    volatiles: Arc<Volatiles>,
-    auth: tokio::sync::Mutex<Option<AuthToken>>,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -167,33 +154,18 @@ pub fn status_error(method: &str, status: &tonic::Status) -> ProviderError {
     }
 }
 
-/// When a JWT's `exp` says it expires, read without verifying it.
-fn jwt_expiry(token: &str) -> Option<SystemTime> {
-    let payload = token.split('.').nth(1)?;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(payload.trim_end_matches('='))
-        .ok()?;
-    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    let exp = claims.get("exp")?.as_f64()?;
-    UNIX_EPOCH.checked_add(Duration::try_from_secs_f64(exp).ok()?)
-}
-
 impl ControlPlane {
-    /// Calls go through `transport` with `credentials`; the auth token is registered in
-    /// `volatiles` as a credential, so cassettes hold its placeholder.
-    pub fn new(transport: Transport, credentials: Credentials, volatiles: Arc<Volatiles>) -> Self {
+    /// Calls go through `transport` with `credentials`.
+    pub fn new(transport: Transport, credentials: Credentials) -> Self {
         Self {
             client: ModalClientClient::new(transport),
             credentials,
-            volatiles,
-            auth: tokio::sync::Mutex::new(None),
         }
     }
 
     fn request<T>(
         &self,
         message: T,
-        auth: Option<&Secret>,
         key: &str,
         attempt: usize,
         deadline: Duration,
@@ -208,7 +180,6 @@ impl ControlPlane {
             ),
             ("x-modal-client-type", Some(CLIENT_TYPE)),
             ("x-modal-client-version", Some(CLIENT_VERSION)),
-            ("x-modal-auth-token", auth.map(Secret::expose)),
             ("x-idempotency-key", Some(key)),
             ("x-retry-attempt", Some(&attempt.to_string())),
         ];
@@ -225,67 +196,12 @@ impl ControlPlane {
         Ok(request)
     }
 
-    /// The auth token, fetched with `AuthTokenGet` when there is none or it is past half
-    /// its lifetime.
-    async fn auth_token(&self) -> Result<Secret> {
-        let mut auth = self.auth.lock().await;
-        if let Some(token) = auth.as_ref()
-            && SystemTime::now() < token.refresh_at
-        {
-            return Ok(token.token.clone());
-        }
-        let response = self
-            .attempts(
-                "AuthTokenGet",
-                AuthTokenGetRequest {},
-                None,
-                AUTH_DEADLINE,
-                |mut client, request| async move { client.auth_token_get(request).await },
-            )
-            .await?;
-        if response.token.is_empty() {
-            return Err(ProviderError::new(
-                ErrorKind::Protocol,
-                "AuthTokenGet answered an empty token",
-            ));
-        }
-        let token = Secret::new(AUTH_TOKEN_NAME, response.token);
-        self.volatiles.register_secret(&token);
-        let now = SystemTime::now();
-        let lifetime = jwt_expiry(token.expose()).map_or(DEFAULT_TOKEN_LIFETIME, |exp| {
-            exp.duration_since(now).unwrap_or_default()
-        });
-        *auth = Some(AuthToken {
-            token: token.clone(),
-            refresh_at: now + lifetime / 2,
-        });
-        Ok(token)
-    }
-
-    /// One `ModalClient` call: `call` (a generated client method) with the metadata, the
-    /// auth token and `deadline` per attempt, retried on retryable statuses.
+    /// One `ModalClient` call: `call` (a generated client method) with the metadata and
+    /// `deadline` per attempt, retried on retryable statuses.
     pub async fn call<Req, Resp, F, Fut>(
         &self,
         method: &str,
         message: Req,
-        deadline: Duration,
-        call: F,
-    ) -> Result<Resp>
-    where
-        Req: Clone,
-        F: Fn(ModalClientClient<Transport>, tonic::Request<Req>) -> Fut,
-        Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
-    {
-        let token = self.auth_token().await?;
-        self.attempts(method, message, Some(&token), deadline, call)
-            .await
-    }
-
-    async fn attempts<Req, Resp, F, Fut>(
-        &self,
-        method: &str,
-        message: Req,
-        auth: Option<&Secret>,
         deadline: Duration,
         call: F,
     ) -> Result<Resp>
@@ -303,7 +219,7 @@ impl ControlPlane {
             .build();
         let mut attempt = 0;
         loop {
-            let request = self.request(message.clone(), auth, &key, attempt, deadline)?;
+            let request = self.request(message.clone(), &key, attempt, deadline)?;
             match call(self.client.clone(), request).await {
                 Ok(response) => return Ok(response.into_inner()),
                 Err(status) if retryable(status.code()) => match backoff.next() {
@@ -333,8 +249,6 @@ mod tests {
     // Fake credentials, never real ones.
     const FAKE_ID: &str = "sm-fake-token-id";
     const FAKE_SECRET: &str = "sm-fake-token-secret";
-    // A fake auth token: a JWT-shaped value whose payload is {"exp":4102444800}.
-    const FAKE_AUTH: &str = "sm-fake-header.eyJleHAiOjQxMDI0NDQ4MDB9.sm-fake-signature";
 
     fn cassette(retried_status: i32) -> String {
         format!(
@@ -343,23 +257,12 @@ origin: authored by hand from the subset api.proto, for the control plane's test
 variant: modal
 scenario: control-plane-unit
 exchanges:
-- method: /modal.client.ModalClient/AuthTokenGet
-  metadata:
-    x-modal-token-id: <redacted:MODAL_TOKEN_ID>
-    x-modal-token-secret: <redacted:MODAL_TOKEN_SECRET>
-    x-modal-client-type: "1"
-    x-modal-client-version: "1.6.4"
-    x-retry-attempt: "0"
-  request: {{}}
-  responses: [{{token: "<redacted:MODAL_AUTH_TOKEN>"}}]
-  grpc-status: 0
 - method: /modal.client.ModalClient/AppGetOrCreate
   metadata:
     x-modal-token-id: <redacted:MODAL_TOKEN_ID>
     x-modal-token-secret: <redacted:MODAL_TOKEN_SECRET>
     x-modal-client-type: "1"
     x-modal-client-version: "1.6.4"
-    x-modal-auth-token: <redacted:MODAL_AUTH_TOKEN>
     x-retry-attempt: "0"
   request: {{app_name: sandbox-matrix}}
   grpc-status: {retried_status}
@@ -370,7 +273,6 @@ exchanges:
     x-modal-token-secret: <redacted:MODAL_TOKEN_SECRET>
     x-modal-client-type: "1"
     x-modal-client-version: "1.6.4"
-    x-modal-auth-token: <redacted:MODAL_AUTH_TOKEN>
     x-retry-attempt: "1"
   request: {{app_name: sandbox-matrix}}
   responses: [{{app_id: ap-1}}]
@@ -384,14 +286,12 @@ exchanges:
             token_id: Secret::new(TOKEN_ID_VAR, FAKE_ID),
             token_secret: Secret::new(TOKEN_SECRET_VAR, FAKE_SECRET),
         };
-        // Replay answers the auth token's placeholder, which the client registers and
-        // sends back as it would a real token.
-        let volatiles = Arc::new(Volatiles::default());
+        let volatiles = std::sync::Arc::new(crate::api::Volatiles::default());
         let pool = descriptors().clone();
         let cassette = GrpcCassette::parse(text, &pool).expect("the test cassette parses");
         let options = GrpcOptions {
             credentials: credentials.secrets(),
-            volatiles: volatiles.clone(),
+            volatiles,
             matched_metadata: MATCHED_METADATA.map(str::to_owned).to_vec(),
             ..GrpcOptions::default()
         };
@@ -399,7 +299,7 @@ exchanges:
             .await
             .expect("replay server starts");
         let transport = connect(&server.url(), None).expect("a loopback URL");
-        (server, ControlPlane::new(transport, credentials, volatiles))
+        (server, ControlPlane::new(transport, credentials))
     }
 
     async fn app(plane: &ControlPlane) -> Result<String> {
@@ -418,7 +318,7 @@ exchanges:
     }
 
     #[tokio::test]
-    async fn an_unavailable_call_is_retried_with_the_token_and_metadata() {
+    async fn an_unavailable_call_is_retried_with_the_same_metadata_and_no_auth_token() {
         let (server, plane) = plane(&cassette(14)).await;
         assert_eq!(app(&plane).await.expect("the retry succeeds"), "ap-1");
         server.finish().expect("calls as recorded");
@@ -459,14 +359,5 @@ exchanges:
         assert_eq!(server_url(env(&OURS)), "http://127.0.0.1:1");
         assert_eq!(server_url(env(&OURS[1..])), "http://127.0.0.1:2");
         assert_eq!(server_url(env(&[(URL_VAR, "")])), DEFAULT_URL);
-    }
-
-    #[test]
-    fn the_token_expiry_is_read_from_the_jwt() {
-        assert_eq!(
-            jwt_expiry(FAKE_AUTH),
-            Some(UNIX_EPOCH + Duration::from_secs(4_102_444_800))
-        );
-        assert_eq!(jwt_expiry("sm-fake-not-a-jwt"), None);
     }
 }

@@ -250,7 +250,7 @@ impl ModalProvider {
             _ => None,
         };
         let transport = client::connect(url, recorder)?;
-        let plane = ControlPlane::new(transport, credentials, volatiles.clone());
+        let plane = ControlPlane::new(transport, credentials);
         Ok(Self {
             plane: Arc::new(plane),
             connection,

@@ -321,12 +321,6 @@ mod tests {
     use crate::modal::client::{Credentials, TOKEN_ID_VAR, TOKEN_SECRET_VAR};
     use crate::modal::proto::descriptors;
 
-    const AUTH: &str = r#"
-- method: /modal.client.ModalClient/AuthTokenGet
-  request: {}
-  responses: [{token: "<redacted:MODAL_AUTH_TOKEN>"}]
-  grpc-status: 0"#;
-
     fn access(n: u32) -> String {
         format!(
             r#"
@@ -403,7 +397,6 @@ mod tests {
         let plane = ControlPlane::new(
             connect(&server.url(), None).expect("a loopback URL"),
             credentials,
-            volatiles.clone(),
         );
         let router = Router::new(Arc::new(plane), "ta-1", Some(server.url()), None, volatiles);
         (server, router)
@@ -415,7 +408,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_exec_runs_as_the_contract_user_and_collects_its_output() {
-        let exchanges = format!("{AUTH}{}{}{}", access(1), start(1, USER_ARGS, 0), rest(1));
+        let exchanges = format!("{}{}{}", access(1), start(1, USER_ARGS, 0), rest(1));
         let (server, router) = router(&exchanges).await;
         let output = router
             .exec(&python(), false, Duration::from_secs(30))
@@ -428,7 +421,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_exec_that_does_not_reassert_the_user_fails_the_replay() {
-        let exchanges = format!("{AUTH}{}{}{}", access(1), start(1, USER_ARGS, 0), rest(1));
+        let exchanges = format!("{}{}{}", access(1), start(1, USER_ARGS, 0), rest(1));
         let (server, router) = router(&exchanges).await;
         router
             .exec(&python(), true, Duration::from_secs(30))
@@ -444,7 +437,7 @@ mod tests {
     #[tokio::test]
     async fn a_refused_jwt_is_fetched_again_once() {
         let exchanges = format!(
-            "{AUTH}{}{}{}{}{}",
+            "{}{}{}{}{}",
             access(1),
             start(1, USER_ARGS, 16),
             access(2),

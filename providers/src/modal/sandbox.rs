@@ -441,15 +441,6 @@ mod tests {
         )
     }
 
-    fn auth() -> String {
-        exchange(
-            "AuthTokenGet",
-            "{}",
-            r#"{token: "<redacted:MODAL_AUTH_TOKEN>"}"#,
-            0,
-        )
-    }
-
     async fn plane(exchanges: &str) -> (GrpcReplayServer, ControlPlane) {
         let text = format!(
             "origin: authored by hand from the subset api.proto, for the lifecycle's tests\n\
@@ -477,7 +468,7 @@ mod tests {
             .await
             .expect("replay server starts");
         let transport = connect(&server.url(), None).expect("a loopback URL");
-        (server, ControlPlane::new(transport, credentials, volatiles))
+        (server, ControlPlane::new(transport, credentials))
     }
 
     fn credential() -> RegistryCredential {
@@ -491,7 +482,6 @@ mod tests {
 
     fn build_exchanges(result: &str) -> String {
         [
-            auth(),
             exchange(
                 "SecretGetOrCreate",
                 "{object_creation_type: OBJECT_CREATION_TYPE_EPHEMERAL, app_id: ap-1, \
@@ -573,7 +563,6 @@ mod tests {
     #[tokio::test]
     async fn terminating_an_ended_sandbox_reports_its_result() {
         let exchanges = [
-            auth(),
             exchange(
                 "SandboxTerminate",
                 "{sandbox_id: sb-1}",

@@ -138,9 +138,10 @@ enum Command {
     /// (`scenario/step`, or `scenario/*` for no failed step), a `success_rate` floor per
     /// metric, `p90_budgets` per `scenario/metric`, and a `regression` `tolerance` checked
     /// against --baseline with compare's rule. Leaked resources and secrets always hold.
-    /// Budgets and the regression rule judge live timings only: a variant they would judge on
-    /// replayed timings holds with `no live measurement for <variant>`, unless the policy sets
-    /// `allow_replayed_timings: true`.
+    /// Every rule judges live results only: a variant with none holds with `no live result
+    /// for <variant>`, and a variant's replayed repetitions beside live ones are left out.
+    /// `allow_replay: true` in the policy judges replays too; a variant shipped on them alone
+    /// reads `ship (replay only)`.
     Gate {
         /// The policy file.
         #[arg(long, value_name = "POLICY_YAML")]

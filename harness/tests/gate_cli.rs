@@ -388,7 +388,7 @@ fn compare_refuses_a_live_run_against_a_replayed_one() {
 }
 
 #[test]
-fn gate_holds_budgets_asked_of_replayed_timings_unless_the_policy_allows_them() {
+fn gate_holds_a_variant_replayed_alone_unless_the_policy_allows_replay() {
     let dir = scratch("gate-replayed");
     let replay = replayed(&dir);
     let output = sandbox_matrix(&[
@@ -403,7 +403,7 @@ fn gate_holds_budgets_asked_of_replayed_timings_unless_the_policy_allows_them() 
         "docker: hold (1 reason)\n\
          \x20 - the policy requires it and the results have none\n\
          e2b: hold (1 reason)\n\
-         \x20 - no live measurement for e2b: its timings are replayed, and the policy asks p90 budgets of core-tier/step:core-1-doctor, lifecycle/create-to-first-result, lifecycle/step:build (allow_replayed_timings: true gates replayed timings)\n"
+         \x20 - no live result for e2b: its 6 scenario result(s) are replayed from cassettes, which show only that the client still speaks the recorded protocol (allow_replay: true judges them)\n"
     );
     let allowing = dir.join("allowing.yaml");
     std::fs::write(
@@ -411,12 +411,12 @@ fn gate_holds_budgets_asked_of_replayed_timings_unless_the_policy_allows_them() 
         std::fs::read_to_string(example("ship.yaml"))
             .expect("ship.yaml")
             .replace("variants: [docker]", "variants: [e2b]")
-            + "allow_replayed_timings: true\n",
+            + "allow_replay: true\n",
     )
     .expect("writable");
     let output = sandbox_matrix(&[Path::new("gate"), Path::new("--policy"), &allowing, &replay]);
     assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
-    assert_eq!(stdout(&output), "e2b: ship\n");
+    assert_eq!(stdout(&output), "e2b: ship (replay only)\n");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -6,9 +6,14 @@
 //! [`crate::analyze::compare`]) and beyond the policy's tolerance, a resource leaked, or a secret was
 //! found. Leaks and secrets always hold; the policy cannot allow them.
 //!
-//! Budgets and the regression rule are for measured timings: a variant whose timings there
-//! are replayed holds with `no live measurement for <variant>`, unless the policy sets
-//! `allow_replayed_timings` (for tests of the gate itself).
+//! Every rule judges live results only (live or recorded runs: the service answered). A
+//! replay proves one thing, that the client still speaks the recorded protocol, and a
+//! recording of an emulator says nothing of the service: a variant with no live result
+//! holds with `no live result for <variant>`, and the replayed repetitions of a variant
+//! that has live ones are left out (a note says how many). A policy may set
+//! `allow_replay: true` (the local replay of the nightly, tests of the gate itself): every
+//! result is then judged, and a variant that ships on replays alone reads
+//! `ship (replay only)`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -34,7 +39,9 @@ struct PolicyFile {
     p90_budgets: BTreeMap<String, Spanned<String>>,
     regression: Option<RegressionFile>,
     #[serde(default)]
-    allow_replayed_timings: bool,
+    allow_replay: bool,
+    /// The key `allow_replay` replaced, refused with a message saying so.
+    allow_replayed_timings: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -57,9 +64,9 @@ pub struct Policy {
     /// How much slower than the baseline's median a metric may be, as a fraction (0.25 is
     /// 25%), when the difference is beyond noise; `None` when the policy does not compare.
     pub regression_tolerance: Option<f64>,
-    /// Whether budgets and the regression rule may judge replayed timings; when not, a
-    /// variant they would judge on replayed timings alone holds.
-    pub allow_replayed_timings: bool,
+    /// Whether replayed results are judged too; when not, only live ones are, and a
+    /// variant without one holds.
+    pub allow_replay: bool,
 }
 
 /// `scenario/step`: a step (or check, by its step name) that must pass; `scenario/*`: no
@@ -210,6 +217,15 @@ impl Policy {
                 ),
             ));
         }
+        if let Some(old) = &file.allow_replayed_timings {
+            return Err(invalid(
+                &old.referenced,
+                "`allow_replayed_timings` is now `allow_replay`, which lets every rule judge \
+                 replayed results (not only timings) and marks a variant shipped on them \
+                 `ship (replay only)`"
+                    .to_owned(),
+            ));
+        }
         if file.required.is_empty()
             && file.success_rate.is_none()
             && file.p90_budgets.is_empty()
@@ -223,7 +239,7 @@ impl Policy {
             success_rate: file.success_rate.map(|r| r.value),
             p90_budgets,
             regression_tolerance: file.regression.map(|r| r.tolerance.value),
-            allow_replayed_timings: file.allow_replayed_timings,
+            allow_replay: file.allow_replay,
         })
     }
 }
@@ -237,6 +253,8 @@ pub struct Verdict {
     pub reasons: Vec<String>,
     /// What was not checked, and why; notes never hold a variant.
     pub notes: Vec<String>,
+    /// Whether it was judged on replayed results alone (only under `allow_replay`).
+    pub replay_only: bool,
 }
 
 impl Verdict {
@@ -260,32 +278,54 @@ pub fn gate(policy: &Policy, results: &RunResults, baseline: Option<&RunResults>
             variants.push(name);
         }
     }
-    let metrics = stats::metrics(results);
+    // Unless the policy allows replays, the rules see live results only.
+    let judged = if policy.allow_replay {
+        results.clone()
+    } else {
+        measured(results)
+    };
+    let metrics = stats::metrics(&judged);
     let comparison = baseline.map(|b| {
-        if policy.allow_replayed_timings {
-            compare::compare(b, results)
+        if policy.allow_replay {
+            compare::compare(b, &judged)
         } else {
-            compare::compare(&measured(b), &measured(results))
+            compare::compare(&measured(b), &judged)
         }
     });
     variants
         .into_iter()
         .map(|variant| {
-            let scenarios: Vec<&ScenarioResult> = results
+            let all = results.scenarios.iter().filter(|s| s.variant == variant);
+            let scenarios: Vec<&ScenarioResult> = judged
                 .scenarios
                 .iter()
                 .filter(|s| s.variant == variant)
                 .collect();
+            let replayed = all.clone().filter(|s| !s.source.is_measured()).count();
             let mut verdict = Verdict {
                 variant: variant.to_owned(),
                 reasons: Vec::new(),
                 notes: Vec::new(),
+                replay_only: replayed > 0 && replayed == all.clone().count(),
             };
-            if scenarios.is_empty() {
+            if all.count() == 0 {
                 verdict
                     .reasons
                     .push("the policy requires it and the results have none".to_owned());
                 return verdict;
+            }
+            if scenarios.is_empty() {
+                verdict.reasons.push(format!(
+                    "no live result for {variant}: its {replayed} scenario result(s) are \
+                     replayed from cassettes, which show only that the client still speaks the \
+                     recorded protocol (allow_replay: true judges them)"
+                ));
+                return verdict;
+            }
+            if !policy.allow_replay && replayed > 0 {
+                verdict.notes.push(format!(
+                    "{replayed} replayed scenario result(s) not judged: only live results are"
+                ));
             }
             leaks_and_secrets(&scenarios, &mut verdict.reasons);
             for requirement in &policy.required {
@@ -309,31 +349,14 @@ pub fn gate(policy: &Policy, results: &RunResults, baseline: Option<&RunResults>
                     }
                 }
             }
-            let timed: Vec<&stats::Metric> = own
-                .iter()
-                .filter(|m| policy.allow_replayed_timings || !m.modes.any_replayed())
-                .copied()
-                .collect();
-            let mut replayed_budgets = Vec::new();
             for budget in &policy.p90_budgets {
-                let is =
-                    |m: &stats::Metric| m.scenario == budget.scenario && m.name == budget.metric;
-                if !timed.iter().any(|m| is(m)) && own.iter().any(|m| is(m)) {
-                    replayed_budgets.push(format!("{}/{}", budget.scenario, budget.metric));
-                } else {
-                    verdict.reasons.extend(over_budget(budget, &timed));
-                }
+                verdict.reasons.extend(over_budget(budget, &own));
             }
-            let replayed_regression = policy.regression_tolerance.is_some()
-                && comparison.is_some()
-                && !policy.allow_replayed_timings
-                && !scenarios.iter().any(|s| s.source.is_measured());
             match (policy.regression_tolerance, &comparison) {
                 (None, _) => {}
                 (Some(_), None) => verdict
                     .notes
                     .push("regression not checked: no --baseline".to_owned()),
-                (Some(_), Some(_)) if replayed_regression => {}
                 (Some(_), Some(Err(mixed))) => verdict
                     .notes
                     .push(format!("regression not checked: {mixed}")),
@@ -341,34 +364,9 @@ pub fn gate(policy: &Policy, results: &RunResults, baseline: Option<&RunResults>
                     regressions(variant, tolerance, comparison, &mut verdict)
                 }
             }
-            verdict.reasons.extend(no_live_measurement(
-                variant,
-                &replayed_budgets,
-                replayed_regression,
-            ));
             verdict
         })
         .collect()
-}
-
-/// The reason a variant holds when the policy asks `budgets` (`scenario/metric`) or a
-/// regression check of timings it only has replayed, if it asks any.
-fn no_live_measurement(variant: &str, budgets: &[String], regression: bool) -> Option<String> {
-    let mut asks = Vec::new();
-    match budgets {
-        [] => {}
-        [one] => asks.push(format!("a p90 budget of {one}")),
-        many => asks.push(format!("p90 budgets of {}", many.join(", "))),
-    }
-    if regression {
-        asks.push("a regression check".to_owned());
-    }
-    (!asks.is_empty()).then(|| {
-        format!(
-            "no live measurement for {variant}: its timings are replayed, and the policy asks {} (allow_replayed_timings: true gates replayed timings)",
-            asks.join(" and ")
-        )
-    })
 }
 
 /// `results` with only its measured (live or recorded) scenario results.
@@ -504,7 +502,11 @@ fn regressions(
 pub fn render(verdicts: &[Verdict]) -> String {
     let mut lines = Vec::new();
     for verdict in verdicts {
-        let word = if verdict.ships() { "ship" } else { "hold" };
+        let word = match (verdict.ships(), verdict.replay_only) {
+            (true, true) => "ship (replay only)",
+            (true, false) => "ship",
+            (false, _) => "hold",
+        };
         let count = match verdict.reasons.len() {
             0 => String::new(),
             1 => " (1 reason)".to_owned(),
@@ -791,58 +793,62 @@ mod tests {
     }
 
     #[test]
-    fn replayed_timings_meet_no_budget_and_no_regression_rule_unless_allowed() {
-        let strict = policy(
-            "success_rate: 0.5\np90_budgets:\n  lifecycle/create-to-first-result: 1h\nregression:\n  tolerance: 0.25\n",
-        )
-        .expect("parses");
+    fn a_variant_with_replays_alone_holds_unless_the_policy_allows_replay() {
+        let rules = "required:\n  - lifecycle/*\n";
         let replay = replayed(lifecycle(0));
-        let verdicts = gate(&strict, &replay, Some(&replay));
+        let strict = policy(rules).expect("parses");
+        let verdicts = gate(&strict, &replay, None);
         assert_eq!(
             verdicts[0].reasons,
             [
-                "no live measurement for docker: its timings are replayed, and the policy asks a p90 budget of lifecycle/create-to-first-result and a regression check (allow_replayed_timings: true gates replayed timings)"
+                "no live result for docker: its 10 scenario result(s) are replayed from cassettes, which show only that the client still speaks the recorded protocol (allow_replay: true judges them)"
             ]
         );
-        let budget_only =
-            policy("p90_budgets:\n  lifecycle/create-to-first-result: 1h\n").expect("parses");
         assert_eq!(
-            gate(&budget_only, &replay, None)[0].reasons,
-            [
-                "no live measurement for docker: its timings are replayed, and the policy asks a p90 budget of lifecycle/create-to-first-result (allow_replayed_timings: true gates replayed timings)"
-            ]
+            render(&verdicts).lines().next(),
+            Some("docker: hold (1 reason)")
         );
-        let floor_only = policy("success_rate: 0.9\n").expect("parses");
+
+        let allowing = policy(&format!("{rules}allow_replay: true\n")).expect("parses");
+        assert!(allowing.allow_replay);
+        let verdicts = gate(&allowing, &replay, Some(&replay));
+        assert!(
+            verdicts[0].ships() && verdicts[0].replay_only,
+            "{verdicts:?}"
+        );
+        assert_eq!(render(&verdicts), "docker: ship (replay only)\n");
+
+        // Allowed, replays meet every rule: the floor, budgets, the regression rule.
+        let floor = policy("success_rate: 0.9\nallow_replay: true\n").expect("parses");
         assert_eq!(
-            gate(&floor_only, &replayed(seventy_percent()), None)[0].reasons,
+            gate(&floor, &replayed(seventy_percent()), None)[0].reasons,
             [
                 "lifecycle/step:first-result succeeded 7/10 (70%), under the floor of 90%",
                 "lifecycle/create-to-first-result succeeded 7/10 (70%), under the floor of 90%",
-            ],
-            "success rates are not timings: they hold a replay too"
+            ]
         );
-
-        let allowing = policy(
-            "p90_budgets:\n  lifecycle/create-to-first-result: 1h\nregression:\n  tolerance: 0.25\nallow_replayed_timings: true\n",
-        )
-        .expect("parses");
-        assert!(allowing.allow_replayed_timings);
-        let verdicts = gate(&allowing, &replay, Some(&replay));
-        assert!(verdicts[0].ships(), "{verdicts:?}");
         let tight = policy(
-            "p90_budgets:\n  lifecycle/create-to-first-result: 1s\nallow_replayed_timings: true\n",
+            "p90_budgets:\n  lifecycle/create-to-first-result: 1s\nregression:\n  tolerance: 0.25\nallow_replay: true\n",
         )
         .expect("parses");
+        let verdicts = gate(&tight, &replay, Some(&lifecycle(0)));
         assert_eq!(
-            gate(&tight, &replay, None)[0].reasons,
+            verdicts[0].reasons,
             ["p90 of lifecycle/create-to-first-result is 1.80 s (10/10 ok), over its budget of 1s"]
         );
-        let against_live = gate(&allowing, &replay, Some(&lifecycle(0)));
         assert!(
-            against_live[0].notes[0].starts_with(
+            verdicts[0].notes[0].starts_with(
                 "regression not checked: cannot compare docker × lifecycle × step:build: it is live in the baseline and replay in the current run"
             ),
-            "{against_live:?}"
+            "{verdicts:?}"
+        );
+
+        // The key it replaced is refused where it stands, saying what replaced it.
+        let old = policy("success_rate: 0.5\nallow_replayed_timings: true\n")
+            .expect_err("the old key is refused");
+        assert!(
+            old.starts_with("policy.yaml:2:") && old.contains("is now `allow_replay`"),
+            "{old}"
         );
     }
 
@@ -859,6 +865,13 @@ mod tests {
             .scenarios
             .extend(lifecycle(0).scenarios.into_iter().take(4));
         let verdicts = gate(&budget, &merged, None);
-        assert!(verdicts[0].ships(), "{verdicts:?}");
+        assert!(
+            verdicts[0].ships() && !verdicts[0].replay_only,
+            "{verdicts:?}"
+        );
+        assert_eq!(
+            verdicts[0].notes,
+            ["10 replayed scenario result(s) not judged: only live results are"]
+        );
     }
 }

@@ -141,7 +141,9 @@ enum Command {
     /// Every rule judges live results only: a variant with none holds with `no live result
     /// for <variant>`, and a variant's replayed repetitions beside live ones are left out.
     /// `allow_replay: true` in the policy judges replays too; a variant shipped on them alone
-    /// reads `ship (replay only)`.
+    /// reads `ship (replay only)`. A budget of `<scenario>/step:build` judges the build that
+    /// made the artifact the scenario used, whichever scenario built it; a variant that built
+    /// nothing is not held for it (a note says so).
     Gate {
         /// The policy file.
         #[arg(long, value_name = "POLICY_YAML")]

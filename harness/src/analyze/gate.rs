@@ -350,7 +350,25 @@ pub fn gate(policy: &Policy, results: &RunResults, baseline: Option<&RunResults>
                 }
             }
             for budget in &policy.p90_budgets {
-                verdict.reasons.extend(over_budget(budget, &own));
+                match built_where(budget, &scenarios) {
+                    Built::Here => verdict.reasons.extend(over_budget(budget, &own)),
+                    Built::In(scenario) => {
+                        let moved = Budget {
+                            scenario: scenario.clone(),
+                            ..budget.clone()
+                        };
+                        verdict.reasons.extend(over_budget(&moved, &own).map(|r| {
+                            format!(
+                                "{r} (the build {}/{} asks of: {} reused the artifact {scenario} built)",
+                                budget.scenario, budget.metric, budget.scenario
+                            )
+                        }));
+                    }
+                    Built::Nothing(why) => verdict.notes.push(format!(
+                        "{}/{} not judged: {variant} built nothing in this run ({why})",
+                        budget.scenario, budget.metric
+                    )),
+                }
             }
             match (policy.regression_tolerance, &comparison) {
                 (None, _) => {}
@@ -367,6 +385,46 @@ pub fn gate(policy: &Policy, results: &RunResults, baseline: Option<&RunResults>
             verdict
         })
         .collect()
+}
+
+/// The step a budget of a scenario's build judges.
+enum Built {
+    /// The scenario's own build step (or it did not run: the budget says so).
+    Here,
+    /// The build of the scenario named, whose artifact this scenario reused.
+    In(String),
+    /// No build at all: the variant builds nothing (it launches by name), with why.
+    Nothing(String),
+}
+
+/// Where the build `budget` asks of ran: a budget of `<scenario>/step:build` judges the
+/// build that made the artifact the scenario used, whichever scenario of the run built it;
+/// a variant that built nothing has no build to judge. Other budgets judge their own step.
+fn built_where(budget: &Budget, scenarios: &[&ScenarioResult]) -> Built {
+    if budget.metric != format!("{}build", stats::STEP_PREFIX) {
+        return Built::Here;
+    }
+    let reps: Vec<&&ScenarioResult> = scenarios
+        .iter()
+        .filter(|s| s.scenario == budget.scenario)
+        .collect();
+    let ran = |s: &ScenarioResult| {
+        s.step("build")
+            .is_some_and(|b| !matches!(b.status, StepStatus::Skipped { .. }))
+    };
+    if reps.is_empty() || reps.iter().any(|s| ran(s)) {
+        return Built::Here;
+    }
+    if let Some(reused) = reps
+        .iter()
+        .find_map(|s| s.step("build").and_then(|b| b.reused.as_ref()))
+    {
+        return Built::In(reused.built_in.clone());
+    }
+    match reps.iter().find_map(|s| s.step("build")).map(|b| &b.status) {
+        Some(StepStatus::Skipped { reason }) => Built::Nothing(reason.clone()),
+        _ => Built::Here,
+    }
 }
 
 /// `results` with only its measured (live or recorded) scenario results.
@@ -525,7 +583,7 @@ mod tests {
     use sandbox_providers::Resource;
 
     use super::*;
-    use crate::report::fixture::{failed, replay_source, run, scenario, step, timing};
+    use crate::report::fixture::{failed, replay_source, run, scenario, skipped, step, timing};
     use crate::report::results::ReplayPace;
 
     fn policy(text: &str) -> Result<Policy, String> {
@@ -850,6 +908,62 @@ mod tests {
             old.starts_with("policy.yaml:2:") && old.contains("is now `allow_replay`"),
             "{old}"
         );
+    }
+
+    #[test]
+    fn a_build_budget_judges_the_build_that_made_the_artifact_and_no_build_is_not_held() {
+        // docker: burst built the artifact, lifecycle reused it.
+        let burst = ScenarioResult {
+            steps: vec![step("build", StepStatus::Passed, 40_000, 600, vec![], &[])],
+            ..scenario("docker", "burst")
+        };
+        let mut reused = step(
+            "build",
+            skipped("reused image-id sha256:ab (built in burst)"),
+            0,
+            600,
+            vec![],
+            &[],
+        );
+        reused.reused = Some(crate::report::results::ReusedArtifact {
+            artifact: "sha256:ab".to_owned(),
+            built_in: "burst".to_owned(),
+        });
+        let lifecycle = ScenarioResult {
+            steps: vec![reused],
+            ..scenario("docker", "lifecycle")
+        };
+        // datalayer-runtimes launches an environment by name: it builds nothing.
+        let by_name = ScenarioResult {
+            steps: vec![step(
+                "build",
+                skipped("the variant launches an environment by name: nothing to build"),
+                0,
+                600,
+                vec![],
+                &[],
+            )],
+            ..scenario("datalayer-runtimes", "lifecycle")
+        };
+        let results = run(vec![burst, lifecycle, by_name]);
+
+        let tight = policy("p90_budgets:\n  lifecycle/step:build: 30s\n").expect("parses");
+        let verdicts = gate(&tight, &results, None);
+        assert_eq!(
+            verdicts[0].reasons,
+            [
+                "p90 of burst/step:build is 40.01 s (1/1 ok), over its budget of 30s (the build lifecycle/step:build asks of: lifecycle reused the artifact burst built)"
+            ]
+        );
+        assert!(verdicts[1].ships(), "{verdicts:?}");
+        assert_eq!(
+            verdicts[1].notes,
+            [
+                "lifecycle/step:build not judged: datalayer-runtimes built nothing in this run (the variant launches an environment by name: nothing to build)"
+            ]
+        );
+        let roomy = policy("p90_budgets:\n  lifecycle/step:build: 1m\n").expect("parses");
+        assert!(gate(&roomy, &results, None).iter().all(Verdict::ships));
     }
 
     #[test]

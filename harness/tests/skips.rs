@@ -208,9 +208,10 @@ fn failed<'a>(result: &'a ScenarioResult, step: &str) -> &'a str {
 async fn checks_with_nothing_to_test_are_skipped_with_their_reason() {
     let result = run(
         Stub::new(kernel_variant()),
-        "  - step: first-result\n    budget: 5s\n  - check: imports\n    budget: 5s\n  - check: egress\n    budget: 5s\n  - check: gpu\n    budget: 5s\n  - check: cold-start\n    budget: 5s\n",
+        "  - step: first-result\n    budget: 5s\n  - check: python\n    budget: 5s\n  - check: imports\n    budget: 5s\n  - check: egress\n    budget: 5s\n  - check: gpu\n    budget: 5s\n  - check: cold-start\n    budget: 5s\n",
     )
     .await;
+    assert!(skipped(&result, "core-3-python").contains("no Python version (`expect:`)"));
     assert!(skipped(&result, "core-5-imports").contains("locks no package"));
     assert!(skipped(&result, "extended-10-egress").contains("no egress targets"));
     assert!(skipped(&result, "extended-11-gpu").contains("no accelerator was asked for"));

@@ -28,7 +28,7 @@ pub enum Check {
     Kernel,
     /// 5: the locked packages are installed at their versions and import.
     Imports,
-    /// 6: the workdir is writable, the reserved path is not.
+    /// 6: the workdir is writable, the reserved path is there and not writable.
     Filesystem,
     /// 7: state does not survive a kernel restart.
     Restart,
@@ -233,6 +233,11 @@ pub fn nothing_to_test(
 ) -> Option<String> {
     use sandbox_providers::RestartKind;
     match check {
+        Check::Python if params.python.is_none() => Some(
+            "no Python version (`expect:`) to check the sandbox's against; an installer on PATH \
+             alone is not check 3"
+                .into(),
+        ),
         Check::Imports if params.packages.is_empty() => Some(
             "the scenario locks no package (`packages:`), so there is nothing to import".into(),
         ),
@@ -360,12 +365,10 @@ pub fn judge_identity(answer: &Value) -> Verdict {
 /// Check 3's probe.
 pub const PYTHON_PROBE: &str = include_str!("probes/python.py");
 
-/// Judges check 3: the expected version when one is given, and an installer on PATH.
-pub fn judge_python(answer: &Value, expected: Option<&str>) -> Verdict {
+/// Judges check 3: the expected version, and an installer on PATH.
+pub fn judge_python(answer: &Value, want: &str) -> Verdict {
     let mut problems = Vec::new();
-    if let Some(want) = expected
-        && answer["version"] != want
-    {
+    if answer["version"] != want {
         problems.push(format!("Python is {}, not {want}", answer["full"]));
     }
     if answer["pip"].is_null() && answer["uv"].is_null() {
@@ -429,7 +432,8 @@ pub fn filesystem_probe() -> String {
     )
 }
 
-/// Judges check 6.
+/// Judges check 6: the workdir takes a write, a read and a delete; the reserved path is
+/// there (as the doctor's `reserved_path` row asks) and refuses a write.
 pub fn judge_filesystem(answer: &Value) -> Verdict {
     let mut problems = Vec::new();
     if !(answer["write"] == true && answer["read"] == true && answer["delete"] == true) {
@@ -439,7 +443,12 @@ pub fn judge_filesystem(answer: &Value) -> Verdict {
             answer["error"].as_str().unwrap_or("?")
         ));
     }
-    if answer["reservedWritable"] == true {
+    if answer["reservedExists"] != true {
+        problems.push(format!(
+            "{} is missing: the contract reserves it, read-only",
+            IDENTITY.reserved_path
+        ));
+    } else if answer["reservedWritable"] != false {
         problems.push(format!("{} is writable", IDENTITY.reserved_path));
     }
     Verdict::new(problems, answer.clone())
@@ -782,11 +791,18 @@ mod tests {
         let Some(answer) = run_python(&filesystem_probe()) else {
             return;
         };
-        assert!(answer["reservedWritable"].is_boolean(), "{answer}");
+        assert!(answer["reservedExists"].is_boolean(), "{answer}");
         let v = judge_filesystem(
-            &json!({"write": true, "read": true, "delete": true, "reservedWritable": true, "error": null}),
+            &json!({"write": true, "read": true, "delete": true, "reservedExists": true, "reservedWritable": true, "error": null}),
         );
         assert_eq!(v.detail.unwrap(), "/opt/datalayer is writable");
+        let v = judge_filesystem(
+            &json!({"write": true, "read": true, "delete": true, "reservedExists": false, "reservedWritable": null, "error": null}),
+        );
+        assert_eq!(
+            v.detail.unwrap(),
+            "/opt/datalayer is missing: the contract reserves it, read-only"
+        );
         let v = judge_throughput(&json!({"mibPerSecond": 5.0, "error": null}), 20.0);
         assert_eq!(v.detail.unwrap(), "5 MiB/s, below 20");
     }

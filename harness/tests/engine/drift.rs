@@ -161,10 +161,23 @@ fn load(path: &Path) -> Value {
     serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{} is not YAML: {e}", path.display()))
 }
 
-/// The differences between two cassettes once ids, times and repeats are set aside.
+/// The differences between two cassettes once ids, times and repeats are set aside. An
+/// element one side's answer has and the other's lacks is no drift: how many log lines, or
+/// listed things, an answer holds is its content (a shape keeps only the distinct shapes of
+/// an array's elements, so an element of a new shape shows up beside the one it replaced).
 fn drift(committed: &Value, now: &Value) -> Vec<(String, Value, Value)> {
     let mut found = Vec::new();
     diff_values("", &normalized(committed), &normalized(now), &mut found);
+    found.retain(|(at, was, is)| {
+        let answer = ["/response/", "/responses/", "/server/"]
+            .iter()
+            .any(|part| at.contains(part));
+        let element = at
+            .rsplit('/')
+            .next()
+            .is_some_and(|last| last.trim_start_matches('~').parse::<usize>().is_ok());
+        !(answer && element && (was.is_null() || is.is_null()))
+    });
     found
 }
 

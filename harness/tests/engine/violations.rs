@@ -36,6 +36,8 @@ const EXPECTED: &[(&str, &[&str], &[&str])] = &[
         &["doctor", "filesystem"],
         &["reserved_path"],
     ),
+    // The doctor goes with the folder: check 6 alone says the reserved path is missing.
+    ("reserved-missing", &["doctor", "filesystem"], &[]),
     ("canary-in-file", &["secrets"], &[]),
     ("canary-in-env", &["secrets"], &[]),
     ("canary-base64-in-share", &["secrets"], &[]),
@@ -187,14 +189,15 @@ async fn each_violating_image_fails_what_it_breaks_and_nothing_else() {
             )),
         }
     }
-    // The image's doctor scans where it can; an image without one is scanned by the
-    // Python probe, and says why.
+    // The image's doctor scans where it can; an image without one (or without the folder
+    // that holds it) is scanned by the Python probe, and says why.
     for (image, _, _) in EXPECTED {
         let log = measured[image]
             .step("core-9-secrets")
             .map(|s| s.log.join("\n"))
             .unwrap_or_default();
-        let scanned_by = if *image == "doctor-missing" {
+        let no_doctor = matches!(*image, "doctor-missing" | "reserved-missing");
+        let scanned_by = if no_doctor {
             "the Python probe scanned"
         } else {
             "the image's doctor scanned"
@@ -204,7 +207,7 @@ async fn each_violating_image_fails_what_it_breaks_and_nothing_else() {
                 "{image}: check 9's log does not say `{scanned_by}`:\n{log}"
             ));
         }
-        if *image == "doctor-missing" && !log.contains("the image's doctor cannot scan (") {
+        if no_doctor && !log.contains("the image's doctor cannot scan (") {
             wrong.push(format!(
                 "{image}: check 9's log does not say why the doctor could not scan:\n{log}"
             ));

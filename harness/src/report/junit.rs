@@ -7,7 +7,7 @@ use std::{fs, io};
 use quick_junit::{NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestSuite};
 use sandbox_providers::Timing;
 
-use crate::report::results::{Modes, RunResults, ScenarioResult, StepResult, StepStatus};
+use crate::report::results::{Mode, Modes, RunResults, ScenarioResult, StepResult, StepStatus};
 
 /// The JUnit report's name.
 pub const REPORT_NAME: &str = "sandbox-matrix";
@@ -17,9 +17,11 @@ pub const FAILURE_TYPE: &str = "step-failed";
 
 /// Renders `results` as a JUnit XML document.
 ///
-/// Each variant is a `<testsuite>` named after it, in order of first
-/// appearance; each step of each of its scenarios is a `<testcase>` named
-/// after the step with classname `<variant>.<scenario>`, in input order.
+/// Each variant × mode is a `<testsuite>` named `<variant> · <mode>` (`e2b · replay`,
+/// `docker · live`), in order of first appearance, so that a dashboard never counts a
+/// replay (our client against a recording) as a provider's passing tests, nor merges live
+/// and replayed results of one variant; each step of each of its scenarios is a
+/// `<testcase>` named after the step with classname `<variant>.<scenario>`, in input order.
 /// A scenario that ran more than once has one case per step per repetition,
 /// named `<step> (repetition <k>)`: repetitions are separate measurements, not
 /// retries, so they are not written as reruns.
@@ -37,9 +39,19 @@ pub fn render(results: &RunResults) -> String {
     let mut report = Report::new(REPORT_NAME);
     let mut total = Duration::ZERO;
     for (variant, scenarios) in super::by_variant(results) {
-        let suite = suite(results, variant, &scenarios);
-        total += suite.time.unwrap_or_default();
-        report.add_test_suite(suite);
+        let mut modes: Vec<(Mode, Vec<&ScenarioResult>)> = Vec::new();
+        for scenario in scenarios {
+            let mode = scenario.source.mode();
+            match modes.iter_mut().find(|(m, _)| *m == mode) {
+                Some((_, of_mode)) => of_mode.push(scenario),
+                None => modes.push((mode, vec![scenario])),
+            }
+        }
+        for (mode, scenarios) in modes {
+            let suite = suite(results, &format!("{variant} · {mode}"), &scenarios);
+            total += suite.time.unwrap_or_default();
+            report.add_test_suite(suite);
+        }
     }
     report.set_time(total);
     report
@@ -56,10 +68,10 @@ pub fn write(results: &RunResults, path: impl AsRef<Path>) -> io::Result<()> {
     fs::write(path, render(results))
 }
 
-/// The test suite of one variant.
-fn suite(results: &RunResults, variant: &str, scenarios: &[&ScenarioResult]) -> TestSuite {
+/// The test suite `name` of one variant's results in one mode.
+fn suite(results: &RunResults, name: &str, scenarios: &[&ScenarioResult]) -> TestSuite {
     let provenance = &results.provenance;
-    let mut suite = TestSuite::new(variant);
+    let mut suite = TestSuite::new(name);
     suite.add_properties([
         Property::new("run_id", &provenance.run_id),
         Property::new("harness_version", &provenance.harness_version),
@@ -113,7 +125,7 @@ fn suite(results: &RunResults, variant: &str, scenarios: &[&ScenarioResult]) -> 
             suite.add_property(Property::new(format!("{name}.region"), region));
         }
         suite.add_properties(timing_properties(&format!("{name}."), &scenario.timings));
-        let classname = format!("{variant}.{}", scenario.scenario);
+        let classname = format!("{}.{}", scenario.variant, scenario.scenario);
         for step in &scenario.steps {
             time += step.duration;
             let mut case = case(&classname, step);
@@ -295,7 +307,7 @@ mod tests {
 
         let suites = elements(root, "testsuite");
         let names: Vec<_> = suites.iter().map(|suite| suite.attribute("name")).collect();
-        assert_eq!(names, [Some("docker"), Some("e2b")]);
+        assert_eq!(names, [Some("docker · live"), Some("e2b · replay")]);
         for (suite, [tests, failures, skipped]) in suites.iter().zip([[7, 0, 0], [7, 1, 3]]) {
             let cases = elements(*suite, "testcase");
             let with = |tag| {
@@ -414,11 +426,21 @@ mod tests {
         merged.scenarios.push(live);
         let xml = render(&merged);
         let document = Document::parse(&xml).expect("well-formed XML");
-        let e2b = elements(document.root_element(), "testsuite")[1];
-        assert_eq!(property(e2b, "mode"), Some("live+replay"));
-        assert_eq!(property(e2b, "lifecycle[1].mode"), Some("replay"));
-        assert_eq!(property(e2b, "lifecycle[2].mode"), Some("live"));
-        assert_eq!(property(e2b, "lifecycle[2].cassette"), None);
+        // Live and replayed results of one variant are two suites, never one.
+        let suites = elements(document.root_element(), "testsuite");
+        let names: Vec<_> = suites.iter().map(|suite| suite.attribute("name")).collect();
+        assert_eq!(
+            names,
+            [
+                Some("docker · live"),
+                Some("e2b · replay"),
+                Some("e2b · live")
+            ]
+        );
+        assert_eq!(property(suites[1], "mode"), Some("replay"));
+        assert_eq!(property(suites[2], "mode"), Some("live"));
+        assert_eq!(property(suites[2], "lifecycle.mode"), Some("live"));
+        assert_eq!(property(suites[2], "lifecycle.cassette"), None);
     }
 
     #[test]
@@ -459,10 +481,10 @@ mod tests {
             layout,
             [
                 (
-                    "docker",
+                    "docker · live",
                     vec![("docker.lifecycle", "a"), ("docker.secrets", "c")]
                 ),
-                ("modal", vec![("modal.lifecycle", "b")]),
+                ("modal · live", vec![("modal.lifecycle", "b")]),
             ]
         );
         let docker = document

@@ -102,7 +102,7 @@ fn violations_fail_their_step_and_leave_nothing_behind() {
         .descendants()
         .find(|n| n.has_tag_name("testsuite"))
         .expect("a testsuite");
-    assert_eq!(suite.attribute("name"), Some("docker"));
+    assert_eq!(suite.attribute("name"), Some("docker · live"));
     let cases: Vec<_> = suite
         .children()
         .filter(|n| n.has_tag_name("testcase"))

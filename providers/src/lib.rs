@@ -291,8 +291,15 @@ pub struct CommandOutput {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ShutdownEnding {
-    /// PID 1 exited on SIGTERM within the grace period.
+    /// PID 1 was running when SIGTERM was delivered and exited within the grace period,
+    /// with 0 or SIGTERM's code (143).
     ExitedOnSigterm,
+    /// PID 1 was running when SIGTERM was delivered and exited within the grace period with
+    /// another code (the exit code says which): not a clean exit.
+    ExitedWithError,
+    /// PID 1 had already exited when the stop was sent: the sandbox ended on its own (a
+    /// crash, say), and no shutdown was seen.
+    AlreadyExited,
     /// The grace period ran out and the sandbox was killed.
     Killed,
     /// Ended through an API call (a stop or delete): how PID 1 ended cannot be seen, so it is never

@@ -1392,6 +1392,13 @@ impl StepContext {
             .unwrap_or_default();
         let (ending, graceful) = match report.ending {
             ShutdownEnding::ExitedOnSigterm => ("exited on SIGTERM", Some(true)),
+            ShutdownEnding::ExitedWithError => (
+                "exited on SIGTERM with a code neither 0 nor SIGTERM's 143",
+                Some(false),
+            ),
+            ShutdownEnding::AlreadyExited => {
+                ("had already exited before the stop was sent", Some(false))
+            }
             ShutdownEnding::Killed => ("killed after the grace period", Some(false)),
             ShutdownEnding::NotObservable => (NOT_OBSERVABLE, None),
             ShutdownEnding::Unknown => ("ended, how is not reported", None),
@@ -1411,6 +1418,14 @@ impl StepContext {
             .into()),
             ShutdownEnding::Unknown => Err(format!(
                 "the provider did not say how the sandbox ended, so a graceful exit cannot be told from a kill; stopped after {seconds}"
+            )
+            .into()),
+            ShutdownEnding::ExitedWithError => {
+                Err(format!("{ending}{exit}: not a clean exit; stopped after {seconds}").into())
+            }
+            ShutdownEnding::AlreadyExited => Err(format!(
+                "the sandbox {ending}{exit}: it ended on its own (a crash, say), and no shutdown \
+                 was seen"
             )
             .into()),
             _ if took > within => Err(format!(

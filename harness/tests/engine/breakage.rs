@@ -1,5 +1,6 @@
 //! Each lifecycle check fails on a sandbox that breaks it, and cleanup still leaves nothing:
-//! a wrong expected answer, PID 1 ignoring SIGTERM, a build secret left in a file. One run
+//! a wrong expected answer, PID 1 ignoring SIGTERM, exiting 3 on it, or exiting on its own
+//! before the stop, a build secret left in a file. One run
 //! of the real CLI on the docker variant; JUnit is read back with an XML parser.
 
 use crate::common;
@@ -31,7 +32,13 @@ fn violations_fail_their_step_and_leave_nothing_behind() {
     }
     let root = common::root();
     let out = common::out_dir("breakage");
-    let scenarios = ["expect-three", "ignores-sigterm", "canary-in-file"];
+    let scenarios = [
+        "expect-three",
+        "ignores-sigterm",
+        "exits-3-on-sigterm",
+        "exits-on-its-own",
+        "canary-in-file",
+    ];
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"));
     cmd.arg("run")
         .arg("--variant")
@@ -56,6 +63,16 @@ fn violations_fail_their_step_and_leave_nothing_behind() {
     assert!(
         killed.starts_with("killed after the grace period") && killed.contains("exit code 137"),
         "{killed}"
+    );
+    let unclean = reason(&results, "exits-3-on-sigterm", "shutdown");
+    assert!(
+        unclean.starts_with("exited on SIGTERM with a code neither 0 nor SIGTERM's 143, exit code 3: not a clean exit"),
+        "{unclean}"
+    );
+    let gone = reason(&results, "exits-on-its-own", "shutdown");
+    assert!(
+        gone.starts_with("the sandbox had already exited before the stop was sent, exit code 5"),
+        "{gone}"
     );
     let leak = reason(&results, "canary-in-file", "secrets-scan");
     assert!(
@@ -103,9 +120,11 @@ fn violations_fail_their_step_and_leave_nothing_behind() {
         .find(|n| n.has_tag_name("testsuite"))
         .expect("a testsuite");
     assert_eq!(suite.attribute("name"), Some("docker · live"));
+    // exits-on-its-own's checks pass or fail by when its PID 1 went: not counted here.
     let cases: Vec<_> = suite
         .children()
         .filter(|n| n.has_tag_name("testcase"))
+        .filter(|n| n.attribute("classname") != Some("docker.exits-on-its-own"))
         .collect();
     let count = |tag: &str| {
         cases
@@ -113,14 +132,31 @@ fn violations_fail_their_step_and_leave_nothing_behind() {
             .filter(|c| c.children().any(|n| n.has_tag_name(tag)))
             .count()
     };
-    // expect-three: 6 steps, 1 failed, 2 skipped; ignores-sigterm: 4 steps, 1 failed;
-    // canary-in-file: 5 steps, 1 failed, 1 skipped.
+    // expect-three: 6 steps, 1 failed, 2 skipped; ignores-sigterm and exits-3-on-sigterm:
+    // 4 steps, 1 failed; canary-in-file: 5 steps, 1 failed, 1 skipped.
     assert_eq!(
         (cases.len(), count("failure"), count("skipped")),
-        (15, 3, 3)
+        (19, 4, 3)
     );
-    assert_eq!(suite.attribute("tests"), Some("15"));
-    assert_eq!(suite.attribute("failures"), Some("3"));
-    assert_eq!(suite.attribute("skipped"), Some("3"));
+    // The suite's own counts agree with its cases, exits-on-its-own's 8 included.
+    let all: Vec<_> = suite
+        .children()
+        .filter(|n| n.has_tag_name("testcase"))
+        .collect();
+    let all_with = |tag: &str| {
+        all.iter()
+            .filter(|c| c.children().any(|n| n.has_tag_name(tag)))
+            .count()
+            .to_string()
+    };
+    assert_eq!(suite.attribute("tests"), Some("27"));
+    assert_eq!(
+        suite.attribute("failures"),
+        Some(all_with("failure").as_str())
+    );
+    assert_eq!(
+        suite.attribute("skipped"),
+        Some(all_with("skipped").as_str())
+    );
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -1111,6 +1111,16 @@ impl Provider for DockerProvider {
             socket.close().await;
         }
         let grace_secs = i32::try_from(grace.as_secs()).unwrap_or(i32::MAX);
+        // Whether PID 1 was still running when the stop was sent: a container that had
+        // already exited is no shutdown, whatever its code.
+        let before = self
+            .docker
+            .inspect_container(&entry.container_id, None)
+            .await
+            .map_err(|e| engine_error(e).context("inspecting the container before the stop"))?
+            .state
+            .unwrap_or_default();
+        let was_running = before.running == Some(true);
         let started = Instant::now();
         self.docker
             .stop_container(
@@ -1134,8 +1144,16 @@ impl Provider for DockerProvider {
             ));
         }
         let exit_code = state.exit_code;
-        // 137 is 128 + SIGKILL: the engine killed PID 1 once the grace period ran out.
-        let killed = exit_code == Some(137) && elapsed >= grace && state.oom_killed != Some(true);
+        let ending = match exit_code {
+            _ if !was_running => ShutdownEnding::AlreadyExited,
+            // 137 is 128 + SIGKILL: the engine killed PID 1 once the grace period ran out.
+            Some(137) if elapsed >= grace && state.oom_killed != Some(true) => {
+                ShutdownEnding::Killed
+            }
+            // 143 is 128 + SIGTERM: PID 1 ended on the signal; 0, it handled it and exited.
+            Some(0 | 143) => ShutdownEnding::ExitedOnSigterm,
+            _ => ShutdownEnding::ExitedWithError,
+        };
         drop(kernel);
         self.sandboxes
             .lock()
@@ -1145,14 +1163,7 @@ impl Provider for DockerProvider {
             .lock()
             .expect("context table lock")
             .retain(|(owner, _), _| owner != &sandbox.0);
-        Ok(ShutdownReport {
-            ending: if killed {
-                ShutdownEnding::Killed
-            } else {
-                ShutdownEnding::ExitedOnSigterm
-            },
-            exit_code,
-        })
+        Ok(ShutdownReport { ending, exit_code })
     }
 
     async fn artifact_metadata(&self, artifact: &Artifact) -> Result<String> {

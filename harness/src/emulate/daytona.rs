@@ -525,8 +525,15 @@ impl Emulator {
                 let removed = self.state().snapshots.remove(*id);
                 match removed {
                     Some(s) => {
-                        if let Some(image) = s.image {
-                            self.remove("image", image).await;
+                        if let Some(image) = s.image.clone()
+                            && let Err(e) = self.remove("image", image).await
+                        {
+                            // Not gone: it stays listed, and the answer says why.
+                            self.state().snapshots.insert((*id).to_owned(), s);
+                            return error(
+                                500,
+                                &format!("the snapshot's image could not be removed: {e}"),
+                            );
                         }
                         Answer::empty(200)
                     }
@@ -565,9 +572,17 @@ impl Emulator {
                 let removed = self.state().sandboxes.remove(*id);
                 match removed {
                     Some(mut s) => {
-                        if let Some(container) = s.container.take() {
-                            self.remove("container", container).await;
+                        if let Some(container) = s.container.clone()
+                            && let Err(e) = self.remove("container", container).await
+                        {
+                            // Not gone: it stays listed, and the answer says why.
+                            self.state().sandboxes.insert((*id).to_owned(), s);
+                            return error(
+                                500,
+                                &format!("the sandbox's container could not be removed: {e}"),
+                            );
                         }
+                        s.container = None;
                         s.state = "destroying".into();
                         Answer::json(200, Self::sandbox_dto(id, &s, proxy))
                     }
@@ -864,8 +879,10 @@ impl Emulator {
                     (None, Err(_)) => None,
                 }
             };
-            if let Some(container) = orphan {
-                this.remove("container", container).await;
+            if let Some(container) = orphan
+                && let Err(e) = this.remove("container", container).await
+            {
+                eprintln!("emulate daytona: a sandbox deleted while it started: {e}");
             }
         });
         Answer::json(200, dto)
@@ -909,12 +926,17 @@ impl Emulator {
     }
 
     /// Removes the docker `kind` (`image`, `container`) `id`, as far as it can.
-    async fn remove(&self, kind: &str, id: String) {
+    async fn remove(&self, kind: &str, id: String) -> Result<(), String> {
         let resource = Resource {
             kind: kind.into(),
             id,
         };
-        let _ = self.inner.docker.delete_resource(&resource).await;
+        self.inner
+            .docker
+            .delete_resource(&resource)
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("{} {}: {e}", resource.kind, resource.id))
     }
 
     /// The container behind sandbox `id`, once it has one.

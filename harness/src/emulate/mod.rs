@@ -460,11 +460,23 @@ pub(crate) async fn seed_build(
 }
 
 /// Removes from `docker`, by their labels, whatever builds and sandboxes labelled with any
-/// of `labels` left.
+/// of `labels` left; what it cannot list or remove it says on stderr, by name.
 pub(crate) async fn remove_labelled(docker: &dyn Provider, labels: Vec<RunLabels>) {
     for labels in labels {
-        for resource in docker.list_resources(&labels).await.unwrap_or_default() {
-            let _ = docker.delete_resource(&resource).await;
+        let listed = match docker.list_resources(&labels).await {
+            Ok(listed) => listed,
+            Err(e) => {
+                eprintln!("emulator cleanup: cannot list run {}: {e}", labels.run_id);
+                continue;
+            }
+        };
+        for resource in listed {
+            if let Err(e) = docker.delete_resource(&resource).await {
+                eprintln!(
+                    "emulator cleanup: {} {} could not be removed: {e}",
+                    resource.kind, resource.id
+                );
+            }
         }
     }
 }

@@ -374,7 +374,9 @@ impl Emulator {
         }
         let sandboxes: Vec<Arc<SandboxEntry>> = self.world().sandboxes.values().cloned().collect();
         for sandbox in sandboxes {
-            self.end(&sandbox, terminated()).await;
+            if let Err(e) = self.end(&sandbox, terminated()).await {
+                eprintln!("emulate modal: cleanup: {}", e.message());
+            }
         }
         let labels = self.world().labels.clone();
         super::remove_labelled(self.inner.docker.as_ref() as &dyn Provider, labels).await;
@@ -679,8 +681,8 @@ impl Emulator {
                         state.result.is_some()
                     };
                     emulator.world().tasks.insert(task_id, id);
-                    if ended {
-                        emulator.stop_container(&sandbox).await;
+                    if ended && let Err(e) = emulator.stop_container(&sandbox).await {
+                        eprintln!("emulate modal: {}", e.message());
                     }
                 }
                 Err(e) => {
@@ -697,12 +699,14 @@ impl Emulator {
     }
 
     /// Ends `sandbox` with `result` unless it has ended already; returns the result it
-    /// had then.
+    /// had then. An error when its container could not be removed: the sandbox is then not
+    /// gone, and no answer says it is.
+    #[allow(clippy::result_large_err)]
     async fn end(
         &self,
         sandbox: &SandboxEntry,
         result: api::GenericResult,
-    ) -> Option<api::GenericResult> {
+    ) -> Result<Option<api::GenericResult>, Status> {
         let existing = {
             let mut state = lock(&sandbox.state);
             match &state.result {
@@ -714,27 +718,40 @@ impl Emulator {
             }
         };
         if existing.is_none() {
-            self.stop_container(sandbox).await;
+            self.stop_container(sandbox).await?;
         }
-        existing
+        Ok(existing)
     }
 
     /// Stops and removes the sandbox's container, if it was launched: a terminated
-    /// Modal sandbox is gone.
-    async fn stop_container(&self, sandbox: &SandboxEntry) {
+    /// Modal sandbox is gone. A stop that fails is followed by the removal, which forces
+    /// it; a removal that fails is the error.
+    #[allow(clippy::result_large_err)]
+    async fn stop_container(&self, sandbox: &SandboxEntry) -> Result<(), Status> {
         let inner = lock(&sandbox.state)
             .task
             .as_ref()
             .map(|(_, inner)| inner.clone());
         if let Some(inner) = inner {
             let docker = &self.inner.docker;
-            let _ = docker.shutdown(&inner, TERMINATE_GRACE).await;
+            if let Err(e) = docker.shutdown(&inner, TERMINATE_GRACE).await {
+                eprintln!(
+                    "emulate modal: stopping container {} failed ({e}); removing it",
+                    inner.0
+                );
+            }
             let container = sandbox_providers::Resource {
                 kind: "container".into(),
                 id: inner.0.clone(),
             };
-            let _ = docker.delete_resource(&container).await;
+            docker.delete_resource(&container).await.map_err(|e| {
+                Status::internal(format!(
+                    "the sandbox's container {} could not be removed: {e}",
+                    inner.0
+                ))
+            })?;
         }
+        Ok(())
     }
 
     /// The result of a sandbox whose container exited on its own, if it did.
@@ -1201,7 +1218,7 @@ impl ModalClient for Control {
     ) -> Result<Response<api::SandboxTerminateResponse>, Status> {
         self.emulator.fault("SandboxTerminate")?;
         let sandbox = self.emulator.sandbox(&request.into_inner().sandbox_id)?;
-        let existing_result = self.emulator.end(&sandbox, terminated()).await;
+        let existing_result = self.emulator.end(&sandbox, terminated()).await?;
         Ok(Response::new(api::SandboxTerminateResponse {
             existing_result,
         }))
@@ -1225,7 +1242,7 @@ impl ModalClient for Control {
                 let result = self
                     .emulator
                     .end(&sandbox, result.clone())
-                    .await
+                    .await?
                     .unwrap_or(result);
                 return Ok(Response::new(api::SandboxWaitResponse {
                     result: Some(result),

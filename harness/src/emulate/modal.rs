@@ -1499,43 +1499,93 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let recording = lock(&self.emulator.inner.recording).clone();
         Box::pin(async move {
-            let Some(exchanges) = recording else {
-                return inner.call(request).await;
-            };
             let arrived = super::record::now_ms();
             let (parts, body) = request.into_parts();
             let bytes = match http_body_util::BodyExt::collect(body).await {
                 Ok(collected) => collected.to_bytes(),
                 Err(status) => return Ok(status.into_http()),
             };
-            let kept = HttpRequest {
-                method: parts.method.to_string(),
-                host: parts
-                    .uri
-                    .authority()
-                    .map(ToString::to_string)
-                    .unwrap_or_default(),
-                path: parts.uri.path().to_owned(),
-                query: String::new(),
-                headers: parts
-                    .headers
-                    .iter()
-                    .map(|(k, v)| {
-                        (
-                            k.as_str().to_owned(),
-                            String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                        )
-                    })
-                    .collect(),
-                body: bytes.to_vec(),
-            };
-            exchanges.keep(arrived, &kept, 200, &[]);
+            if let Some(exchanges) = recording {
+                let kept = HttpRequest {
+                    method: parts.method.to_string(),
+                    host: parts
+                        .uri
+                        .authority()
+                        .map(ToString::to_string)
+                        .unwrap_or_default(),
+                    path: parts.uri.path().to_owned(),
+                    query: String::new(),
+                    headers: parts
+                        .headers
+                        .iter()
+                        .map(|(k, v)| {
+                            (
+                                k.as_str().to_owned(),
+                                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                            )
+                        })
+                        .collect(),
+                    body: bytes.to_vec(),
+                };
+                exchanges.keep(arrived, &kept, 200, &[]);
+            }
+            if let Some(refusal) = unknown_fields(parts.uri.path(), &bytes) {
+                return Ok(Status::unimplemented(refusal).into_http());
+            }
             let request = http::Request::from_parts(
                 parts,
                 tonic::body::Body::new(http_body_util::Full::new(bytes)),
             );
             inner.call(request).await
         })
+    }
+}
+
+/// Why the emulator refuses the call to `path` with `body`, if a message in it sets a field
+/// the emulator's protos do not have: the emulator would otherwise drop it unseen, as
+/// prost drops unknown fields. It names the message and the field's number (the subset
+/// protos, `providers/proto/modal/`, have no name for it).
+fn unknown_fields(path: &str, body: &[u8]) -> Option<String> {
+    let (service, method) = path.trim_start_matches('/').split_once('/')?;
+    let pool = sandbox_providers::modal::proto::descriptors();
+    let input = pool
+        .get_service_by_name(service)?
+        .methods()
+        .find(|m| m.name() == method)?
+        .input();
+    let frames = sandbox_providers::api::grpc::decode_frames(body).ok()?;
+    let mut found = Vec::new();
+    for frame in frames {
+        let message = prost_reflect::DynamicMessage::decode(input.clone(), frame).ok()?;
+        collect_unknown(&message, &mut found);
+    }
+    (!found.is_empty()).then(|| {
+        format!(
+            "{method}: the emulator does not implement {}",
+            found.join(", ")
+        )
+    })
+}
+
+/// Each field `message` (or a message inside it) sets that its descriptor does not have,
+/// as `<message> field <number>`.
+fn collect_unknown(message: &prost_reflect::DynamicMessage, found: &mut Vec<String>) {
+    use prost_reflect::{ReflectMessage as _, Value};
+    let name = message.descriptor().full_name().to_owned();
+    for field in message.unknown_fields() {
+        found.push(format!("{name} field {}", field.number()));
+    }
+    for (_, value) in message.fields() {
+        let mut inner = |v: &Value| {
+            if let Value::Message(m) = v {
+                collect_unknown(m, found);
+            }
+        };
+        match value {
+            Value::List(items) => items.iter().for_each(&mut inner),
+            Value::Map(entries) => entries.values().for_each(&mut inner),
+            other => inner(other),
+        }
     }
 }
 
@@ -1635,6 +1685,63 @@ fn now_secs() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `message` as one gRPC frame, with `extra` (raw protobuf bytes) after it.
+    fn framed(message: &impl prost::Message, extra: &[u8]) -> Vec<u8> {
+        use prost::Message as _;
+        let mut payload = message.encode_to_vec();
+        payload.extend_from_slice(extra);
+        let mut frame = vec![0];
+        frame.extend_from_slice(&u32::try_from(payload.len()).expect("small").to_be_bytes());
+        frame.extend_from_slice(&payload);
+        frame
+    }
+
+    #[test]
+    fn a_field_the_emulator_does_not_have_is_refused_by_message_and_number() {
+        let app = api::AppGetOrCreateRequest {
+            app_name: "sandbox-matrix".into(),
+            ..Default::default()
+        };
+        let path = "/modal.client.ModalClient/AppGetOrCreate";
+        assert_eq!(unknown_fields(path, &framed(&app, &[])), None);
+        // Field 99, varint 1: a field no subset proto has.
+        assert_eq!(
+            unknown_fields(path, &framed(&app, &[0x98, 0x06, 0x01])),
+            Some(
+                "AppGetOrCreate: the emulator does not implement \
+                 modal.client.AppGetOrCreateRequest field 99"
+                    .to_owned()
+            )
+        );
+        // Inside a message inside the request: a GPU asked of an image (GPUConfig.count, 2).
+        let image = api::ImageGetOrCreateRequest {
+            image: Some(api::Image {
+                gpu_config: Some(api::GpuConfig {}),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let path = "/modal.client.ModalClient/ImageGetOrCreate";
+        assert_eq!(
+            unknown_fields(path, &framed(&image, &[])),
+            None,
+            "no GPU is emulated"
+        );
+        // ImageGetOrCreateRequest.image (2) holding Image.gpu_config (16) holding
+        // GPUConfig.count (2) = 1, encoded by hand: the subset has no field to set it with.
+        let gpu_config = [0x82, 0x01, 0x02, 0x10, 0x01];
+        let mut request = vec![0x12, u8::try_from(gpu_config.len()).expect("small")];
+        request.extend_from_slice(&gpu_config);
+        let empty = api::ImageGetOrCreateRequest::default();
+        assert_eq!(
+            unknown_fields(path, &framed(&empty, &request)),
+            Some(
+                "ImageGetOrCreate: the emulator does not implement modal.client.GPUConfig field 2"
+                    .to_owned()
+            )
+        );
+    }
 
     #[test]
     fn the_base_is_what_the_first_from_names() {

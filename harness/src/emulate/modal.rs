@@ -1688,7 +1688,6 @@ mod tests {
 
     /// `message` as one gRPC frame, with `extra` (raw protobuf bytes) after it.
     fn framed(message: &impl prost::Message, extra: &[u8]) -> Vec<u8> {
-        use prost::Message as _;
         let mut payload = message.encode_to_vec();
         payload.extend_from_slice(extra);
         let mut frame = vec![0];

@@ -181,7 +181,7 @@ impl EventSink for Order {
     }
 }
 
-const CHECKS: &str = "name: t\nenvironment: ../fixtures/environments/reference\nsteps:\n  - step: build\n    budget: 5s\n  - step: launch\n    budget: 5s\n  - check: identity\n    budget: 5s\n  - check: python\n    budget: 5s\n  - check: filesystem\n    budget: 5s\n  - check: restart\n    budget: 5s\n  - check: secrets\n    budget: 5s\n  - step: cleanup\n    budget: 5s\n";
+const CHECKS: &str = "name: t\nenvironment: ../fixtures/environments/reference\nsteps:\n  - step: build\n    budget: 5s\n  - step: launch\n    budget: 5s\n  - check: identity\n    budget: 5s\n  - check: python\n    budget: 5s\n    expect: \"3.13\"\n  - check: filesystem\n    budget: 5s\n  - check: restart\n    budget: 5s\n  - check: secrets\n    budget: 5s\n  - step: cleanup\n    budget: 5s\n";
 
 const ORDER: [&str; 8] = [
     "build",
@@ -305,7 +305,7 @@ async fn a_provider_replaying_a_cassette_gets_one_call_at_a_time_whatever_the_so
 }
 
 /// Checks whose budgets are shorter than a broken channel's opening.
-const SHORT_BUDGETS: &str = "name: t\nenvironment: ../fixtures/environments/reference\nsteps:\n  - step: build\n    budget: 5s\n  - step: launch\n    budget: 5s\n  - check: identity\n    budget: 5s\n  - check: python\n    budget: 1s\n  - check: filesystem\n    budget: 1s\n  - check: secrets\n    budget: 1s\n  - step: cleanup\n    budget: 5s\n";
+const SHORT_BUDGETS: &str = "name: t\nenvironment: ../fixtures/environments/reference\nsteps:\n  - step: build\n    budget: 5s\n  - step: launch\n    budget: 5s\n  - check: identity\n    budget: 5s\n  - check: python\n    budget: 1s\n    expect: \"3.13\"\n  - check: filesystem\n    budget: 1s\n  - check: secrets\n    budget: 1s\n  - step: cleanup\n    budget: 5s\n";
 
 /// A code channel that takes long to fail on its first use (a kernel that never starts)
 /// costs the first check that opens it its wait; the checks after it learn at once that

@@ -113,7 +113,12 @@ summary_text() {
   local out=$1 verdict="the gate did not run"
   if [ -f "$out/gate.exit" ]; then
     case $(cat "$out/gate.exit") in
-      0) verdict="ship" ;;
+      # A variant shipped on replays alone says so in gate.txt; the heading says it too.
+      0) if grep -q '(replay only)' "$out/gate.txt" 2>/dev/null; then
+           verdict="ship (replay only)"
+         else
+           verdict="ship"
+         fi ;;
       1) verdict="hold" ;;
       *) verdict="gate error" ;;
     esac

@@ -340,7 +340,12 @@ fn websocket(v: &Value) -> Value {
 
 /// The distinct shapes of `values`, in order.
 fn shapes(values: &[Value]) -> Value {
-    let mut all: Vec<Value> = values.iter().map(|v| shape(v, None)).collect();
+    distinct_shapes(values, None)
+}
+
+/// The distinct shapes of `values`, each read under `key`, in order.
+fn distinct_shapes(values: &[Value], key: Option<&str>) -> Value {
+    let mut all: Vec<Value> = values.iter().map(|v| shape(v, key)).collect();
     all.sort_by_key(Value::to_string);
     all.dedup();
     Value::Array(all)
@@ -359,12 +364,7 @@ fn shape(v: &Value, key: Option<&str>) -> Value {
                 .map(|(k, v)| (k.clone(), shape(v, Some(k))))
                 .collect::<Map<_, _>>(),
         ),
-        Value::Array(items) => {
-            let mut all: Vec<Value> = items.iter().map(|i| shape(i, key)).collect();
-            all.sort_by_key(Value::to_string);
-            all.dedup();
-            Value::Array(all)
-        }
+        Value::Array(items) => distinct_shapes(items, key),
         Value::String(s) if key.is_some_and(|k| STEERING.contains(&k)) => Value::String(s.clone()),
         Value::String(_) => "string".into(),
         Value::Number(_) => "number".into(),

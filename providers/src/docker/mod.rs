@@ -184,6 +184,21 @@ impl std::fmt::Debug for DockerProvider {
 }
 
 impl DockerProvider {
+    /// The engine's state of `container`, `when` saying when it was read (for errors).
+    async fn container_state(
+        &self,
+        container: &str,
+        when: &str,
+    ) -> Result<bollard::models::ContainerState> {
+        Ok(self
+            .docker
+            .inspect_container(container, None)
+            .await
+            .map_err(|e| engine_error(e).context(format!("inspecting the container {when}")))?
+            .state
+            .unwrap_or_default())
+    }
+
     /// BuildKit where the engine offers it (a Linux engine speaking API 1.39 or later,
     /// which has BuildKit built in), else the classic builder.
     pub async fn offered_builder(&self) -> Builder {
@@ -1114,12 +1129,8 @@ impl Provider for DockerProvider {
         // Whether PID 1 was still running when the stop was sent: a container that had
         // already exited is no shutdown, whatever its code.
         let before = self
-            .docker
-            .inspect_container(&entry.container_id, None)
-            .await
-            .map_err(|e| engine_error(e).context("inspecting the container before the stop"))?
-            .state
-            .unwrap_or_default();
+            .container_state(&entry.container_id, "before the stop")
+            .await?;
         let was_running = before.running == Some(true);
         let started = Instant::now();
         self.docker
@@ -1131,12 +1142,8 @@ impl Provider for DockerProvider {
             .map_err(|e| engine_error(e).context("stopping the sandbox container"))?;
         let elapsed = started.elapsed();
         let state = self
-            .docker
-            .inspect_container(&entry.container_id, None)
-            .await
-            .map_err(|e| engine_error(e).context("inspecting the stopped container"))?
-            .state
-            .unwrap_or_default();
+            .container_state(&entry.container_id, "after the stop")
+            .await?;
         if state.running == Some(true) {
             return Err(ProviderError::new(
                 ErrorKind::Protocol,

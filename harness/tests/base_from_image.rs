@@ -160,12 +160,7 @@ fn changed_recipe(name: &str, packages_too: bool) -> std::path::PathBuf {
     root
 }
 
-#[test]
-#[ignore = "nightly (its own job): three base builds, 6 to 11 min alone on the engine; `cargo test -p sandbox-matrix --test base_from_image -- --ignored`"]
-fn the_base_is_made_from_a_pulled_debian_image_by_digest_and_falls_back_to_mmdebstrap() {
-    if !common::docker_or_skip("base_from_image") {
-        return;
-    }
+pub fn the_base_is_made_from_a_pulled_debian_image_by_digest_and_falls_back_to_mmdebstrap() {
     let restore = Restore::keep(&[BASE, ROOTFS]);
     let (base_before, rootfs_before) = (restore.id(BASE), restore.id(ROOTFS));
     let root = common::root();
@@ -318,4 +313,15 @@ fn the_base_is_made_from_a_pulled_debian_image_by_digest_and_falls_back_to_mmdeb
         "{stderr}"
     );
     let _ = std::fs::remove_dir_all(&changed);
+}
+
+fn main() {
+    use common::trials::Need;
+    let args = libtest_mimic::Arguments::from_args();
+    let trials = trials![
+        Need::Docker => [
+            sync the_base_is_made_from_a_pulled_debian_image_by_digest_and_falls_back_to_mmdebstrap @ignored,
+        ];
+    ];
+    libtest_mimic::run(&args, trials).exit();
 }

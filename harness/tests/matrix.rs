@@ -13,7 +13,7 @@ mod common;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
-use libtest_mimic::{Arguments, Failed, Trial};
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use sandbox_matrix::report::results::{ScenarioResult, Source, StepStatus};
 use sandbox_matrix::run::events::{EventSink, RunEvent};
 use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id, skip_reason};
@@ -104,6 +104,18 @@ fn replay_mode() -> variants::CloudMode {
     }
 }
 
+/// A step that cannot run on this machine, reported ignored with `reason`; under CI=true a
+/// local variant's missing engine fails it instead (a cloud variant without a cassette is
+/// ignored there too: not every scenario is recorded).
+fn cannot_run_here(name: String, reason: String, cloud: bool) -> Trial {
+    Trial::ignorable_test(name, move || {
+        if !cloud && common::trials::ci() {
+            return Err(format!("CI=true requires this test: {reason}").into());
+        }
+        Ok(Completion::ignored_with(reason))
+    })
+}
+
 fn main() {
     let args = Arguments::from_args();
     let dir = common::root().join("scenarios");
@@ -118,8 +130,12 @@ fn main() {
         .map(|p| Arc::new(Scenario::load(p).unwrap_or_else(|e| panic!("{e}"))))
         .collect();
 
-    // Listing needs no engine; running does, and says why it skips without one.
-    let engine_missing = !args.list && !common::docker_or_skip("the docker variant's matrix");
+    // Listing needs no engine; running does, and says why it cannot run without one.
+    let engine_missing = if args.list {
+        None
+    } else {
+        common::trials::docker_missing()
+    };
     let mut outcomes: HashMap<(String, String), Outcome> = HashMap::new();
     // One list of trials per variant × scenario; they are dealt out one of each in turn
     // below, so that the test threads run different scenarios side by side instead of
@@ -128,9 +144,20 @@ fn main() {
     for variant in variants::known() {
         for scenario in &scenarios {
             let cloud = variants::cloud(variant).is_some();
-            if cloud && !variants::cassette_path(&cassettes(), variant, &scenario.name).is_file() {
-                continue;
-            }
+            let cassette = variants::cassette_path(&cassettes(), variant, &scenario.name);
+            // Why none of this variant × scenario's steps can run here, if none can: a
+            // cloud variant replays its cassette, the local ones need the engine.
+            let cannot_run = if cloud {
+                (!cassette.is_file()).then(|| {
+                    format!(
+                        "no cassette {} (record one: sandbox-matrix run --record --variant {variant} --scenario {})",
+                        cassette.display(),
+                        scenario.name
+                    )
+                })
+            } else {
+                engine_missing.clone()
+            };
             let outcome = outcomes
                 .entry(((*variant).to_owned(), scenario.name.clone()))
                 .or_default()
@@ -162,10 +189,16 @@ fn main() {
                 {
                     eprintln!("{variant}::{}::{step}: ignored, {reason}", scenario.name);
                 }
-                let ignore = (engine_missing && !cloud) || skip.is_some();
+                let ignore = skip.is_some();
                 let (variant, scenario, outcome) =
                     (variant.to_owned(), scenario.clone(), outcome.clone());
                 let name = format!("{variant}::{}::{step}", scenario.name);
+                if let Some(reason) = &cannot_run {
+                    trials.push(
+                        cannot_run_here(name, reason.clone(), cloud).with_ignored_flag(ignore),
+                    );
+                    continue;
+                }
                 let trial = Trial::test(name, move || {
                     let (run_id, result) = outcome
                         .get_or_init(|| run_once(&variant, &scenario))

@@ -44,11 +44,7 @@ fn leftover_of(run_id: &str, scenario: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-#[test]
-fn sweep_removes_a_killed_runs_leftovers_and_nothing_else() {
-    if !common::docker_or_skip("sweep_removes_a_killed_runs_leftovers_and_nothing_else") {
-        return;
-    }
+pub fn sweep_removes_a_killed_runs_leftovers_and_nothing_else() {
     let _engine = engine();
     let killed = sandbox_matrix::run::runner::new_run_id();
     let other = sandbox_matrix::run::runner::new_run_id();
@@ -86,11 +82,7 @@ fn sweep_removes_a_killed_runs_leftovers_and_nothing_else() {
     assert!(removed.status.success());
 }
 
-#[test]
-fn sweep_finds_a_scenario_from_outside_scenarios_without_being_told_it() {
-    if !common::docker_or_skip("sweep_finds_a_scenario_from_outside_scenarios") {
-        return;
-    }
+pub fn sweep_finds_a_scenario_from_outside_scenarios_without_being_told_it() {
     let _engine = engine();
     let killed = sandbox_matrix::run::runner::new_run_id();
     // A scenario loaded from a path: its name is in no file under scenarios/.
@@ -112,11 +104,7 @@ fn sweep_finds_a_scenario_from_outside_scenarios_without_being_told_it() {
     assert!(left.is_empty(), "left: {left:?}");
 }
 
-#[test]
-fn sweep_without_a_run_takes_dead_runs_ledgers_and_dry_run_removes_nothing() {
-    if !common::docker_or_skip("sweep_without_a_run_takes_dead_runs_ledgers") {
-        return;
-    }
+pub fn sweep_without_a_run_takes_dead_runs_ledgers_and_dry_run_removes_nothing() {
     let _engine = engine();
     let out = common::out_dir("sweep-dead-ledgers");
     let dead = sandbox_matrix::run::runner::new_run_id();
@@ -171,11 +159,7 @@ fn sweep_without_a_run_takes_dead_runs_ledgers_and_dry_run_removes_nothing() {
     assert_eq!(alive_left.len(), 1, "a live run's container was removed");
 }
 
-#[test]
-fn an_age_sweep_leaves_a_live_run_alone_wherever_it_writes_and_the_run_passes() {
-    if !common::docker_or_skip("an_age_sweep_leaves_a_live_run_alone") {
-        return;
-    }
+pub fn an_age_sweep_leaves_a_live_run_alone_wherever_it_writes_and_the_run_passes() {
     let _engine = engine();
     let dir = common::out_dir("sweep-live-run");
     // The reference environment whose server starts 25 s late: by first-result, its
@@ -229,4 +213,18 @@ fn an_age_sweep_leaves_a_live_run_alone_wherever_it_writes_and_the_run_passes() 
     assert_eq!(during, before, "the sweep took from the live run: {said}");
     assert_eq!(status.code(), Some(0), "the run passes: {seen:#?}");
     assert!(after.is_empty(), "{after:?}");
+}
+
+fn main() {
+    use common::trials::Need;
+    let args = libtest_mimic::Arguments::from_args();
+    let trials = trials![
+        Need::Docker => [
+            sync sweep_removes_a_killed_runs_leftovers_and_nothing_else,
+            sync sweep_finds_a_scenario_from_outside_scenarios_without_being_told_it,
+            sync sweep_without_a_run_takes_dead_runs_ledgers_and_dry_run_removes_nothing,
+            sync an_age_sweep_leaves_a_live_run_alone_wherever_it_writes_and_the_run_passes,
+        ];
+    ];
+    libtest_mimic::run(&args, trials).exit();
 }

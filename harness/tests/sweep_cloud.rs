@@ -253,18 +253,22 @@ async fn sweep_finds_a_killed_runs_leftovers(variant: &'static str) {
     emulate.stop();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sweep_finds_an_e2b_runs_leftovers_by_ledger_and_by_name() {
-    if !common::docker_or_skip("sweep_finds_an_e2b_runs_leftovers_by_ledger_and_by_name") {
-        return;
-    }
+pub async fn sweep_finds_an_e2b_runs_leftovers_by_ledger_and_by_name() {
     sweep_finds_a_killed_runs_leftovers("e2b").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sweep_finds_a_daytona_runs_leftovers_by_ledger_and_by_name() {
-    if !common::docker_or_skip("sweep_finds_a_daytona_runs_leftovers_by_ledger_and_by_name") {
-        return;
-    }
+pub async fn sweep_finds_a_daytona_runs_leftovers_by_ledger_and_by_name() {
     sweep_finds_a_killed_runs_leftovers("daytona").await;
+}
+
+fn main() {
+    use common::trials::Need;
+    let args = libtest_mimic::Arguments::from_args();
+    let trials = trials![
+        Need::Docker => [
+            async(2) sweep_finds_an_e2b_runs_leftovers_by_ledger_and_by_name,
+            async(2) sweep_finds_a_daytona_runs_leftovers_by_ledger_and_by_name,
+        ];
+    ];
+    libtest_mimic::run(&args, trials).exit();
 }

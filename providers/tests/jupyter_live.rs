@@ -4,7 +4,7 @@
 //!
 //! Needs `jupyter server` and the `python3` kernel
 //! (`python3 -m pip install jupyter_server ipykernel`). Without them the tests
-//! print why and pass, except with CI=true, where they fail.
+//! are reported ignored with the reason, except with CI=true, where they fail.
 
 use std::fs::{self, File};
 use std::net::TcpListener;
@@ -29,15 +29,8 @@ struct LiveServer {
 }
 
 impl LiveServer {
-    /// Starts a server, or returns `None` (after saying why) when Jupyter is not installed.
-    fn start() -> Option<Self> {
-        if let Err(why) = jupyter_available() {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("{why}; CI needs it: install it with `{INSTALL_HINT}`");
-            }
-            eprintln!("skipping the live Jupyter test: {why} (install it with `{INSTALL_HINT}`)");
-            return None;
-        }
+    /// Starts a server; `main` has checked that Jupyter is installed.
+    fn start() -> Self {
         let root = std::env::temp_dir().join(format!(
             "jupyter-live-{}-{:08x}",
             std::process::id(),
@@ -72,12 +65,12 @@ impl LiveServer {
             .stderr(log)
             .spawn()
             .expect("spawn jupyter server");
-        Some(Self {
+        Self {
             child,
             root,
             base_url: format!("http://127.0.0.1:{port}"),
             token,
-        })
+        }
     }
 
     /// The server's log so far, for failure messages.
@@ -169,11 +162,8 @@ fn free_port() -> u16 {
         .port()
 }
 
-#[tokio::test]
 async fn jupyter_live_kernel_runs_code_and_forgets_state_on_restart() {
-    let Some(mut live) = LiveServer::start() else {
-        return;
-    };
+    let mut live = LiveServer::start();
     let server = live.client().await;
 
     let started = Instant::now();
@@ -274,11 +264,8 @@ async fn jupyter_live_kernel_runs_code_and_forgets_state_on_restart() {
     assert!(gone.to_string().contains("404"), "{gone}");
 }
 
-#[tokio::test]
 async fn jupyter_live_errors_name_the_status_and_hide_the_token() {
-    let Some(mut live) = LiveServer::start() else {
-        return;
-    };
+    let mut live = LiveServer::start();
     let server = live.client().await;
 
     let wrong = JupyterServer::new(&live.base_url, "not-the-token");
@@ -330,11 +317,8 @@ async fn jupyter_live_errors_name_the_status_and_hide_the_token() {
 /// A kernel that dies while it runs a request fails that request as soon as the server
 /// says so (it restarts the kernel), not when the caller's deadline runs out; the
 /// restarted kernel then answers on a fresh socket.
-#[tokio::test]
 async fn jupyter_live_a_kernel_that_dies_fails_the_request_at_once() {
-    let Some(mut live) = LiveServer::start() else {
-        return;
-    };
+    let mut live = LiveServer::start();
     let server = live.client().await;
     let kernel = server
         .start_kernel("python3")
@@ -388,4 +372,49 @@ async fn jupyter_live_a_kernel_that_dies_fails_the_request_at_once() {
     }
     socket.close().await;
     server.shutdown_kernel(&kernel).await.expect("shut down");
+}
+
+fn main() {
+    use libtest_mimic::{Arguments, Completion, Failed, Trial};
+    use std::future::Future;
+    use std::pin::Pin;
+    type Test = fn() -> Pin<Box<dyn Future<Output = ()>>>;
+    let tests: [(&str, Test); 3] = [
+        (
+            "jupyter_live_kernel_runs_code_and_forgets_state_on_restart",
+            || Box::pin(jupyter_live_kernel_runs_code_and_forgets_state_on_restart()),
+        ),
+        (
+            "jupyter_live_errors_name_the_status_and_hide_the_token",
+            || Box::pin(jupyter_live_errors_name_the_status_and_hide_the_token()),
+        ),
+        (
+            "jupyter_live_a_kernel_that_dies_fails_the_request_at_once",
+            || Box::pin(jupyter_live_a_kernel_that_dies_fails_the_request_at_once()),
+        ),
+    ];
+    let trials = tests
+        .into_iter()
+        .map(|(name, test)| {
+            Trial::ignorable_test(name, move || {
+                if let Err(why) = jupyter_available() {
+                    if std::env::var("CI").is_ok_and(|v| v == "true") {
+                        return Err(Failed::from(format!(
+                            "{why}; CI needs it: install it with `{INSTALL_HINT}`"
+                        )));
+                    }
+                    return Ok(Completion::ignored_with(format!(
+                        "{why} (install it with `{INSTALL_HINT}`)"
+                    )));
+                }
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a tokio runtime")
+                    .block_on(test());
+                Ok(Completion::Completed)
+            })
+        })
+        .collect();
+    libtest_mimic::run(&Arguments::from_args(), trials).exit();
 }

@@ -9,6 +9,7 @@ pub mod ecr;
 pub mod emulate;
 pub mod registry;
 pub mod sdk;
+pub mod trials;
 
 /// The docker variant of the checkout at `root`, its reference base image made or reused:
 /// what the emulators forward to.
@@ -45,26 +46,6 @@ pub fn root() -> PathBuf {
 /// by daytona_registry_entry): a made-up registry under `.test` and a made-up digest,
 /// served by the emulator from the local contract base.
 pub const PRIVATE_BASE: &str = "registry.emulator.test/sandbox-matrix/contract-base@sha256:31344e332d1cb7f81f5a4c0242cf60d19d1008ad9a56bad86fd2caa56b46632e";
-
-/// True when a Docker engine answers. Without one, `CI=true` makes this panic (the tests
-/// are required there); elsewhere it prints why the caller skips and returns false.
-pub fn docker_or_skip(test: &str) -> bool {
-    let answer = Command::new("docker")
-        .args(["version", "--format", "{{.Server.Version}}"])
-        .output();
-    let reason = match answer {
-        Ok(out) if out.status.success() => return true,
-        Ok(out) => String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-        Err(e) => format!("cannot run the docker CLI: {e}"),
-    };
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{test}: CI=true requires a Docker engine, and none answers: {reason}");
-    }
-    eprintln!(
-        "skipped {test}: no Docker engine answers ({reason}); set CI=true to make this a failure"
-    );
-    false
-}
 
 /// Ids of containers and images still carrying the run's label, asked of the docker CLI
 /// (not of the code under test).

@@ -51,23 +51,20 @@ fn python(sdk: &str, version: &str) -> Result<PathBuf, String> {
     Ok(python)
 }
 
-/// The venv's python holding `sdk` at `version`. Without it, `CI=true` makes this panic
-/// (the test is required there); elsewhere it prints why `test` skips and returns None.
-pub fn python_or_skip(test: &str, sdk: &str, version: &str) -> Option<PathBuf> {
-    match python(sdk, version) {
-        Ok(python) => Some(python),
-        Err(reason) if std::env::var("CI").is_ok_and(|v| v == "true") => panic!(
-            "{test}: CI=true requires the SDK venv ({reason}); make it as .ci/run's step \
-             \"Provider SDKs\" does"
-        ),
-        Err(reason) => {
-            eprintln!(
-                "skipped {test}: {reason}; make the venv as .ci/run's step \"Provider SDKs\" \
-                 does, or set SANDBOX_MATRIX_SDK_VENV"
-            );
-            None
-        }
-    }
+/// The venv's python holding `sdk` at `version`; panics without it. The test's
+/// registration (`common::trials::Need::Sdk`) has checked this before the test ran.
+pub fn required_python(sdk: &str, version: &str) -> PathBuf {
+    python(sdk, version).unwrap_or_else(|reason| panic!("{reason}"))
+}
+
+/// Why `sdk`, at its pinned version, cannot be used here, if it cannot.
+pub fn missing(sdk: &str) -> Option<String> {
+    python(sdk, &pinned(sdk)).err().map(|reason| {
+        format!(
+            "needs the SDK venv ({reason}); make it as .ci/run's step \"Provider SDKs\" does, \
+             or set SANDBOX_MATRIX_SDK_VENV"
+        )
+    })
 }
 
 /// Runs `script` (under harness/tests/sdk/) with `python` from the empty folder `cwd`, with

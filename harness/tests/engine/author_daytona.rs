@@ -65,12 +65,8 @@ fn registry_credential(token: &str) -> RegistryCredential {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs Docker; rewrites fixtures/cassettes/daytona/{lifecycle,core-tier}.yaml"]
-async fn author_daytona_cassettes() {
-    if !common::docker_or_skip("author_daytona_cassettes") {
-        return;
-    }
+/// Run only when asked (`--ignored`): it rewrites fixtures/cassettes/daytona/{lifecycle,core-tier}.yaml.
+pub async fn author_daytona_cassettes() {
     let root = common::root();
     record(
         &root.join("fixtures/cassettes/daytona"),
@@ -79,12 +75,8 @@ async fn author_daytona_cassettes() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs Docker; rewrites fixtures/cassettes/daytona/builds/*.yaml"]
-async fn author_daytona_build_cassettes() {
-    if !common::docker_or_skip("author_daytona_build_cassettes") {
-        return;
-    }
+/// Run only when asked (`--ignored`): it rewrites fixtures/cassettes/daytona/builds/*.yaml.
+pub async fn author_daytona_build_cassettes() {
     record_builds(&common::root().join("fixtures/cassettes/daytona/builds")).await;
 }
 
@@ -92,11 +84,7 @@ async fn author_daytona_build_cassettes() {
 /// in the reports of the runs that recorded them. The lifecycle and the builds: their
 /// build (the registry entry's credential included), launch, commands and secrets scan
 /// carry every credential a run has.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn recording_with_fake_credentials_writes_none_of_them() {
-    if !common::docker_or_skip("recording_with_fake_credentials_writes_none_of_them (daytona)") {
-        return;
-    }
+pub async fn recording_with_fake_credentials_writes_none_of_them() {
     let out = common::out_dir("record-daytona");
     let (results, mut fakes) = record(&out.join("cassettes"), &["lifecycle"]).await;
     fakes.extend(record_builds(&out.join("cassettes/builds")).await);

@@ -26,9 +26,8 @@ const ORIGIN: &str = "authored from e2b-dev/infra@54693ff353d26c5fe1951db5467e75
 /// The fake key the emulator is sent; it grants nothing anywhere.
 const FAKE_KEY: &str = "e2b_fake_authoring_key_0000";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs Docker; writes fixtures/cassettes/e2b/*.yaml"]
-async fn author_e2b_cassettes() {
+/// Run only when asked (`--ignored`): it writes fixtures/cassettes/e2b/*.yaml.
+pub async fn author_e2b_cassettes() {
     let root = common::root();
     record(
         &root,
@@ -41,11 +40,7 @@ async fn author_e2b_cassettes() {
 /// Recording with fake credentials writes none of their values: not in the cassette, not
 /// in the reports of the run that recorded it. The lifecycle alone: its build, launch,
 /// commands and secrets scan carry every credential a run has.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn recording_with_fake_credentials_writes_none_of_them() {
-    if !common::docker_or_skip("recording_with_fake_credentials_writes_none_of_them (e2b)") {
-        return;
-    }
+pub async fn recording_with_fake_credentials_writes_none_of_them() {
     let out = common::out_dir("record-e2b");
     let (results, mut fakes) =
         record(&common::root(), &out.join("cassettes"), &["lifecycle"]).await;

@@ -27,9 +27,8 @@ const ORIGIN: &str = "authored from modal-labs/modal-client@69519aef4cf6a3378314
                       modal_proto/api.proto and task_command_router.proto (fixtures/specs/modal/SOURCES.md), \
                       answered by sandbox-matrix's emulator of them backed by the docker variant";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs Docker; writes fixtures/cassettes/modal/*.yaml"]
-async fn author_modal_cassettes() {
+/// Run only when asked (`--ignored`): it writes fixtures/cassettes/modal/*.yaml.
+pub async fn author_modal_cassettes() {
     let root = common::root();
     record(
         &root,
@@ -143,9 +142,8 @@ impl EventSink for Print {
 /// fault needs no volatiles but the canary.
 pub const FAULT_RUN_ID: &str = "20260101T000000Z-fa0175";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs Docker; writes fixtures/cassettes/modal/faults/*.yaml"]
-async fn author_modal_fault_cassettes() {
+/// Run only when asked (`--ignored`): it writes fixtures/cassettes/modal/faults/*.yaml.
+pub async fn author_modal_fault_cassettes() {
     let root = common::root();
     record_faults(&root, &root.join("fixtures/cassettes/modal/faults")).await;
 }

@@ -25,11 +25,7 @@ fn reason(results: &RunResults, scenario: &str, step: &str) -> String {
     }
 }
 
-#[test]
-fn violations_fail_their_step_and_leave_nothing_behind() {
-    if !common::docker_or_skip("violations_fail_their_step_and_leave_nothing_behind") {
-        return;
-    }
+pub fn violations_fail_their_step_and_leave_nothing_behind() {
     let root = common::root();
     let out = common::out_dir("breakage");
     let scenarios = [

@@ -79,8 +79,7 @@ fn hung_build(variant: &str, env: &[(&str, String)]) {
 
 /// Both variants side by side: each run spends its 65 s waiting, so one test thread (not
 /// two) waits for both.
-#[test]
-fn silent_e2b_and_daytona_services_fail_build_at_the_step_budget() {
+pub fn silent_e2b_and_daytona_services_fail_build_at_the_step_budget() {
     let address = silent_server();
     std::thread::scope(|scope| {
         let e2b = scope.spawn(|| {

@@ -108,11 +108,7 @@ async fn failed_build_leaves(builder: Builder, name: &str) -> (RunLabels, Vec<St
     (labels, left)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_build_leaves_only_images_with_every_run_label() {
-    if !common::docker_or_skip("a_failed_build_leaves_only_images_with_every_run_label") {
-        return;
-    }
+pub async fn a_failed_build_leaves_only_images_with_every_run_label() {
     // The classic builder committed `RUN true` before `RUN false` failed: that image must
     // carry the run's labels, all of them, or neither cleanup nor sweep can find it.
     let (_, left) = failed_build_leaves(Builder::Classic, "failed-build-labels-classic").await;
@@ -344,9 +340,6 @@ fn sweep(run_id: &str, out: &Path) -> String {
 
 fn killed_then_swept(step: &str, after: impl Into<Wait>, builder: Option<&str>) {
     let test = format!("kill-9-during-{step}-{}", builder.unwrap_or("default"));
-    if !common::docker_or_skip(&test) {
-        return;
-    }
     let dir = common::out_dir(&test);
     let (run_id, status, out, seen) = signalled_run(&dir, step, after, &["KILL"], builder);
     assert_eq!(status.code(), None, "killed by signal 9: {seen:#?}");
@@ -379,33 +372,25 @@ fn killed_then_swept(step: &str, after: impl Into<Wait>, builder: Option<&str>) 
 /// The classic builder commits labelled intermediate images as it goes, and finishes the
 /// commit under way when its client is killed (about 10 s on fuse-overlayfs): sweep waits
 /// for that commit, then removes its image with the rest.
-#[test]
-fn kill_9_during_a_classic_build_then_sweep_leaves_nothing() {
+pub fn kill_9_during_a_classic_build_then_sweep_leaves_nothing() {
     killed_then_swept("build", Wait::BuildStepCommitting, Some("classic"));
 }
 
 /// BuildKit commits nothing before the build ends, and the engine cancels the build of a
 /// client that is gone: nothing is left, not even later.
-#[test]
-fn kill_9_during_a_buildkit_build_then_sweep_leaves_nothing() {
+pub fn kill_9_during_a_buildkit_build_then_sweep_leaves_nothing() {
     killed_then_swept("build", std::time::Duration::from_secs(8), Some("buildkit"));
 }
 
-#[test]
-fn kill_9_during_launch_then_sweep_leaves_nothing() {
+pub fn kill_9_during_launch_then_sweep_leaves_nothing() {
     killed_then_swept("launch", std::time::Duration::from_secs(5), None);
 }
 
-#[test]
-fn kill_9_during_first_result_then_sweep_leaves_nothing() {
+pub fn kill_9_during_first_result_then_sweep_leaves_nothing() {
     killed_then_swept("first-result", std::time::Duration::from_secs(3), None);
 }
 
-#[test]
-fn sigterm_during_launch_cleans_up_writes_reports_and_exits_143() {
-    if !common::docker_or_skip("sigterm_during_launch") {
-        return;
-    }
+pub fn sigterm_during_launch_cleans_up_writes_reports_and_exits_143() {
     let dir = common::out_dir("sigterm-during-launch");
     let (run_id, status, out, seen) =
         interrupted_run(&dir, "launch", std::time::Duration::from_secs(5), "TERM");
@@ -440,11 +425,7 @@ fn sigterm_during_launch_cleans_up_writes_reports_and_exits_143() {
     );
 }
 
-#[test]
-fn sighup_twice_quits_at_once_and_the_printed_sweep_command_removes_the_rest() {
-    if !common::docker_or_skip("sighup_twice") {
-        return;
-    }
+pub fn sighup_twice_quits_at_once_and_the_printed_sweep_command_removes_the_rest() {
     let dir = common::out_dir("sighup-twice");
     let (run_id, status, out, seen) = signalled_run(
         &dir,
@@ -562,9 +543,6 @@ fn stopped_lifecycle(variant: &str, when: During, signal: &str, dir: &Path) -> E
 /// Kills a lifecycle run of `variant` at `when`, sweeps it naming the variant, and checks
 /// that nothing carries the run's label then, nor [`LATER`].
 fn killed_in_a_buildkit_build_then_swept(variant: &str, when: During, test: &str) {
-    if !common::docker_or_skip(test) {
-        return;
-    }
     let dir = common::out_dir(test);
     let (run_id, status, out, seen) = stopped_lifecycle(variant, when, "KILL", &dir);
     assert_eq!(status.code(), None, "killed by signal 9: {seen:#?}");
@@ -607,8 +585,7 @@ fn killed_in_a_buildkit_build_then_swept(variant: &str, when: During, test: &str
     );
 }
 
-#[test]
-fn kill_9_one_second_into_a_buildkit_build_then_sweep_leaves_nothing_later() {
+pub fn kill_9_one_second_into_a_buildkit_build_then_sweep_leaves_nothing_later() {
     killed_in_a_buildkit_build_then_swept(
         "docker",
         During::Build(std::time::Duration::from_secs(1)),
@@ -616,8 +593,7 @@ fn kill_9_one_second_into_a_buildkit_build_then_sweep_leaves_nothing_later() {
     );
 }
 
-#[test]
-fn kill_9_two_seconds_into_a_buildkit_build_then_sweep_leaves_nothing_later() {
+pub fn kill_9_two_seconds_into_a_buildkit_build_then_sweep_leaves_nothing_later() {
     killed_in_a_buildkit_build_then_swept(
         "docker",
         During::Build(std::time::Duration::from_secs(2)),
@@ -625,8 +601,7 @@ fn kill_9_two_seconds_into_a_buildkit_build_then_sweep_leaves_nothing_later() {
     );
 }
 
-#[test]
-fn kill_9_one_second_into_a_datalayer_build_then_sweep_leaves_nothing_later() {
+pub fn kill_9_one_second_into_a_datalayer_build_then_sweep_leaves_nothing_later() {
     killed_in_a_buildkit_build_then_swept(
         "datalayer",
         During::Build(std::time::Duration::from_secs(1)),
@@ -634,17 +609,13 @@ fn kill_9_one_second_into_a_datalayer_build_then_sweep_leaves_nothing_later() {
     );
 }
 
-#[test]
-fn kill_9_during_a_datalayer_push_then_sweep_leaves_nothing_later() {
+pub fn kill_9_during_a_datalayer_push_then_sweep_leaves_nothing_later() {
     killed_in_a_buildkit_build_then_swept("datalayer", During::Push, "kill-9-datalayer-push");
 }
 
 /// Signals a lifecycle run 1 s into its BuildKit build; its own cleanup leaves nothing,
 /// then nor [`LATER`].
 fn signalled_in_a_buildkit_build(signal: &str, code: i32, test: &str) {
-    if !common::docker_or_skip(test) {
-        return;
-    }
     let dir = common::out_dir(test);
     let (run_id, status, _, seen) = stopped_lifecycle(
         "docker",
@@ -672,12 +643,10 @@ fn signalled_in_a_buildkit_build(signal: &str, code: i32, test: &str) {
     );
 }
 
-#[test]
-fn sigterm_one_second_into_a_buildkit_build_leaves_nothing_later() {
+pub fn sigterm_one_second_into_a_buildkit_build_leaves_nothing_later() {
     signalled_in_a_buildkit_build("TERM", 143, "sigterm-1s-into-buildkit");
 }
 
-#[test]
-fn sigint_one_second_into_a_buildkit_build_leaves_nothing_later() {
+pub fn sigint_one_second_into_a_buildkit_build_leaves_nothing_later() {
     signalled_in_a_buildkit_build("INT", 130, "sigint-1s-into-buildkit");
 }

@@ -58,11 +58,7 @@ async fn get(
     answer.bytes().await.expect("a body")
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn pushes_an_index_with_attestations_and_launches_it_pulled_by_the_reader() {
-    if !common::docker_or_skip("datalayer_push") {
-        return;
-    }
+pub async fn pushes_an_index_with_attestations_and_launches_it_pulled_by_the_reader() {
     let (push_password, pull_password) = (fake("push"), fake("pull"));
     // A deliberate fake canary, handed to the build as a registry token would be.
     let canary = Secret::new("REGISTRY_TOKEN", fake("canary"));
@@ -382,11 +378,7 @@ fn preflight_row<'a>(shown: &'a str, check: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no datalayer × {check} row in:\n{shown}"))
 }
 
-#[test]
-fn preflight_checks_both_logins_and_names_a_refused_one() {
-    if !common::docker_or_skip("preflight_checks_both_logins_and_names_a_refused_one") {
-        return;
-    }
+pub fn preflight_checks_both_logins_and_names_a_refused_one() {
     let (push_password, pull_password) = (fake("push"), fake("pull"));
     let registry =
         registry::start_with_puller(("pusher", &push_password), ("puller", &pull_password));
@@ -431,11 +423,7 @@ fn preflight_checks_both_logins_and_names_a_refused_one() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_push_logs_in_with_a_login_token_from_ecr_in_preflight_and_in_a_run() {
-    if !common::docker_or_skip("the_push_logs_in_with_a_login_token_from_ecr") {
-        return;
-    }
+pub async fn the_push_logs_in_with_a_login_token_from_ecr_in_preflight_and_in_a_run() {
     // The registry's push user is ECR's: AWS, with the login token as its password.
     let (token, pull_password) = (fake("ecr-token"), fake("pull"));
     let registry = registry::start_with_puller(("AWS", &token), ("puller", &pull_password));
@@ -557,11 +545,8 @@ async fn the_push_logs_in_with_a_login_token_from_ecr_in_preflight_and_in_a_run(
     let _ = std::fs::remove_dir_all(&out);
 }
 
-#[test]
-fn without_a_registry_or_the_tools_to_start_one_the_variant_is_skipped_with_the_install_command() {
-    if !common::docker_or_skip("datalayer_without_a_registry_is_skipped") {
-        return;
-    }
+pub fn without_a_registry_or_the_tools_to_start_one_the_variant_is_skipped_with_the_install_command()
+ {
     // A PATH with neither docker-registry nor htpasswd on it.
     let empty = common::out_dir("datalayer-empty-path");
     let path = empty.to_str().expect("a UTF-8 path");
@@ -609,12 +594,8 @@ fn registries_naming(needle: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn a_killed_run_takes_its_registry_down_and_sweep_removes_what_it_left() {
+pub fn a_killed_run_takes_its_registry_down_and_sweep_removes_what_it_left() {
     use std::io::{BufRead, BufReader};
-    if !common::docker_or_skip("a_killed_run_takes_its_registry_down") {
-        return;
-    }
     let out = common::out_dir("datalayer-killed");
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"));
     for name in REGISTRY_VARS {

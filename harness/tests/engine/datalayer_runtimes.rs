@@ -114,9 +114,8 @@ pub async fn record_scenario(dir: &Path, name: &str) -> (ScenarioResult, Vec<Sec
     (result, runner.secrets())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs Docker; rewrites fixtures/cassettes/datalayer-runtimes/"]
-async fn author_datalayer_runtimes_cassettes() {
+/// Run only when asked (`--ignored`): it rewrites fixtures/cassettes/datalayer-runtimes/.
+pub async fn author_datalayer_runtimes_cassettes() {
     let dir = common::root().join("fixtures/cassettes/datalayer-runtimes");
     for name in ["lifecycle", "core-tier"] {
         record_scenario(&dir, name).await;
@@ -126,11 +125,7 @@ async fn author_datalayer_runtimes_cassettes() {
 
 /// The lifecycle, recorded with a fake key: it passes, leaves no runtime, and no
 /// credential value (the key, the runtime's token, the canary) is in any file written.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_lifecycle_passes_leaves_no_runtime_and_writes_no_credential() {
-    if !common::docker_or_skip("the_lifecycle_passes_leaves_no_runtime_and_writes_no_credential") {
-        return;
-    }
+pub async fn the_lifecycle_passes_leaves_no_runtime_and_writes_no_credential() {
     let out = common::out_dir("record-datalayer-runtimes");
     let (result, mut secrets) = record_scenario(&out.join("cassettes"), "lifecycle").await;
     assert_eq!(
@@ -149,11 +144,7 @@ async fn the_lifecycle_passes_leaves_no_runtime_and_writes_no_credential() {
 /// delete take: shutdown then leaves nothing. A client keyed by `uid` would send
 /// `DELETE /runtimes/<uid>`, be told 404 (taken as already gone) and leave the runtime
 /// running: this test then fails on the runtime still listed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn runtimes_are_deleted_by_pod_name_and_a_uid_finds_nothing() {
-    if !common::docker_or_skip("runtimes_are_deleted_by_pod_name_and_a_uid_finds_nothing") {
-        return;
-    }
+pub async fn runtimes_are_deleted_by_pod_name_and_a_uid_finds_nothing() {
     let emulator = emulator(Faults::default()).await;
     let provider = client(&emulator, Mode::Live, Arc::default());
     let run = labels(&new_run_id(), "by-pod-name");
@@ -210,12 +201,7 @@ async fn runtimes_are_deleted_by_pod_name_and_a_uid_finds_nothing() {
 /// A create the platform refuses with a 200 and `success: false` fails launch with the
 /// platform's message and makes nothing; an ingress that answers 503 while it warms up is
 /// waited for within the launch.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refused_create_fails_launch_and_a_warming_ingress_is_waited_for() {
-    if !common::docker_or_skip("a_refused_create_fails_launch_and_a_warming_ingress_is_waited_for")
-    {
-        return;
-    }
+pub async fn a_refused_create_fails_launch_and_a_warming_ingress_is_waited_for() {
     let emulator = emulator(Faults {
         refuse_create: Some("Runtime creation failed: not enough credits".into()),
         warm_up: 3,

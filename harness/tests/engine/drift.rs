@@ -31,11 +31,7 @@ use crate::{author_daytona, author_e2b, author_modal, common, datalayer_runtimes
 /// How many differences a failure lists.
 const SHOWN: usize = 40;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2b() {
-    if !common::docker_or_skip("drift::e2b") {
-        return;
-    }
+pub async fn e2b() {
     let (root, out) = (common::root(), common::out_dir("drift-e2b"));
     author_e2b::record(&root, &out, &["lifecycle", "core-tier"]).await;
     assert_no_drift(
@@ -45,11 +41,7 @@ async fn e2b() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn daytona() {
-    if !common::docker_or_skip("drift::daytona") {
-        return;
-    }
+pub async fn daytona() {
     let (root, out) = (common::root(), common::out_dir("drift-daytona"));
     author_daytona::record(&out, &["lifecycle", "core-tier"]).await;
     author_daytona::record_builds(&out.join("builds")).await;
@@ -60,11 +52,7 @@ async fn daytona() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn modal() {
-    if !common::docker_or_skip("drift::modal") {
-        return;
-    }
+pub async fn modal() {
     let (root, out) = (common::root(), common::out_dir("drift-modal"));
     author_modal::record(&root, &out, &["lifecycle", "core-tier"]).await;
     author_modal::record_faults(&root, &out.join("faults")).await;
@@ -75,11 +63,7 @@ async fn modal() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn datalayer_runtimes() {
-    if !common::docker_or_skip("drift::datalayer_runtimes") {
-        return;
-    }
+pub async fn datalayer_runtimes() {
     let (root, out) = (common::root(), common::out_dir("drift-datalayer-runtimes"));
     for name in ["lifecycle", "core-tier"] {
         datalayer_runtimes::record_scenario(&out, name).await;
@@ -406,8 +390,7 @@ fn polled_once(mut exchanges: Vec<Value>) -> Vec<Value> {
 
 /// New ids, new latencies, a new `written` and a poll answered twice are no drift; a
 /// request that asks for something else is, at the field that changed.
-#[test]
-fn ids_times_and_repeated_polls_are_not_drift_but_a_changed_request_is() {
+pub fn ids_times_and_repeated_polls_are_not_drift_but_a_changed_request_is() {
     let committed = load(&common::root().join("fixtures/cassettes/e2b/lifecycle.yaml"));
     let text = serde_json::to_string(&committed).expect("JSON");
     let template = committed["exchanges"][0]["response"]["body"]["json"]["templateID"]

@@ -43,11 +43,7 @@ fn client(emulate: &Emulate, trust: bool, volatiles: Arc<Volatiles>) -> DaytonaP
 }
 
 /// The lifecycle passes with the toolbox reached at the proxy host.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_daytona_client_runs_the_lifecycle_against_emulate_over_https_through_live_forms() {
-    if !common::docker_or_skip("emulate_daytona") {
-        return;
-    }
+pub async fn the_daytona_client_runs_the_lifecycle_against_emulate_over_https_through_live_forms() {
     let emulate = Emulate::start("daytona", &[]);
     let api = emulate.get("DAYTONA_API_URL").to_owned();
     let pin = emulate.get(RESOLVE_VAR).to_owned();

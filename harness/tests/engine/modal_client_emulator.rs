@@ -24,11 +24,7 @@ use sandbox_providers::modal::router::Router;
 /// Each call's deadline.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-#[tokio::test]
-async fn the_projects_modal_client_runs_execs_against_emulate_modal() {
-    if !common::docker_or_skip("modal_client_emulator") {
-        return;
-    }
+pub async fn the_projects_modal_client_runs_execs_against_emulate_modal() {
     let run_id = sandbox_matrix::run::runner::new_run_id();
     let emulate = Emulate::start("modal", &["--port", "0", "--router-jwt-ttl", "3"]);
     let transport = connect(emulate.get("MODAL_SERVER_URL"), None).expect("a transport");

@@ -77,11 +77,7 @@ fn start(task_id: &str, exec_id: &str, script: &str) -> router::TaskExecStartReq
     }
 }
 
-#[tokio::test]
-async fn emulate_modal_checks_tokens_requests_and_router_jwts() {
-    if !common::docker_or_skip("modal_emulator") {
-        return;
-    }
+pub async fn emulate_modal_checks_tokens_requests_and_router_jwts() {
     let run_id = sandbox_matrix::run::runner::new_run_id();
     let emulate = Emulate::start("modal", &["--port", "0", "--router-jwt-ttl", "2"]);
     let token = (
@@ -417,11 +413,7 @@ async fn base_image(control: &mut ModalClientClient<Channel>, token: (&str, &str
     panic!("the build's stream ended without its result");
 }
 
-#[tokio::test]
-async fn emulate_modal_injects_unavailable_once_and_sandboxes_without_a_task() {
-    if !common::docker_or_skip("modal_emulator") {
-        return;
-    }
+pub async fn emulate_modal_injects_unavailable_once_and_sandboxes_without_a_task() {
     let bad = std::process::Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"))
         .args([
             "emulate",

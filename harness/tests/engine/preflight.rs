@@ -67,8 +67,7 @@ fn row<'a>(output: &'a str, variant: &str, check: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no row {variant} × {check} in:\n{output}"))
 }
 
-#[test]
-fn without_credentials_each_missing_variable_is_named() {
+pub fn without_credentials_each_missing_variable_is_named() {
     let output = sandbox_matrix(
         &["preflight", "--variant", "e2b", "--variant", "daytona"],
         &[],
@@ -98,20 +97,14 @@ fn without_credentials_each_missing_variable_is_named() {
     assert!(shown.contains("not ready: e2b, daytona"), "{shown}");
 }
 
-#[test]
-fn an_unknown_variant_is_bad_input() {
+pub fn an_unknown_variant_is_bad_input() {
     let output = sandbox_matrix(&["preflight", "--variant", "nope"], &[]);
     let shown = text(&output);
     assert_eq!(output.status.code(), Some(2), "{shown}");
     assert!(shown.contains("unknown variant `nope`"), "{shown}");
 }
 
-#[test]
-fn against_the_emulator_and_a_registry_holding_the_base_e2b_is_ready() {
-    if !common::docker_or_skip("against_the_emulator_and_a_registry_holding_the_base_e2b_is_ready")
-    {
-        return;
-    }
+pub fn against_the_emulator_and_a_registry_holding_the_base_e2b_is_ready() {
     // Fake credentials, made up for this test.
     let password = "sm-fake-preflight-password-1f3a";
     let fake_key = "e2b_fake_preflight_key_0000";

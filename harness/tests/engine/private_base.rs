@@ -78,11 +78,7 @@ fn run_folder(out: &Path) -> std::path::PathBuf {
         .expect("a run folder with results.json")
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_base_is_pulled_by_digest_with_a_login_token_from_ecr() {
-    if !common::docker_or_skip("the_base_is_pulled_by_digest_with_a_login_token_from_ecr") {
-        return;
-    }
+pub async fn the_base_is_pulled_by_digest_with_a_login_token_from_ecr() {
     let token = fake_token("token");
     let registry = registry::start("AWS", &token);
     let ecr = MockServer::start().await;

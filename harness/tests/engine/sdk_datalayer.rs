@@ -16,7 +16,7 @@ use common::emulate::Emulate;
 
 /// The client's distribution and the version the test is written against: the newest
 /// datalayer-core that still creates runtimes itself (later ones moved that elsewhere).
-const SDK: &str = "datalayer-core";
+pub const SDK: &str = "datalayer-core";
 const PINNED: &str = "1.1.40";
 
 /// Containers and images the emulator on `port` made, by its run label
@@ -63,19 +63,13 @@ fn emulator_left(port: u16) -> Vec<String> {
     left
 }
 
-#[test]
-fn datalayers_client_runs_its_runtime_flow_against_emulate_datalayer() {
+pub fn datalayers_client_runs_its_runtime_flow_against_emulate_datalayer() {
     assert_eq!(
         common::sdk::pinned(SDK),
         PINNED,
         "harness/tests/sdk/requirements.txt does not pin {SDK}=={PINNED}"
     );
-    let Some(python) = common::sdk::python_or_skip("sdk_datalayer", SDK, PINNED) else {
-        return;
-    };
-    if !common::docker_or_skip("sdk_datalayer") {
-        return;
-    }
+    let python = common::sdk::required_python(SDK, PINNED);
     let dir = common::out_dir("sdk-datalayer");
     let ca_file = dir.join("ca.pem").display().to_string();
     let emulate = Emulate::start("datalayer", &["--port", "0", "--ca-out", &ca_file]);

@@ -23,7 +23,7 @@ use common::emulate::Emulate;
 use sandbox_providers::api::network::CA_FILE_VAR;
 
 /// The SDK's distribution and the version the test is written against.
-const SDK: &str = "daytona";
+pub const SDK: &str = "daytona";
 const PINNED: &str = "0.226.1";
 /// The variant label on everything the emulator builds and starts for a client that
 /// labels nothing of its own (the SDK labels its sandboxes `code-toolbox-language` only).
@@ -105,20 +105,14 @@ fn run_flow(python: &Path, emulate: &Emulate, snapshot: &str, cwd: &Path) {
     );
 }
 
-#[test]
-fn the_daytona_sdk_runs_its_flow_against_emulate_daytona() {
+pub fn the_daytona_sdk_runs_its_flow_against_emulate_daytona() {
     // The shared requirements file must pin what this test is written for.
     assert_eq!(
         common::sdk::pinned(SDK),
         PINNED,
         "harness/tests/sdk/requirements.txt does not pin {SDK}=={PINNED}"
     );
-    let Some(python) = common::sdk::python_or_skip("sdk_daytona", SDK, PINNED) else {
-        return;
-    };
-    if !common::docker_or_skip("sdk_daytona") {
-        return;
-    }
+    let python = common::sdk::required_python(SDK, PINNED);
     let dir = common::out_dir("sdk-daytona");
     let ca_file = dir.join("ca.pem").display().to_string();
     let emulate = Emulate::start(

@@ -25,7 +25,7 @@ use common::emulate::Emulate;
 use sandbox_providers::api::network::CA_FILE_VAR;
 
 /// The SDK the venv must hold, as the requirements file pins it.
-const SDK: &str = "e2b-code-interpreter";
+pub const SDK: &str = "e2b-code-interpreter";
 
 /// E2B's code-interpreter template's start command: what makes the emulator serve
 /// `/execute` on port 49999.
@@ -75,15 +75,8 @@ fn run_flow(
     );
 }
 
-#[test]
-fn the_e2b_sdk_runs_its_flow_against_emulate_e2b() {
-    let Some(python) = common::sdk::python_or_skip("sdk_e2b", SDK, &common::sdk::pinned(SDK))
-    else {
-        return;
-    };
-    if !common::docker_or_skip("sdk_e2b") {
-        return;
-    }
+pub fn the_e2b_sdk_runs_its_flow_against_emulate_e2b() {
+    let python = common::sdk::required_python(SDK, &common::sdk::pinned(SDK));
     let dir = common::out_dir("sdk-e2b");
     let run_id = sandbox_matrix::run::runner::new_run_id();
     for (channel, start) in [("jupyter", None), ("interpreter", Some(INTERPRETER_START))] {

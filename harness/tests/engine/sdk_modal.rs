@@ -24,17 +24,10 @@ use crate::common;
 use common::emulate::Emulate;
 
 /// The client the venv must hold, as the requirements file pins it.
-const SDK: &str = "modal";
+pub const SDK: &str = "modal";
 
-#[test]
-fn the_modal_client_runs_its_sandbox_flow_against_emulate_modal() {
-    let Some(python) = common::sdk::python_or_skip("sdk_modal", SDK, &common::sdk::pinned(SDK))
-    else {
-        return;
-    };
-    if !common::docker_or_skip("sdk_modal") {
-        return;
-    }
+pub fn the_modal_client_runs_its_sandbox_flow_against_emulate_modal() {
+    let python = common::sdk::required_python(SDK, &common::sdk::pinned(SDK));
     let dir = common::out_dir("sdk-modal");
     let run_id = sandbox_matrix::run::runner::new_run_id();
     // The first SandboxCreate answers Unavailable, as a live control plane may: the client

@@ -34,11 +34,7 @@ fn settings(emulator: &Emulator) -> ApiSettings {
 /// A snapshot queued longer than the service waits for a runner: asking its build-logs
 /// URL at once, as the client did, is held 30 s and answered 404; the client, which now
 /// asks once the snapshot has left `pending`, builds it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn daytona_answers_404_for_the_build_logs_of_a_snapshot_no_runner_holds() {
-    if !common::docker_or_skip("server_rules::daytona_build_logs") {
-        return;
-    }
+pub async fn daytona_answers_404_for_the_build_logs_of_a_snapshot_no_runner_holds() {
     let root = common::root();
     let docker = common::prepared_docker(&root).await;
     let labels = RunLabels {

@@ -29,11 +29,7 @@ fn scenario(dir: &Path, name: &str, fresh: bool, rebuild: bool) -> String {
     path.display().to_string()
 }
 
-#[test]
-fn scenarios_of_one_environment_build_once_and_the_last_removes_it() {
-    if !common::docker_or_skip("scenarios_of_one_environment_build_once_and_the_last_removes_it") {
-        return;
-    }
+pub fn scenarios_of_one_environment_build_once_and_the_last_removes_it() {
     let dir = common::out_dir("shared-build");
     let first = scenario(&dir, "share-first", false, false);
     let second = scenario(&dir, "share-second", false, true);

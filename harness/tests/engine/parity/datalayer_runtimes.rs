@@ -26,21 +26,13 @@ use serde_json::json;
 use super::{OurIntents, ParityFile, Side, Window, judge, perform, sent};
 
 /// The SDK the venv must hold.
-const SDK: &str = "datalayer-core";
+pub const SDK: &str = "datalayer-core";
 
 /// Fake: the emulator checks only that a key is sent.
 const FAKE_KEY: &str = "datalayer-fake-parity-key-0000";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn our_datalayer_client_sends_what_datalayer_core_sends_for_each_intent() {
-    let Some(python) =
-        common::sdk::python_or_skip("parity::datalayer_runtimes", SDK, &common::sdk::pinned(SDK))
-    else {
-        return;
-    };
-    if !common::docker_or_skip("parity::datalayer_runtimes") {
-        return;
-    }
+pub async fn our_datalayer_client_sends_what_datalayer_core_sends_for_each_intent() {
+    let python = common::sdk::required_python(SDK, &common::sdk::pinned(SDK));
     let root = common::root();
     let parity = ParityFile::load(&root, "datalayer-runtimes");
     let docker = common::prepared_docker(&root).await;

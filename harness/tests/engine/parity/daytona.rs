@@ -25,7 +25,7 @@ use serde_json::json;
 use super::{OurIntents, ParityFile, Side, Window, build_request, judge, perform, sent};
 
 /// The SDK the venv must hold.
-const SDK: &str = "daytona";
+pub const SDK: &str = "daytona";
 
 /// How long a new snapshot waits for a runner, `pending`.
 const QUEUED: Duration = Duration::from_secs(2);
@@ -33,16 +33,8 @@ const QUEUED: Duration = Duration::from_secs(2);
 /// Fake: the emulator checks only that a key is sent.
 const FAKE_KEY: &str = "fake-daytona-parity-key";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn our_daytona_client_sends_what_the_daytona_sdk_sends_for_each_intent() {
-    let Some(python) =
-        common::sdk::python_or_skip("parity::daytona", SDK, &common::sdk::pinned(SDK))
-    else {
-        return;
-    };
-    if !common::docker_or_skip("parity::daytona") {
-        return;
-    }
+pub async fn our_daytona_client_sends_what_the_daytona_sdk_sends_for_each_intent() {
+    let python = common::sdk::required_python(SDK, &common::sdk::pinned(SDK));
     let root = common::root();
     let parity = ParityFile::load(&root, "daytona");
     let docker = common::prepared_docker(&root).await;

@@ -27,20 +27,13 @@ use super::{OurIntents, ParityFile, Side, Window, build_request, judge, perform,
 const DOMAIN: &str = "e2b.localhost";
 
 /// The SDK the venv must hold (it brings e2b, whose Template and Sandbox the flow uses).
-const SDK: &str = "e2b-code-interpreter";
+pub const SDK: &str = "e2b-code-interpreter";
 
 /// Fake: the emulator checks only that a key is sent.
 const FAKE_KEY: &str = "e2b_fake_parity_key_0000";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn our_e2b_client_sends_what_the_e2b_sdk_sends_for_each_intent() {
-    let Some(python) = common::sdk::python_or_skip("parity::e2b", SDK, &common::sdk::pinned(SDK))
-    else {
-        return;
-    };
-    if !common::docker_or_skip("parity::e2b") {
-        return;
-    }
+pub async fn our_e2b_client_sends_what_the_e2b_sdk_sends_for_each_intent() {
+    let python = common::sdk::required_python(SDK, &common::sdk::pinned(SDK));
     let root = common::root();
     let parity = ParityFile::load(&root, "e2b");
     let docker = common::prepared_docker(&root).await;

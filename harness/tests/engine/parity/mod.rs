@@ -17,10 +17,10 @@
 //!
 //! `cargo test -p sandbox-matrix --test engine parity::`.
 
-mod datalayer_runtimes;
-mod daytona;
-mod e2b;
-mod modal;
+pub mod datalayer_runtimes;
+pub mod daytona;
+pub mod e2b;
+pub mod modal;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

@@ -26,17 +26,10 @@ use serde_json::{Value, json};
 use super::{OurIntents, ParityFile, Side, Window, build_request, judge, perform, sent};
 
 /// The SDK the venv must hold.
-const SDK: &str = "modal";
+pub const SDK: &str = "modal";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn our_modal_client_sends_what_the_modal_client_sends_for_each_intent() {
-    let Some(python) = common::sdk::python_or_skip("parity::modal", SDK, &common::sdk::pinned(SDK))
-    else {
-        return;
-    };
-    if !common::docker_or_skip("parity::modal") {
-        return;
-    }
+pub async fn our_modal_client_sends_what_the_modal_client_sends_for_each_intent() {
+    let python = common::sdk::required_python(SDK, &common::sdk::pinned(SDK));
     let root = common::root();
     let parity = ParityFile::load(&root, "modal");
     let pool = official_descriptors(&python);

@@ -370,7 +370,7 @@ fn compare_refuses_a_live_run_against_a_replayed_one() {
     assert_eq!(stdout(&output), "", "no table is printed");
     assert_eq!(
         stderr(&output),
-        "error: cannot compare e2b × lifecycle × step:build: it is live in the baseline and replay in the current run; a replayed timing is not a measurement of the provider (compare live with live, replay with replay)\n"
+        "error: cannot compare e2b × lifecycle × step:build: it is live in the baseline and replay at instant pace in the current run; a replayed timing is not a measurement of the provider, and replays at two paces are two measurements (compare live with live, replay with replay at one pace)\n"
     );
     let output = sandbox_matrix(&[
         Path::new("compare"),
@@ -380,7 +380,9 @@ fn compare_refuses_a_live_run_against_a_replayed_one() {
     ]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(
-        stdout(&output).contains("| e2b · replay | lifecycle | step:build | 3 → 3 |"),
+        stdout(&output).contains(
+            "| e2b · replay (instant) | lifecycle | step:build | 3 → 3 | replayed · 3/3 ok | replayed · 3/3 ok | — |"
+        ),
         "{}",
         stdout(&output)
     );

@@ -17,12 +17,16 @@
 //! rates beside the medians say what happened.
 //!
 //! A measured (live or recorded) metric is never compared with a replayed one: the replay's
-//! timings are the cassette's, or the harness's own at instant pace.
+//! timings are the cassette's, or the harness's own at instant pace. Nor are replays at
+//! two paces compared: an instant-pace replay times the harness, a recorded-pace one the
+//! recording. An instant-pace (or fixed-pace) replay shows no number: its medians read
+//! `replayed` and it is not judged.
 
+use std::collections::BTreeSet;
 use std::fmt;
 
 use crate::analyze::stats::{Metric, Summary, Value, metrics};
-use crate::report::results::{Modes, RunResults};
+use crate::report::results::{Modes, ReplayPace, RunResults};
 
 /// Significance level of the U test.
 pub const ALPHA: f64 = 0.05;
@@ -56,6 +60,8 @@ pub enum Basis {
     },
     /// Too few attempts for the test: the fixed band.
     Band,
+    /// Replayed at instant or fixed pace: the harness's own timing, not judged.
+    HarnessTiming,
 }
 
 /// One metric in both runs.
@@ -69,6 +75,8 @@ pub struct Row {
     pub metric: String,
     /// How both runs obtained it: measured, or replayed.
     pub modes: Modes,
+    /// The pace of both runs' replays, when it was replayed.
+    pub pace: Option<ReplayPace>,
     /// The baseline's summary.
     pub baseline: Summary,
     /// The current run's summary.
@@ -93,10 +101,32 @@ pub struct Comparison {
     pub only_current: Vec<String>,
 }
 
-/// A metric measured in one run and replayed in the other, which [`compare`] refuses.
+/// How a run obtained a metric: its modes and, for replays, their paces.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Obtained {
+    /// Live, record, replay.
+    pub modes: Modes,
+    /// The paces of its replays.
+    pub paces: BTreeSet<ReplayPace>,
+}
+
+impl fmt::Display for Obtained {
+    /// `live`, `replay at instant pace`, `live+replay at instant and recorded pace`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.modes)?;
+        if !self.paces.is_empty() {
+            let paces: Vec<String> = self.paces.iter().map(ToString::to_string).collect();
+            write!(f, " at {} pace", paces.join(" and "))?;
+        }
+        Ok(())
+    }
+}
+
+/// A metric measured in one run and replayed in the other, or replayed at two paces, which
+/// [`compare`] refuses.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error(
-    "cannot compare {variant} × {scenario} × {metric}: it is {baseline} in the baseline and {current} in the current run; a replayed timing is not a measurement of the provider (compare live with live, replay with replay)"
+    "cannot compare {variant} × {scenario} × {metric}: it is {baseline} in the baseline and {current} in the current run; a replayed timing is not a measurement of the provider, and replays at two paces are two measurements (compare live with live, replay with replay at one pace)"
 )]
 pub struct MixedModes {
     /// Variant name.
@@ -105,10 +135,10 @@ pub struct MixedModes {
     pub scenario: String,
     /// Metric name.
     pub metric: String,
-    /// The baseline's modes.
-    pub baseline: Modes,
-    /// The current run's modes.
-    pub current: Modes,
+    /// How the baseline obtained it.
+    pub baseline: Box<Obtained>,
+    /// How the current run obtained it.
+    pub current: Box<Obtained>,
 }
 
 /// Compares every metric `baseline` and `current` share; refuses, naming the first, when a
@@ -120,28 +150,33 @@ pub fn compare(baseline: &RunResults, current: &RunResults) -> Result<Comparison
     let same_name = |a: &Metric, b: &Metric| {
         a.variant == b.variant && a.scenario == b.scenario && a.name == b.name
     };
-    let modes_of = |all: &[Metric], m: &Metric| -> Modes {
-        all.iter()
-            .filter(|other| same_name(other, m))
-            .flat_map(|other| other.modes.iter())
-            .collect()
+    let obtained = |all: &[Metric], m: &Metric| -> Obtained {
+        let same: Vec<&Metric> = all.iter().filter(|other| same_name(other, m)).collect();
+        Obtained {
+            modes: same.iter().flat_map(|other| other.modes.iter()).collect(),
+            paces: same.iter().filter_map(|other| other.pace).collect(),
+        }
     };
     for current in &now {
         if let Some(baseline) = before.iter().find(|b| same_name(b, current)) {
-            let (b, c) = (modes_of(&before, baseline), modes_of(&now, current));
-            if b.any_replayed() != c.any_replayed() || b.any_measured() != c.any_measured() {
+            let (b, c) = (obtained(&before, baseline), obtained(&now, current));
+            let (bm, cm) = (&b.modes, &c.modes);
+            if bm.any_replayed() != cm.any_replayed()
+                || bm.any_measured() != cm.any_measured()
+                || b.paces != c.paces
+            {
                 return Err(MixedModes {
                     variant: current.variant.clone(),
                     scenario: current.scenario.clone(),
                     metric: current.name.clone(),
-                    baseline: b,
-                    current: c,
+                    baseline: Box::new(b),
+                    current: Box::new(c),
                 });
             }
         }
     }
     let same = |a: &Metric, b: &Metric| {
-        same_name(a, b) && a.modes.any_replayed() == b.modes.any_replayed()
+        same_name(a, b) && a.modes.any_replayed() == b.modes.any_replayed() && a.pace == b.pace
     };
     let rows = now
         .iter()
@@ -168,6 +203,20 @@ pub fn compare(baseline: &RunResults, current: &RunResults) -> Result<Comparison
 /// Judges one metric by the module's rule.
 pub fn judge(baseline: &Metric, current: &Metric) -> Row {
     let (b, c) = (baseline.summary(), current.summary());
+    if matches!(current.pace, Some(ReplayPace::Instant | ReplayPace::Fixed)) {
+        return Row {
+            variant: current.variant.clone(),
+            scenario: current.scenario.clone(),
+            metric: current.name.clone(),
+            modes: current.modes.clone(),
+            pace: current.pace,
+            baseline: b,
+            current: c,
+            ratio: None,
+            basis: Basis::HarnessTiming,
+            change: Change::None,
+        };
+    }
     let ratio = match (b.p50, c.p50) {
         (Value::Measured(b), Value::Measured(c)) if b.is_zero() && c.is_zero() => Some(1.0),
         (Value::Measured(b), Value::Measured(c)) => Some(c.as_secs_f64() / b.as_secs_f64()),
@@ -203,6 +252,7 @@ pub fn judge(baseline: &Metric, current: &Metric) -> Row {
         scenario: current.scenario.clone(),
         metric: current.name.clone(),
         modes: current.modes.clone(),
+        pace: current.pace,
         baseline: b,
         current: c,
         ratio,
@@ -356,12 +406,18 @@ pub fn basis_cell(basis: Basis) -> String {
         Basis::UTest { p } if p < 0.001 => "U test p<0.001".to_owned(),
         Basis::UTest { p } => format!("U test p={p:.3}"),
         Basis::Band => format!("n<{MIN_N_FOR_TEST}: ×{SMALL_N_BAND} band"),
+        Basis::HarnessTiming => "instant pace: the harness's timing, not judged".to_owned(),
     }
 }
 
-/// A median with its success count, such as `6.30 s · 7/10 ok`.
-fn median_cell(summary: &Summary) -> String {
-    format!("{} · {}/{} ok", summary.p50, summary.successes, summary.n)
+/// A median with its success count, such as `6.30 s · 7/10 ok`; `replayed · 7/10 ok` for
+/// a replay at instant or fixed pace, whose timings are the harness's own.
+fn median_cell(summary: &Summary, pace: Option<ReplayPace>) -> String {
+    let p50 = match pace {
+        Some(ReplayPace::Instant | ReplayPace::Fixed) => "replayed".to_owned(),
+        _ => summary.p50.to_string(),
+    };
+    format!("{p50} · {}/{} ok", summary.successes, summary.n)
 }
 
 /// Renders the comparison as markdown: a table of the shared metrics, then the metrics only
@@ -384,8 +440,8 @@ pub fn render(comparison: &Comparison) -> String {
             cell(&row.metric),
             row.baseline.n,
             row.current.n,
-            median_cell(&row.baseline),
-            median_cell(&row.current),
+            median_cell(&row.baseline, row.pace),
+            median_cell(&row.current, row.pace),
             ratio_cell(row.ratio),
             change,
             basis_cell(row.basis),
@@ -404,12 +460,11 @@ pub fn render(comparison: &Comparison) -> String {
     lines.join("\n")
 }
 
-/// The variant, followed by ` · replay` when its metric was replayed in both runs.
+/// The variant, followed by ` · replay (<pace>)` when its metric was replayed in both runs.
 fn variant_cell(row: &Row) -> String {
-    if row.modes.any_replayed() {
-        format!("{} · {}", row.variant, row.modes)
-    } else {
-        row.variant.clone()
+    match row.pace {
+        Some(pace) => format!("{} · {} ({pace})", row.variant, row.modes),
+        None => row.variant.clone(),
     }
 }
 
@@ -432,6 +487,7 @@ pub(crate) mod tests {
             scenario: "lifecycle".to_owned(),
             name: "create-to-first-result".to_owned(),
             modes: Modes::of([&crate::report::results::Source::Live]),
+            pace: None,
             attempts: attempts
                 .iter()
                 .map(|a| a.map(Duration::from_secs_f64))
@@ -454,7 +510,7 @@ pub(crate) mod tests {
     fn p_of(row: &Row) -> f64 {
         match row.basis {
             Basis::UTest { p } => p,
-            Basis::Band => panic!("judged by the band"),
+            other => panic!("judged by {other:?}"),
         }
     }
 
@@ -655,7 +711,7 @@ pub(crate) mod tests {
         let refused = compare(&live, &replay).expect_err("live against replay");
         assert_eq!(
             refused.to_string(),
-            "cannot compare docker × lifecycle × step:build: it is live in the baseline and replay in the current run; a replayed timing is not a measurement of the provider (compare live with live, replay with replay)"
+            "cannot compare docker × lifecycle × step:build: it is live in the baseline and replay at instant pace in the current run; a replayed timing is not a measurement of the provider, and replays at two paces are two measurements (compare live with live, replay with replay at one pace)"
         );
         let backwards = compare(&replay, &live).expect_err("replay against live");
         assert_eq!(
@@ -663,20 +719,45 @@ pub(crate) mod tests {
                 backwards.baseline.to_string(),
                 backwards.current.to_string()
             ),
-            ("replay".to_owned(), "live".to_owned())
+            ("replay at instant pace".to_owned(), "live".to_owned())
         );
         let mut merged = five(60.0, 2.0);
         merged.scenarios[4].source = crate::report::fixture::replay_source(ReplayPace::Instant);
         let mixed = compare(&live, &merged).expect_err("live against live+replay");
-        assert_eq!(mixed.current.to_string(), "live+replay");
+        assert_eq!(mixed.current.to_string(), "live+replay at instant pace");
 
-        let both = compare(&replay, &replayed(five(60.0, 2.0), ReplayPace::Recorded))
-            .expect("replay against replay");
+        let recorded = replayed(five(60.0, 2.0), ReplayPace::Recorded);
+        let paces = compare(&replay, &recorded).expect_err("instant against recorded pace");
+        assert_eq!(
+            (paces.baseline.to_string(), paces.current.to_string()),
+            (
+                "replay at instant pace".to_owned(),
+                "replay at recorded pace".to_owned()
+            )
+        );
+        let slower_recording = replayed(five(60.0, 4.0), ReplayPace::Recorded);
+        let both = compare(&recorded, &slower_recording).expect("recorded against recorded");
         assert_eq!(both.rows.len(), 2);
+        let text = render(&both);
         assert!(
-            render(&both).contains("| docker · replay | lifecycle | step:build |"),
-            "{}",
-            render(&both)
+            text.contains("| docker · replay (recorded) | lifecycle | create-to-first-result | 5 → 5 | 2.00 s · 5/5 ok | 4.00 s · 5/5 ok | ×2.00 | **slower** |"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_instant_pace_replay_shows_no_number_and_is_not_judged() {
+        use crate::report::results::ReplayPace;
+        let fast = replayed(five(60.0, 0.001), ReplayPace::Instant);
+        let slow = replayed(five(60.0, 2.0), ReplayPace::Instant);
+        let both = compare(&fast, &slow).expect("instant against instant");
+        assert!(both.rows.iter().all(|row| row.change == Change::None
+            && row.ratio.is_none()
+            && row.basis == Basis::HarnessTiming));
+        let text = render(&both);
+        assert!(
+            text.contains("| docker · replay (instant) | lifecycle | create-to-first-result | 5 → 5 | replayed · 5/5 ok | replayed · 5/5 ok | — | no change | instant pace: the harness's timing, not judged |"),
+            "{text}"
         );
     }
 }

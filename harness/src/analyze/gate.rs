@@ -896,7 +896,7 @@ mod tests {
         );
         assert!(
             verdicts[0].notes[0].starts_with(
-                "regression not checked: cannot compare docker × lifecycle × step:build: it is live in the baseline and replay in the current run"
+                "regression not checked: cannot compare docker × lifecycle × step:build: it is live in the baseline and replay at instant pace in the current run"
             ),
             "{verdicts:?}"
         );

@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::report::results::{self, LoadError, Provenance, RESULTS_SCHEMA_VERSION, RunResults};
+use crate::report::results::{
+    self, LoadError, Provenance, RESULTS_SCHEMA_VERSION, ReplayPace, RunResults,
+};
 
 /// Why shards could not be merged.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +43,28 @@ pub enum MergeError {
         first_path: PathBuf,
         /// The file that holds it again.
         path: PathBuf,
+    },
+    /// Two files replayed one variant × scenario at different paces: an instant-pace
+    /// replay times the harness, a recorded-pace one the recording, so their attempts are
+    /// two measurements, never one.
+    #[error(
+        "{} replays {variant} × {scenario} at {pace} pace, but {} at {first} pace: merge refuses mixed paces (merge replays of one pace)",
+        path.display(),
+        first_path.display()
+    )]
+    MixedPaces {
+        /// The variant.
+        variant: String,
+        /// The scenario.
+        scenario: String,
+        /// The file that replayed it first.
+        first_path: PathBuf,
+        /// Its pace there.
+        first: ReplayPace,
+        /// The file that replayed it at another pace.
+        path: PathBuf,
+        /// That pace.
+        pace: ReplayPace,
     },
     /// A shard could not be read.
     #[error(transparent)]
@@ -90,6 +114,26 @@ pub fn merge(paths: &[PathBuf], run_id: String, host: String) -> Result<RunResul
                     run_id: id.to_owned(),
                     first_path: first_path.clone(),
                     path: path.clone(),
+                });
+            }
+        }
+    }
+    let mut paces: HashMap<(&str, &str), (ReplayPace, &PathBuf)> = HashMap::new();
+    for (shard, path) in shards.iter().zip(paths) {
+        for scenario in &shard.scenarios {
+            let Some(pace) = scenario.source.pace() else {
+                continue;
+            };
+            let key = (scenario.variant.as_str(), scenario.scenario.as_str());
+            let (first, first_path) = *paces.entry(key).or_insert((pace, path));
+            if first != pace {
+                return Err(MergeError::MixedPaces {
+                    variant: scenario.variant.clone(),
+                    scenario: scenario.scenario.clone(),
+                    first_path: first_path.clone(),
+                    first,
+                    path: path.clone(),
+                    pace,
                 });
             }
         }
@@ -248,6 +292,48 @@ mod tests {
                 .collect::<Vec<_>>(),
             "each result keeps its mode and cassette"
         );
+    }
+
+    #[test]
+    fn replays_at_two_paces_are_refused_naming_both_files() {
+        use crate::report::results::ReplayPace;
+        let at = |run_id: &str, pace: ReplayPace| {
+            let mut shard = shard(run_id, "2025-11-29T12:10:00Z", "e2b", 1);
+            shard.scenarios[0].source = crate::report::fixture::replay_source(pace);
+            shard
+        };
+        let paths = [
+            file(
+                "paces",
+                "instant.json",
+                &json(&at("a", ReplayPace::Instant)),
+            ),
+            file(
+                "paces",
+                "recorded.json",
+                &json(&at("b", ReplayPace::Recorded)),
+            ),
+            file(
+                "paces",
+                "instant-again.json",
+                &json(&at("c", ReplayPace::Instant)),
+            ),
+        ];
+        let error = merge(&paths[..2], "m".to_owned(), "h".to_owned())
+            .expect_err("two paces")
+            .to_string();
+        assert_eq!(
+            error,
+            format!(
+                "{} replays e2b × lifecycle at recorded pace, but {} at instant pace: merge refuses mixed paces (merge replays of one pace)",
+                paths[1].display(),
+                paths[0].display()
+            )
+        );
+        let one_pace = [paths[0].clone(), paths[2].clone()];
+        let merged = merge(&one_pace, "m".to_owned(), "h".to_owned()).expect("one pace merges");
+        let _ = std::fs::remove_dir_all(paths[0].parent().expect("a folder"));
+        assert_eq!(merged.scenarios.len(), 2);
     }
 
     #[test]

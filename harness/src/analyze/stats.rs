@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use crate::report::results::{Modes, RunResults, ScenarioResult, StepStatus};
+use crate::report::results::{Modes, ReplayPace, RunResults, ScenarioResult, StepStatus};
 
 /// Significant decimal digits the histogram keeps.
 pub const SIGNIFICANT_DIGITS: u8 = 3;
@@ -131,6 +131,8 @@ pub struct Metric {
     pub name: String,
     /// How the attempts were obtained: measured (live, record) or replayed, never both.
     pub modes: Modes,
+    /// The pace of the replay, when the attempts were replayed (all at one pace).
+    pub pace: Option<ReplayPace>,
     /// Each attempt's value; `None` is a failed attempt.
     pub attempts: Vec<Option<Duration>>,
 }
@@ -143,21 +145,23 @@ impl Metric {
 }
 
 /// Every metric of `results`, grouped by variant × scenario in order of first appearance,
-/// each group's repetitions pooled; a group's measured and replayed repetitions are two
-/// groups, so that replayed timings never mix with measured ones.
+/// each group's repetitions pooled; a group's measured repetitions and its replays at each
+/// pace are separate groups, so that replayed timings never mix with measured ones, nor
+/// instant-pace ones with recorded-pace ones.
 ///
 /// A group's metrics are, in order: `step:<name>` for each step that passed or failed in
 /// some repetition (a repetition where it did not pass has a failed attempt), then each name
 /// recorded as a cross-step timing or a sample. For those, a repetition contributes its
 /// timing and its samples of that name, or one failed attempt when it recorded neither.
 pub fn metrics(results: &RunResults) -> Vec<Metric> {
-    type Key<'a> = (&'a str, &'a str, bool);
+    // Measured repetitions are one group, and replayed ones one group per pace.
+    type Key<'a> = (&'a str, &'a str, Option<ReplayPace>);
     let mut groups: Vec<(Key, Vec<&ScenarioResult>)> = Vec::new();
     for result in &results.scenarios {
         let key = (
             result.variant.as_str(),
             result.scenario.as_str(),
-            result.source.is_measured(),
+            result.source.pace(),
         );
         match groups.iter_mut().find(|(k, _)| *k == key) {
             Some((_, reps)) => reps.push(result),
@@ -165,7 +169,7 @@ pub fn metrics(results: &RunResults) -> Vec<Metric> {
         }
     }
     let mut metrics = Vec::new();
-    for ((variant, scenario, _), reps) in groups {
+    for ((variant, scenario, pace), reps) in groups {
         let modes = Modes::of(reps.iter().map(|rep| &rep.source));
         let mut names: Vec<String> = Vec::new();
         let mut named: Vec<String> = Vec::new();
@@ -192,6 +196,7 @@ pub fn metrics(results: &RunResults) -> Vec<Metric> {
                     scenario: scenario.to_owned(),
                     name,
                     modes: modes.clone(),
+                    pace,
                     attempts,
                 });
             }

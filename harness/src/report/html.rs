@@ -133,6 +133,7 @@ h3 { font-size: 1em; margin: 1.2em 0 0.3em; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: left; vertical-align: top; }
 th { background: #f3f3f3; }
+.replay { background: repeating-linear-gradient(135deg, #fafafa, #fafafa 6px, #f0f0f0 6px, #f0f0f0 12px); color: #555; font-style: italic; }
 dl { display: grid; grid-template-columns: max-content auto; gap: 0.1em 1em; font-size: 0.9em; }
 dt { font-weight: bold; } dd { margin: 0; }
 code { font-size: 0.95em; }
@@ -243,14 +244,16 @@ fn at_a_glance(page: &mut String, results: &RunResults) {
     }
     let grid = super::table::grid(results);
     page.push_str("<h2>At a glance</h2>\n<table>\n<tr><th></th>");
-    for column in &grid.columns {
-        let _ = write!(page, "<th>{}</th>", esc(column));
+    // A column of replays is set apart: what it shows is our client against a cassette.
+    let class = |replayed: bool| if replayed { " class=\"replay\"" } else { "" };
+    for (column, replayed) in grid.columns.iter().zip(&grid.replayed) {
+        let _ = write!(page, "<th{}>{}</th>", class(*replayed), esc(column));
     }
     page.push_str("</tr>\n");
     for (label, cells) in &grid.rows {
         let _ = write!(page, "<tr><th>{}</th>", esc(label));
-        for cell in cells {
-            let _ = write!(page, "<td>{}</td>", esc(cell));
+        for (cell, replayed) in cells.iter().zip(&grid.replayed) {
+            let _ = write!(page, "<td{}>{}</td>", class(*replayed), esc(cell));
         }
         page.push_str("</tr>\n");
     }
@@ -268,9 +271,10 @@ fn at_a_glance(page: &mut String, results: &RunResults) {
     }
 }
 
-/// Each failed or skipped step with its reason, each secret found and each leaked resource.
+/// Each failed step with its reason, each secret found and each leaked resource under
+/// "Failures"; each skipped step with its reason under "Skipped".
 fn failures(page: &mut String, results: &RunResults) {
-    let mut items = Vec::new();
+    let (mut failed, mut skipped) = (Vec::new(), Vec::new());
     for scenario in &results.scenarios {
         let name = format!(
             "{} / {} #{}",
@@ -281,12 +285,12 @@ fn failures(page: &mut String, results: &RunResults) {
         for step in &scenario.steps {
             match &step.status {
                 StepStatus::Passed => {}
-                StepStatus::Failed { reason } => items.push(format!(
+                StepStatus::Failed { reason } => failed.push(format!(
                     "<li class=\"failed\">{name}: <code>{}</code> failed: {}</li>",
                     esc(&step.step),
                     esc(reason)
                 )),
-                StepStatus::Skipped { reason } => items.push(format!(
+                StepStatus::Skipped { reason } => skipped.push(format!(
                     "<li class=\"skipped\">{name}: <code>{}</code> skipped: {}</li>",
                     esc(&step.step),
                     esc(reason)
@@ -294,28 +298,30 @@ fn failures(page: &mut String, results: &RunResults) {
             }
         }
         for secret in &scenario.secrets_found {
-            items.push(format!(
+            failed.push(format!(
                 "<li class=\"failed\">{name}: secret found: {}</li>",
                 esc(secret)
             ));
         }
         for resource in &scenario.leaked_resources {
-            items.push(format!(
+            failed.push(format!(
                 "<li class=\"failed\">{name}: resource leaked: {} <code>{}</code></li>",
                 esc(&resource.kind),
                 esc(&resource.id)
             ));
         }
     }
-    if items.is_empty() {
-        return;
+    for (heading, items) in [("Failures", failed), ("Skipped", skipped)] {
+        if items.is_empty() {
+            continue;
+        }
+        let _ = writeln!(page, "<h2>{heading}</h2>\n<ul>");
+        for item in items {
+            page.push_str(&item);
+            page.push('\n');
+        }
+        page.push_str("</ul>\n");
     }
-    page.push_str("<h2>Failures</h2>\n<ul>\n");
-    for item in items {
-        page.push_str(&item);
-        page.push('\n');
-    }
-    page.push_str("</ul>\n");
 }
 
 /// A strip plot per scenario × metric: a row per variant, every attempt a dot.
@@ -1113,13 +1119,30 @@ mod tests {
     fn replayed_columns_and_rows_say_so() {
         let page = render(&two_variants(), &History::default());
         assert!(
-            page.contains("<tr><th></th><th>docker · live</th><th>e2b · replay</th></tr>"),
+            page.contains(
+                "<tr><th></th><th>docker · live</th><th class=\"replay\">e2b · replay</th></tr>"
+            ),
             "{page}"
         );
         assert!(
-            page.contains("<tr><th>Build</th><td>12.3 s</td><td>replayed</td></tr>"),
+            page.contains(
+                "<tr><th>Build</th><td>12.3 s</td><td class=\"replay\">replayed</td></tr>"
+            ),
             "{page}"
         );
+        assert!(
+            page.contains(
+                "<tr><th>Resources leaked</th><td>0</td><td class=\"replay\">replayed: 0</td></tr>"
+            ),
+            "a replay's count is marked: {page}"
+        );
+        // Skips are listed apart from failures.
+        let (failures, skipped) = page
+            .split_once("<h2>Failures</h2>")
+            .and_then(|(_, rest)| rest.split_once("<h2>Skipped</h2>"))
+            .expect("a Failures list, then a Skipped list");
+        assert!(!failures.contains("skipped:"), "{failures}");
+        assert!(skipped.contains("skipped:"), "{skipped}");
         assert!(
             page.contains("<p class=\"note\">e2b · replay: replayed, not measured, from:</p>\n<ul class=\"note\">\n<li>`fixtures/cassettes/e2b/lifecycle.yaml`, written 2026-11-29, instant pace, timings read `replayed`: authored from e2b/openapi.yml@0.1.0, answered by an emulator</li>"),
             "{page}"

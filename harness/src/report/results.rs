@@ -213,6 +213,12 @@ impl Source {
         !matches!(self, Source::Replay { .. })
     }
 
+    /// The pace of the replay, when the result was replayed: replays at different paces
+    /// are different measurements.
+    pub fn pace(&self) -> Option<ReplayPace> {
+        self.replay().map(|replay| replay.pace)
+    }
+
     /// The cassette, when the result was replayed.
     pub fn replay(&self) -> Option<&Replay> {
         match self {
@@ -309,7 +315,7 @@ impl Replay {
 }
 
 /// How a replay paced its responses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ReplayPace {
     /// Every response at once: timings measure the harness, not the provider.

@@ -129,7 +129,9 @@ const ROWS: [(&str, Fill); 17] = [
 /// attempt counting as +∞ (see [`crate::analyze::stats`]).
 ///
 /// A replayed timing is never shown as the provider's: at instant pace it reads
-/// `replayed`, at recorded pace it is marked `(recorded <date>)`. A column that mixes live
+/// `replayed`, at recorded pace it is marked `(recorded <date>)`; every other cell of a
+/// column of replays reads `replayed: …`, its Scenario row `replayed: client matches
+/// cassette`. A column that mixes live
 /// and replayed results (`live+replay`, from a merge) takes its timings from the live ones.
 pub fn render(results: &RunResults) -> String {
     let grid = grid(results);
@@ -157,6 +159,8 @@ pub(crate) struct Grid {
     pub(crate) rows: Vec<(&'static str, Vec<String>)>,
     /// A note per column with replayed results.
     pub(crate) notes: Vec<Note>,
+    /// Per column: whether it holds only replays (every cell then carries the mark).
+    pub(crate) replayed: Vec<bool>,
 }
 
 /// What a column's replayed results were replayed from.
@@ -170,24 +174,36 @@ pub(crate) struct Note {
 /// The table of `results` as plain text: headers, rows and notes.
 pub(crate) fn grid(results: &RunResults) -> Grid {
     let variants = super::by_variant(results);
+    let replayed: Vec<bool> = variants
+        .iter()
+        .map(|(_, scenarios)| scenarios.iter().all(|s| !s.source.is_measured()))
+        .collect();
     let rows = ROWS
         .iter()
         .map(|(label, fill)| {
             let cells = variants
                 .iter()
-                .map(|(_, scenarios)| match fill {
-                    Fill::Plain(fill) => fill(scenarios),
-                    Fill::Timed(fill) => {
-                        let measured: Vec<&ScenarioResult> = scenarios
-                            .iter()
-                            .filter(|s| s.source.is_measured())
-                            .copied()
-                            .collect();
-                        if measured.is_empty() {
-                            fill(scenarios).show()
-                        } else {
-                            fill(&measured).show()
+                .zip(&replayed)
+                .map(|((_, scenarios), replayed)| {
+                    let cell = match fill {
+                        Fill::Plain(fill) => fill(scenarios),
+                        Fill::Timed(fill) => {
+                            let measured: Vec<&ScenarioResult> = scenarios
+                                .iter()
+                                .filter(|s| s.source.is_measured())
+                                .copied()
+                                .collect();
+                            if measured.is_empty() {
+                                fill(scenarios).show()
+                            } else {
+                                fill(&measured).show()
+                            }
                         }
+                    };
+                    if *replayed {
+                        replay_cell(label, cell)
+                    } else {
+                        cell
                     }
                 })
                 .collect();
@@ -204,6 +220,21 @@ pub(crate) fn grid(results: &RunResults) -> Grid {
         columns,
         rows,
         notes,
+        replayed,
+    }
+}
+
+/// A cell of a column that holds only replays, marked so that no reader takes it for the
+/// provider's answer: `replayed: 0`. What a replay proves is that our client still speaks
+/// the recorded protocol, so its Scenario row reads `replayed: client matches cassette`.
+fn replay_cell(label: &str, cell: String) -> String {
+    // Timings carry their own mark: `replayed`, or `(recorded <date>)` at recorded pace.
+    if cell == NOTHING || cell.starts_with("replayed") || cell.contains("(recorded ") {
+        cell
+    } else if label == "Scenario" && cell == "pass" {
+        "replayed: client matches cassette".to_owned()
+    } else {
+        format!("replayed: {cell}")
     }
 }
 
@@ -310,13 +341,14 @@ pub fn render_summary(results: &RunResults) -> String {
             .count()
             > 1;
         lines.push(String::new());
+        let mode = scenario.source.mode();
         lines.push(if repeated {
             format!(
-                "## {} / {} (repetition {})",
+                "## {} / {} · {mode} (repetition {})",
                 scenario.variant, scenario.scenario, scenario.repetition
             )
         } else {
-            format!("## {} / {}", scenario.variant, scenario.scenario)
+            format!("## {} / {} · {mode}", scenario.variant, scenario.scenario)
         });
         lines.push(String::new());
         lines.extend(scenario_bullets(scenario));
@@ -342,6 +374,12 @@ fn scenario_bullets(scenario: &ScenarioResult) -> Vec<String> {
         .collect();
     if scenario.steps.is_empty() {
         bullets.push("- no steps ran".to_owned());
+    } else if bullets.is_empty() && !scenario.source.is_measured() {
+        bullets.push(
+            "- every step went as recorded: our client matches the cassette (a replay tests \
+             the client, not the provider)"
+                .to_owned(),
+        );
     } else if bullets.is_empty() {
         bullets.push("- all steps passed".to_owned());
     }
@@ -930,7 +968,7 @@ mod tests {
         let table = render(&with_repetitions());
         assert_eq!(
             row(&table, "Create to first 1+1"),
-            ["p50 2.48 s · p90 failed · 2/3 ok", "failed"]
+            ["p50 2.48 s · p90 failed · 2/3 ok", "replayed: failed"]
         );
         assert_eq!(
             row(&table, "Build"),
@@ -938,11 +976,14 @@ mod tests {
         );
         assert_eq!(
             row(&table, "Restart"),
-            ["p50 1.24 s · p90 failed · 2/3 ok", "skipped"]
+            ["p50 1.24 s · p90 failed · 2/3 ok", "replayed: skipped"]
         );
         assert_eq!(
             row(&table, "Scenario"),
-            ["fail (lifecycle #3: first-result)", "fail (first-result)"]
+            [
+                "fail (lifecycle #3: first-result)",
+                "replayed: fail (first-result)"
+            ]
         );
     }
 
@@ -979,26 +1020,29 @@ mod tests {
         let expected = [
             (
                 "Artifact launched",
-                ["sha256:0123456789ab…", "tpl_k3x9w2m1q8v5z7r…"],
+                ["sha256:0123456789ab…", "replayed: tpl_k3x9w2m1q8v5z7r…"],
             ),
             ("Build", ["12.3 s", "replayed"]),
-            ("Build logs", ["streamed", "polled"]),
+            ("Build logs", ["streamed", "replayed: polled"]),
             (
                 "Create to first 1+1",
-                ["2.31 s · ×1.43 the kernel's floor", "failed"],
+                ["2.31 s · ×1.43 the kernel's floor", "replayed: failed"],
             ),
             ("Floor: python3 in a fresh container", ["0.48 s", "—"]),
             ("Floor: kernel's first answer", ["1.62 s", "—"]),
-            ("Restart", ["1.23 s", "skipped"]),
+            ("Restart", ["1.23 s", "replayed: skipped"]),
             (
                 "Shutdown",
-                ["0.02 s, exited on SIGTERM, exit code 0", "skipped"],
+                [
+                    "0.02 s, exited on SIGTERM, exit code 0",
+                    "replayed: skipped",
+                ],
             ),
             ("Doctor and core tier", ["—", "—"]),
             ("Extended tier", ["—", "—"]),
-            ("Secrets found", ["0", "skipped"]),
-            ("Resources leaked", ["0", "0"]),
-            ("Scenario", ["pass", "fail (first-result)"]),
+            ("Secrets found", ["0", "replayed: skipped"]),
+            ("Resources leaked", ["0", "replayed: 0"]),
+            ("Scenario", ["pass", "replayed: fail (first-result)"]),
         ];
         for (label, cells) in expected {
             assert_eq!(row(&table, label), cells, "{label}");
@@ -1253,7 +1297,7 @@ mod tests {
         };
         let summary = render_summary(&run(vec![quiet, scenario("modal", "empty")]));
         let tail = summary
-            .split_once("## modal / lifecycle\n\n")
+            .split_once("## modal / lifecycle · live\n\n")
             .expect("a section")
             .1;
         assert_eq!(
@@ -1262,7 +1306,7 @@ mod tests {
              - secret found: TOKEN at /root/.netrc\n\
              - resource leaked: volume `v1`\n\
              \n\
-             ## modal / empty\n\
+             ## modal / empty · live\n\
              \n\
              - no steps ran\n"
         );
@@ -1383,8 +1427,11 @@ mod tests {
                 "replayed, exited on SIGTERM, exit code 0"
             ]
         );
-        assert_eq!(row(&instant, "Scenario"), ["pass"]);
-        assert_eq!(row(&instant, "Resources leaked"), ["0"]);
+        assert_eq!(
+            row(&instant, "Scenario"),
+            ["replayed: client matches cassette"]
+        );
+        assert_eq!(row(&instant, "Resources leaked"), ["replayed: 0"]);
         assert!(
             instant.ends_with(
                 "\n\ne2b · replay: replayed, not measured, from:\n- `fixtures/cassettes/e2b/lifecycle.yaml`, written 2026-11-29, instant pace, timings read `replayed`: authored from e2b/openapi.yml@0.1.0, answered by an emulator"

@@ -91,6 +91,7 @@ fn nightly_results() -> RunResults {
                     repetition,
                     samples: Vec::new(),
                     base_credential: Some("none: local base".into()),
+                    secrets_scan: None,
                 });
             }
         }

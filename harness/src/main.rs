@@ -137,7 +137,9 @@ enum Command {
     /// The policy (YAML) may list `variants` that must have results, `required` steps
     /// (`scenario/step`, or `scenario/*` for no failed step), a `success_rate` floor per
     /// metric, `p90_budgets` per `scenario/metric`, and a `regression` `tolerance` checked
-    /// against --baseline with compare's rule. Leaked resources and secrets always hold.
+    /// against --baseline with compare's rule. Leaked resources and secrets always hold; a
+    /// partial secrets scan (non-root, or unreadable files) holds unless
+    /// `ship_partial_scans: true`.
     /// Every rule judges live results only: a variant with none holds with `no live result
     /// for <variant>`, and a variant's replayed repetitions beside live ones are left out.
     /// `allow_replay: true` in the policy judges replays too; a variant shipped on them alone

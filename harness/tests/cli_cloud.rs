@@ -272,3 +272,77 @@ fn a_replayed_run_names_its_mode_and_prints_no_bare_timing() {
         "{junit}"
     );
 }
+
+/// The recorded daytona lifecycle scans as uid 1000 with 8 files it cannot read: a secret
+/// readable only by root would not be seen. The shipped scenario accepts that partial scan
+/// by name; the same scenario without `accept_partial` fails the step, saying how partial.
+#[test]
+fn a_partial_secrets_scan_fails_unless_the_scenario_accepts_it_for_the_variant() {
+    let root = common::root();
+    let shipped = std::fs::read_to_string(root.join("scenarios/lifecycle.yaml"))
+        .expect("the lifecycle scenario");
+    assert!(shipped.contains("accept_partial: [daytona, datalayer-runtimes]"));
+    let dir = common::out_dir("cli-partial-scan");
+    let scenarios = dir.join("scenarios");
+    std::fs::create_dir_all(&scenarios).expect("a scenarios folder");
+    let unaccepted: String = shipped
+        .lines()
+        .filter(|line| !line.contains("accept_partial"))
+        .map(|line| {
+            line.replace(
+                "environment: ../fixtures/environments/reference",
+                &format!(
+                    "environment: {}",
+                    root.join("fixtures/environments/reference").display()
+                ),
+            ) + "\n"
+        })
+        .collect();
+    let path = scenarios.join("lifecycle.yaml");
+    std::fs::write(&path, unaccepted).expect("writable");
+    let run = |scenario: &str| {
+        let out = dir.join("out");
+        let output = sandbox_matrix(&[
+            "run",
+            "--variant",
+            "daytona",
+            "--scenario",
+            scenario,
+            "--out",
+            out.to_str().expect("utf-8 path"),
+        ]);
+        let results = std::fs::read_to_string(out.join("latest/results.json")).expect("results");
+        let results: serde_json::Value = serde_json::from_str(&results).expect("JSON");
+        (output, results["scenarios"][0].clone())
+    };
+    let (output, scenario) = run(path.to_str().expect("utf-8 path"));
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let step = scenario["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .find(|s| s["step"] == "secrets-scan")
+        .expect("a secrets-scan step")
+        .clone();
+    assert_eq!(step["status"], "failed", "{step}");
+    assert!(
+        step["reason"]
+            .as_str()
+            .expect("a reason")
+            .starts_with("the secrets scan was partial (uid 1000, 8 unreadable)"),
+        "{step}"
+    );
+    assert_eq!(
+        scenario["secrets_scan"],
+        serde_json::json!({"scanner": "the Python probe", "files_scanned": scenario["secrets_scan"]["files_scanned"], "unreadable": 8, "uid": 1000})
+    );
+    let (output, scenario) = run("lifecycle");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        scenario["secrets_scan"]["files_scanned"]
+            .as_u64()
+            .is_some_and(|n| n > 0),
+        "{scenario}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

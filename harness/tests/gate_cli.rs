@@ -106,6 +106,7 @@ fn example_results() -> RunResults {
         samples: Vec::new(),
         // Built from the local bootstrap's base, as a docker run with no registry is.
         base_credential: Some("none: local base".to_owned()),
+        secrets_scan: None,
     };
     let mut scenarios = Vec::new();
     let lifecycle = [

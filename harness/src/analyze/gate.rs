@@ -4,7 +4,10 @@
 //! every repetition, a metric's success rate is under the floor, a metric's p90 is over its
 //! budget or failed, a metric is slower than the baseline beyond noise (the rule of
 //! [`crate::analyze::compare`]) and beyond the policy's tolerance, a resource leaked, or a secret was
-//! found. Leaks and secrets always hold; the policy cannot allow them.
+//! found. Leaks and secrets always hold; the policy cannot allow them. A secrets scan that
+//! passed only partially (as non-root, or with unreadable files, which its scenario
+//! accepted for the variant) holds unless the policy sets `ship_partial_scans: true`; it
+//! then ships with a note.
 //!
 //! Every rule judges live results only (live or recorded runs: the service answered). A
 //! replay proves one thing, that the client still speaks the recorded protocol, and a
@@ -40,6 +43,8 @@ struct PolicyFile {
     regression: Option<RegressionFile>,
     #[serde(default)]
     allow_replay: bool,
+    #[serde(default)]
+    ship_partial_scans: bool,
     /// The key `allow_replay` replaced, refused with a message saying so.
     allow_replayed_timings: Option<Spanned<bool>>,
 }
@@ -67,6 +72,9 @@ pub struct Policy {
     /// Whether replayed results are judged too; when not, only live ones are, and a
     /// variant without one holds.
     pub allow_replay: bool,
+    /// Whether a secrets scan that passed as partial (run as non-root, or with unreadable
+    /// files, accepted by its scenario) ships, with a note; when not, it holds.
+    pub ship_partial_scans: bool,
 }
 
 /// `scenario/step`: a step (or check, by its step name) that must pass; `scenario/*`: no
@@ -240,6 +248,7 @@ impl Policy {
             p90_budgets,
             regression_tolerance: file.regression.map(|r| r.tolerance.value),
             allow_replay: file.allow_replay,
+            ship_partial_scans: file.ship_partial_scans,
         })
     }
 }
@@ -328,6 +337,7 @@ pub fn gate(policy: &Policy, results: &RunResults, baseline: Option<&RunResults>
                 ));
             }
             leaks_and_secrets(&scenarios, &mut verdict.reasons);
+            partial_scans(&scenarios, policy.ship_partial_scans, &mut verdict);
             for requirement in &policy.required {
                 verdict.reasons.extend(required(requirement, &scenarios));
             }
@@ -454,6 +464,31 @@ fn leaks_and_secrets(scenarios: &[&ScenarioResult], reasons: &mut Vec<String>) {
                 "{} (repetition {}) found a secret: {secret}",
                 s.scenario, s.repetition
             ));
+        }
+    }
+}
+
+/// A reason (or, when the policy ships them, a note) for every secrets scan that passed
+/// only partially: a secret readable only by root would not have been seen.
+fn partial_scans(scenarios: &[&ScenarioResult], ship: bool, verdict: &mut Verdict) {
+    for s in scenarios {
+        let Some(coverage) = s.secrets_scan.as_ref().filter(|c| c.partial()) else {
+            continue;
+        };
+        let said = format!(
+            "{} (repetition {}) scanned for secrets {}: a secret readable only by root would not be seen",
+            s.scenario,
+            s.repetition,
+            coverage.describe()
+        );
+        if ship {
+            verdict
+                .notes
+                .push(format!("{said}; shipped (ship_partial_scans: true)"));
+        } else {
+            verdict
+                .reasons
+                .push(format!("{said} (ship_partial_scans: true ships it)"));
         }
     }
 }
@@ -790,6 +825,34 @@ mod tests {
                 "lifecycle (repetition 4) leaked container `9c2e41d07a5b`",
                 "lifecycle (repetition 6) found a secret: REGISTRY_TOKEN at /etc/leak",
             ]
+        );
+    }
+
+    #[test]
+    fn a_partial_secrets_scan_holds_unless_the_policy_ships_it() {
+        let mut results = seventy_percent();
+        results.scenarios[2].secrets_scan = Some(crate::report::results::ScanCoverage {
+            scanner: "the Python probe".to_owned(),
+            files_scanned: 5120,
+            unreadable: 8,
+            uid: 1000,
+        });
+        let said = "lifecycle (repetition 3) scanned for secrets partial (uid 1000, 8 unreadable): a secret readable only by root would not be seen";
+        let held = gate(
+            &policy("success_rate: 0\n").expect("parses"),
+            &results,
+            None,
+        );
+        assert_eq!(
+            held[0].reasons,
+            [format!("{said} (ship_partial_scans: true ships it)")]
+        );
+        let shipping = policy("success_rate: 0\nship_partial_scans: true\n").expect("parses");
+        let shipped = gate(&shipping, &results, None);
+        assert!(shipped[0].ships(), "{shipped:?}");
+        assert_eq!(
+            shipped[0].notes,
+            [format!("{said}; shipped (ship_partial_scans: true)")]
         );
     }
 

@@ -404,6 +404,7 @@ mod tests {
             repetition,
             samples: Vec::new(),
             base_credential: None,
+            secrets_scan: None,
         }
     }
 

@@ -140,6 +140,7 @@ pub(crate) mod fixture {
             repetition: 1,
             samples: Vec::new(),
             base_credential: None,
+            secrets_scan: None,
         }
     }
 
@@ -238,6 +239,7 @@ pub(crate) mod fixture {
             ],
             timings: vec![timing("create-to-first-result", 2_310, None)],
             base_credential: Some("ECR login token, made for this run".to_owned()),
+            secrets_scan: None,
             ..scenario("docker", "lifecycle")
         };
         let e2b = ScenarioResult {

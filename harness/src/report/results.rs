@@ -177,6 +177,39 @@ pub struct ScenarioResult {
     /// `sandbox_providers::Provider::credential_use`). Absent when nothing was built.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_credential: Option<String>,
+    /// How much the secrets scan covered, once it scanned. Absent when it did not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets_scan: Option<ScanCoverage>,
+}
+
+/// How much a secrets scan covered: a scan that ran as a user other than root, or could
+/// not read some files, is partial, as a secret readable only by root would not be seen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScanCoverage {
+    /// What scanned: `the image's doctor` or `the Python probe`.
+    pub scanner: String,
+    /// Files read.
+    pub files_scanned: u64,
+    /// Files and folders it could not read.
+    pub unreadable: u64,
+    /// The uid it ran as.
+    pub uid: u32,
+}
+
+impl ScanCoverage {
+    /// True when it ran as non-root or could not read everything.
+    pub fn partial(&self) -> bool {
+        self.uid != 0 || self.unreadable > 0
+    }
+
+    /// `partial (uid 1000, 8 unreadable)`, or `full (uid 0, 5120 files)`.
+    pub fn describe(&self) -> String {
+        if self.partial() {
+            format!("partial (uid {}, {} unreadable)", self.uid, self.unreadable)
+        } else {
+            format!("full (uid 0, {} files)", self.files_scanned)
+        }
+    }
 }
 
 fn first_repetition() -> u32 {
@@ -481,7 +514,7 @@ mod tests {
     }
 
     /// The fixture run (docker live, e2b replayed), with what it lacks: a merged provenance
-    /// with the base it built from, a region, a second repetition with samples (one failed), a replay at recorded pace
+    /// with the base it built from, a region, a secrets scan's coverage, a second repetition with samples (one failed), a replay at recorded pace
     /// from a cassette with no date, a recording, and a variant the runner could not reach.
     fn everything() -> RunResults {
         let mut results = two_variants();
@@ -492,6 +525,12 @@ mod tests {
         let shard = results.provenance.clone();
         results.provenance.shards = vec![shard.clone(), shard];
         results.scenarios[0].region = Some("local".to_owned());
+        results.scenarios[0].secrets_scan = Some(ScanCoverage {
+            scanner: "the image's doctor".to_owned(),
+            files_scanned: 5120,
+            unreadable: 0,
+            uid: 0,
+        });
         let mut second = results.scenarios[0].clone();
         second.repetition = 2;
         second.samples = vec![

@@ -789,14 +789,26 @@ fn extended_tier(scenarios: &[&ScenarioResult]) -> String {
     }
 }
 
-/// How many secrets every scenario found, and where the first was.
+/// How many secrets every scenario found, and where the first was; with none, what the
+/// scan covered: `0 · partial (uid 1000, 8 unreadable)` or `0 · full (uid 0, 5120 files)`.
 fn secrets(scenarios: &[&ScenarioResult]) -> String {
     let mut found = scenarios
         .iter()
         .flat_map(|scenario| &scenario.secrets_found);
     match found.next() {
         Some(first) => format!("{}: {first}", 1 + found.count()),
-        None => step_cell(scenarios, "secrets-scan", |_| "0".to_owned()),
+        None => step_cell(scenarios, "secrets-scan", |_| {
+            // What the scan covered; a partial one first: a root-only secret would not be seen.
+            let mut coverages: Vec<_> = scenarios
+                .iter()
+                .filter_map(|s| s.secrets_scan.as_ref())
+                .collect();
+            coverages.sort_by_key(|coverage| !coverage.partial());
+            match coverages.first() {
+                Some(coverage) => format!("0 · {}", coverage.describe()),
+                None => "0".to_owned(),
+            }
+        }),
     }
 }
 
@@ -1347,10 +1359,12 @@ mod tests {
     fn the_credential_row_says_what_each_variant_did_with_it() {
         let docker = ScenarioResult {
             base_credential: Some("ECR login token, made for this run".to_owned()),
+            secrets_scan: None,
             ..lifecycle("docker", Source::Live)
         };
         let local = ScenarioResult {
             base_credential: Some("none: local base".to_owned()),
+            secrets_scan: None,
             ..lifecycle("local", Source::Live)
         };
         // Nothing built: nothing to say.
@@ -1521,6 +1535,40 @@ mod tests {
             "0.52 s, ended through the API; exit on SIGTERM not observable"
         );
         assert!(!cell.contains("exited on SIGTERM"), "{cell}");
+    }
+
+    #[test]
+    fn the_secrets_row_says_what_the_scan_covered() {
+        use crate::report::results::ScanCoverage;
+        let scanned = |variant: &str, unreadable, uid| {
+            let mut scenario = lifecycle(variant, Source::Live);
+            scenario.steps.push(step(
+                "secrets-scan",
+                StepStatus::Passed,
+                1000,
+                120,
+                vec![],
+                &[],
+            ));
+            scenario.secrets_scan = Some(ScanCoverage {
+                scanner: "the Python probe".to_owned(),
+                files_scanned: 5120,
+                unreadable,
+                uid,
+            });
+            scenario
+        };
+        let table = render(&run(vec![
+            scanned("docker", 0, 0),
+            scanned("daytona", 8, 1000),
+        ]));
+        assert_eq!(
+            row(&table, "Secrets found"),
+            [
+                "0 · full (uid 0, 5120 files)",
+                "0 · partial (uid 1000, 8 unreadable)"
+            ]
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::checks::conformance::{self, Check, CheckParams};
 use crate::checks::secrets;
 use crate::checks::suite::{self, CheckTarget, check_answer, describe};
 use crate::report::results::{
-    ReusedArtifact, Sample, ScenarioResult, Source, StepResult, StepStatus,
+    ReusedArtifact, Sample, ScanCoverage, ScenarioResult, Source, StepResult, StepStatus,
 };
 use crate::run::base::RunBase;
 use crate::run::events::{EventSink, RunEvent};
@@ -429,6 +429,7 @@ impl Runner {
             repetition,
             samples: state.samples,
             base_credential: state.base_credential,
+            secrets_scan: state.secrets_scan,
         };
         self.sink.emit(&RunEvent::ScenarioFinished {
             result: Box::new(result.clone()),
@@ -705,6 +706,8 @@ struct ScenarioState {
     timings: Vec<Timing>,
     leaked: Vec<sandbox_providers::Resource>,
     secrets_found: Vec<String>,
+    /// How much the secrets scan covered, once it scanned.
+    secrets_scan: Option<ScanCoverage>,
     samples: Vec<Sample>,
     /// What the variant did with the base's credential, once it built.
     base_credential: Option<String>,
@@ -1198,15 +1201,25 @@ impl StepContext {
         Ok(output)
     }
 
+    /// Passes when the scan found no secret and tested something: it read at least one
+    /// file, and read everything as root unless the step accepts this variant's partial
+    /// scan (`accept_partial:`).
     async fn secrets_scan(&self) -> Result<(), StepEnd> {
         let found = self.find_secrets().await?;
-        if found.is_empty() {
-            Ok(())
-        } else {
-            Err(StepEnd::Failed(format!(
+        if !found.is_empty() {
+            return Err(StepEnd::Failed(format!(
                 "build secret found: {}",
                 found.join(", ")
-            )))
+            )));
+        }
+        let coverage = self.state().secrets_scan.clone();
+        let accepted = matches!(&self.step.expect, Expectation::PartialScansFrom(variants)
+            if variants.contains(&self.labels.variant));
+        match coverage {
+            Some(coverage) => {
+                judge_coverage(&coverage, accepted, &self.labels.variant).map_err(StepEnd::Failed)
+            }
+            None => Ok(()),
         }
     }
 
@@ -1261,6 +1274,12 @@ impl StepContext {
             report.skipped.join(" "),
             secrets::fingerprints(&self.secrets).len()
         ));
+        self.state().secrets_scan = Some(ScanCoverage {
+            scanner: scanner.to_owned(),
+            files_scanned: report.files_scanned,
+            unreadable: report.unreadable,
+            uid: report.uid,
+        });
         if let Some(last) = report.stopped_at {
             let so_far: Vec<String> = report
                 .found
@@ -1707,7 +1726,29 @@ pub fn unreachable_variant(
         repetition: 1,
         samples: Vec::new(),
         base_credential: None,
+        secrets_scan: None,
     }
+}
+
+/// Whether a secrets scan that found nothing tested something: it read a file, and read
+/// everything as root unless `accepted` (the step's `accept_partial:` names `variant`).
+fn judge_coverage(coverage: &ScanCoverage, accepted: bool, variant: &str) -> Result<(), String> {
+    if coverage.files_scanned == 0 {
+        return Err(format!(
+            "{} read 0 files, so it tested nothing",
+            coverage.scanner
+        ));
+    }
+    if coverage.partial() && !accepted {
+        return Err(format!(
+            "the secrets scan was {}: {} ran as uid {} and could not read {} files, so a secret readable only by root would not be seen; where the variant offers no root, accept it with `accept_partial: [{variant}]` on the step",
+            coverage.describe(),
+            coverage.scanner,
+            coverage.uid,
+            coverage.unreadable,
+        ));
+    }
+    Ok(())
 }
 
 fn skipped(step: &Step, reason: String) -> StepResult {
@@ -1811,5 +1852,48 @@ impl StepLog {
 
     fn take(&self) -> StepRecord {
         std::mem::take(&mut *self.inner.lock().expect("step log lock"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn coverage(files_scanned: u64, unreadable: u64, uid: u32) -> ScanCoverage {
+        ScanCoverage {
+            scanner: "the Python probe".to_owned(),
+            files_scanned,
+            unreadable,
+            uid,
+        }
+    }
+
+    #[test]
+    fn a_scan_passes_only_when_it_tested_something() {
+        assert_eq!(
+            judge_coverage(&coverage(5120, 0, 0), false, "docker"),
+            Ok(())
+        );
+        assert_eq!(
+            judge_coverage(&coverage(0, 0, 0), true, "docker"),
+            Err("the Python probe read 0 files, so it tested nothing".to_owned())
+        );
+        // As root with a file it could not read, or as uid 1000: partial, failed unless
+        // the step accepts the variant's partial scans.
+        for partial in [
+            coverage(5120, 3, 0),
+            coverage(5120, 8, 1000),
+            coverage(9, 0, 1000),
+        ] {
+            let refused = judge_coverage(&partial, false, "daytona").expect_err("partial");
+            assert!(
+                refused.starts_with(&format!(
+                    "the secrets scan was partial (uid {}, {} unreadable)",
+                    partial.uid, partial.unreadable
+                )) && refused.ends_with("`accept_partial: [daytona]` on the step"),
+                "{refused}"
+            );
+            assert_eq!(judge_coverage(&partial, true, "daytona"), Ok(()));
+        }
     }
 }

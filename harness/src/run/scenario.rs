@@ -106,6 +106,7 @@ struct StepFile {
     kernels: Option<u32>,
     #[serde(default, deserialize_with = "bounded::launches")]
     launches: Option<u32>,
+    accept_partial: Option<Spanned<Vec<String>>>,
 }
 
 /// Range checks run while the file is read, so the parser's error carries the value's
@@ -226,6 +227,10 @@ pub enum Expectation {
     Check(Check, CheckParams),
     /// `burst`: how many sandboxes to launch at once.
     Launches(u32),
+    /// `secrets-scan`: the variants whose partial scan (as non-root, or with unreadable
+    /// files) is accepted, as they offer no root to scan with. Any other variant's partial
+    /// scan fails.
+    PartialScansFrom(Vec<String>),
 }
 
 /// A parsed scenario file.
@@ -478,7 +483,7 @@ fn step_from_file(
         ));
     }
     let is = |c: Check| check == Some(c);
-    let fields: [(&str, bool, bool); 11] = [
+    let fields: [(&str, bool, bool); 12] = [
         ("code", s.code.is_some(), kind == StepKind::FirstResult),
         (
             "expect",
@@ -498,6 +503,11 @@ fn step_from_file(
         ("minimum", s.minimum.is_some(), is(Check::Throughput)),
         ("kernels", s.kernels.is_some(), is(Check::ConcurrentKernels)),
         ("launches", s.launches.is_some(), kind == StepKind::Burst),
+        (
+            "accept_partial",
+            s.accept_partial.is_some(),
+            kind == StepKind::SecretsScan,
+        ),
     ];
     if let Some((field, _, _)) = fields
         .iter()
@@ -529,6 +539,25 @@ fn step_from_file(
         (StepKind::Shutdown, _) => {
             Expectation::StoppedWithin(s.within.unwrap_or(DEFAULT_STOP_WITHIN))
         }
+        (StepKind::SecretsScan, _) => match s.accept_partial {
+            Some(variants) => {
+                let known = crate::run::variants::known();
+                if let Some(unknown) = variants.value.iter().find(|v| !known.contains(&v.as_str()))
+                {
+                    let at = &variants.referenced;
+                    return Err(invalid(
+                        at.line(),
+                        at.column(),
+                        format!(
+                            "`accept_partial` names `{unknown}`, which is no variant; known: {}",
+                            known.join(", ")
+                        ),
+                    ));
+                }
+                Expectation::PartialScansFrom(variants.value)
+            }
+            None => Expectation::Default,
+        },
         (StepKind::Burst, _) => match s.launches {
             Some(n) if (1..=MAX_LAUNCHES).contains(&n) => Expectation::Launches(n),
             Some(n) => {

@@ -273,76 +273,81 @@ fn a_replayed_run_names_its_mode_and_prints_no_bare_timing() {
     );
 }
 
-/// The recorded daytona lifecycle scans as uid 1000 with 8 files it cannot read: a secret
-/// readable only by root would not be seen. The shipped scenario accepts that partial scan
-/// by name; the same scenario without `accept_partial` fails the step, saying how partial.
+/// The recorded daytona scans run as uid 1000 with 8 files they cannot read: a secret
+/// readable only by root would not be seen. The shipped scenarios accept that partial scan
+/// by name, in lifecycle's secrets-scan step and core-tier's check 9; the same scenarios
+/// without `accept_partial` fail the step, saying how partial.
 #[test]
 fn a_partial_secrets_scan_fails_unless_the_scenario_accepts_it_for_the_variant() {
     let root = common::root();
-    let shipped = std::fs::read_to_string(root.join("scenarios/lifecycle.yaml"))
-        .expect("the lifecycle scenario");
-    assert!(shipped.contains("accept_partial: [daytona, datalayer-runtimes]"));
-    let dir = common::out_dir("cli-partial-scan");
-    let scenarios = dir.join("scenarios");
-    std::fs::create_dir_all(&scenarios).expect("a scenarios folder");
-    let unaccepted: String = shipped
-        .lines()
-        .filter(|line| !line.contains("accept_partial"))
-        .map(|line| {
-            line.replace(
-                "environment: ../fixtures/environments/reference",
-                &format!(
-                    "environment: {}",
-                    root.join("fixtures/environments/reference").display()
-                ),
-            ) + "\n"
-        })
-        .collect();
-    let path = scenarios.join("lifecycle.yaml");
-    std::fs::write(&path, unaccepted).expect("writable");
-    let run = |scenario: &str| {
-        let out = dir.join("out");
-        let output = sandbox_matrix(&[
-            "run",
-            "--variant",
-            "daytona",
-            "--scenario",
-            scenario,
-            "--out",
-            out.to_str().expect("utf-8 path"),
-        ]);
-        let results = std::fs::read_to_string(out.join("latest/results.json")).expect("results");
-        let results: serde_json::Value = serde_json::from_str(&results).expect("JSON");
-        (output, results["scenarios"][0].clone())
-    };
-    let (output, scenario) = run(path.to_str().expect("utf-8 path"));
-    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
-    let step = scenario["steps"]
-        .as_array()
-        .expect("steps")
-        .iter()
-        .find(|s| s["step"] == "secrets-scan")
-        .expect("a secrets-scan step")
-        .clone();
-    assert_eq!(step["status"], "failed", "{step}");
-    assert!(
-        step["reason"]
-            .as_str()
-            .expect("a reason")
-            .starts_with("the secrets scan was partial (uid 1000, 8 unreadable)"),
-        "{step}"
-    );
-    assert_eq!(
-        scenario["secrets_scan"],
-        serde_json::json!({"scanner": "the Python probe", "files_scanned": scenario["secrets_scan"]["files_scanned"], "unreadable": 8, "uid": 1000})
-    );
-    let (output, scenario) = run("lifecycle");
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    assert!(
-        scenario["secrets_scan"]["files_scanned"]
-            .as_u64()
-            .is_some_and(|n| n > 0),
-        "{scenario}"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+    for (name, step) in [
+        ("lifecycle", "secrets-scan"),
+        ("core-tier", "core-9-secrets"),
+    ] {
+        let shipped = std::fs::read_to_string(root.join(format!("scenarios/{name}.yaml")))
+            .expect("the shipped scenario");
+        assert!(shipped.contains("accept_partial: [daytona, datalayer-runtimes]"));
+        let dir = common::out_dir(&format!("cli-partial-scan-{name}"));
+        let scenarios = dir.join("scenarios");
+        std::fs::create_dir_all(&scenarios).expect("a scenarios folder");
+        let unaccepted: String = shipped
+            .lines()
+            .filter(|line| !line.contains("accept_partial"))
+            .map(|line| {
+                line.replace(
+                    "environment: ../fixtures/environments/reference",
+                    &format!(
+                        "environment: {}",
+                        root.join("fixtures/environments/reference").display()
+                    ),
+                ) + "\n"
+            })
+            .collect();
+        let path = scenarios.join(format!("{name}.yaml"));
+        std::fs::write(&path, unaccepted).expect("writable");
+        let run = |scenario: &str| {
+            let out = dir.join("out");
+            let output = sandbox_matrix(&[
+                "run",
+                "--variant",
+                "daytona",
+                "--scenario",
+                scenario,
+                "--out",
+                out.to_str().expect("utf-8 path"),
+            ]);
+            let results =
+                std::fs::read_to_string(out.join("latest/results.json")).expect("results");
+            let results: serde_json::Value = serde_json::from_str(&results).expect("JSON");
+            (output, results["scenarios"][0].clone())
+        };
+        let (output, scenario) = run(path.to_str().expect("utf-8 path"));
+        assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+        let result = scenario["steps"]
+            .as_array()
+            .expect("steps")
+            .iter()
+            .find(|s| s["step"] == step)
+            .expect("the scanning step")
+            .clone();
+        assert_eq!(result["status"], "failed", "{result}");
+        assert!(
+            result["reason"]
+                .as_str()
+                .expect("a reason")
+                .contains("the secrets scan was partial (uid 1000, 8 unreadable)"),
+            "{result}"
+        );
+        assert_eq!(scenario["secrets_scan"]["uid"], 1000, "{scenario}");
+        assert_eq!(scenario["secrets_scan"]["unreadable"], 8, "{scenario}");
+        let (output, scenario) = run(name);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        assert!(
+            scenario["secrets_scan"]["files_scanned"]
+                .as_u64()
+                .is_some_and(|n| n > 0),
+            "{scenario}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -98,7 +98,17 @@ impl Provider for Stub {
         Ok((self.answer(code), Vec::new()))
     }
 
-    async fn run_code_in(&self, _: &SandboxId, _: &str, code: &str) -> Result<CodeOutput> {
+    /// Each context a kernel of its own, all running at once: check 14's timed probe gets
+    /// the context's own pid and one shared second.
+    async fn run_code_in(&self, _: &SandboxId, context: &str, code: &str) -> Result<CodeOutput> {
+        if code.contains("getpid") {
+            let pid =
+                100 + context.len() as u64 * 10 + u64::from(context.as_bytes()[context.len() - 1]);
+            return Ok(CodeOutput {
+                stdout: format!("{pid} 10.0 11.0\n"),
+                ..CodeOutput::default()
+            });
+        }
         Ok(self.answer(code))
     }
 

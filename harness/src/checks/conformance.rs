@@ -135,6 +135,8 @@ pub struct CheckParams {
     pub within: Option<Duration>,
     /// `concurrent-kernels`: how many contexts (default 4).
     pub kernels: Option<u32>,
+    /// `secrets`: the variants whose partial scan (non-root, or unreadable files) passes.
+    pub accept_partial: Vec<String>,
 }
 
 /// What follows every probe: prints `_sm_out` as JSON behind [`ANSWER_MARKER`], then

@@ -159,7 +159,15 @@ async fn restart(target: &impl CheckTarget) -> Result<Verdict, StepEnd> {
     Ok(Verdict::new(problems, json!({ "after": after.result })))
 }
 
-/// Check 14: `kernels` contexts each answer `1+1` at once.
+/// How long each context of check 14 holds its turn, so that contexts running at once
+/// overlap in time by a margin no scheduling jitter closes.
+const OVERLAP_HOLD_SECONDS: f64 = 1.0;
+
+/// Check 14: `kernels` contexts each answer `1+1` at once, and prove they are separate
+/// kernels running side by side: once every context has answered (each kernel started),
+/// each reports its process id and the wall-clock times around a hold of
+/// [`OVERLAP_HOLD_SECONDS`]. The ids must all differ and every hold must share an instant
+/// (the latest start before the earliest end), which contexts served one at a time never do.
 async fn concurrent(target: &impl CheckTarget, kernels: u32) -> Verdict {
     let names: Vec<String> = (0..kernels).map(|i| format!("sm-context-{i}")).collect();
     let answers =
@@ -173,17 +181,70 @@ async fn concurrent(target: &impl CheckTarget, kernels: u32) -> Verdict {
             Err(e) => errors.push(e.to_string()),
         }
     }
-    let problems = if answered == kernels {
-        Vec::new()
-    } else {
-        vec![format!(
-            "{answered} of {kernels} contexts answered{}",
-            errors.first().map(|e| format!(": {e}")).unwrap_or_default()
-        )]
-    };
+    if answered != kernels {
+        return Verdict::new(
+            vec![format!(
+                "{answered} of {kernels} contexts answered{}",
+                errors.first().map(|e| format!(": {e}")).unwrap_or_default()
+            )],
+            json!({ "answered": answered, "kernels": kernels }),
+        );
+    }
+    let probe = format!(
+        "import os as _sm_os, time as _sm_time\n_sm_t0 = _sm_time.time()\n_sm_time.sleep({OVERLAP_HOLD_SECONDS})\nprint(_sm_os.getpid(), repr(_sm_t0), repr(_sm_time.time()))\ndel _sm_os, _sm_time, _sm_t0"
+    );
+    let held =
+        futures_util::future::join_all(names.iter().map(|name| target.run_code_in(name, &probe)))
+            .await;
+    let mut spans: Vec<(u64, f64, f64)> = Vec::new();
+    let mut problems = Vec::new();
+    for (name, answer) in names.iter().zip(held) {
+        let parsed = answer.map_err(|e| e.to_string()).and_then(|output| {
+            let fields: Vec<&str> = output.stdout.split_whitespace().collect();
+            match fields[..] {
+                [pid, start, end] => Ok((
+                    pid.parse::<u64>()
+                        .map_err(|e| format!("pid {pid:?}: {e}"))?,
+                    start
+                        .parse::<f64>()
+                        .map_err(|e| format!("start {start:?}: {e}"))?,
+                    end.parse::<f64>()
+                        .map_err(|e| format!("end {end:?}: {e}"))?,
+                )),
+                _ => Err(format!("no pid and times: {}", describe(&output))),
+            }
+        });
+        match parsed {
+            Ok(span) => spans.push(span),
+            Err(e) => problems.push(format!("{name}: {e}")),
+        }
+    }
+    let pids: std::collections::BTreeSet<u64> = spans.iter().map(|(pid, _, _)| *pid).collect();
+    let latest_start = spans.iter().map(|s| s.1).fold(f64::NEG_INFINITY, f64::max);
+    let earliest_end = spans.iter().map(|s| s.2).fold(f64::INFINITY, f64::min);
+    if problems.is_empty() {
+        if pids.len() != spans.len() {
+            problems.push(format!(
+                "the {kernels} contexts ran in {} process(es), not {kernels} kernels",
+                pids.len()
+            ));
+        }
+        if latest_start >= earliest_end {
+            problems.push(format!(
+                "the contexts did not run at once: the last started {:.2} s after the first ended",
+                latest_start - earliest_end
+            ));
+        }
+    }
     Verdict::new(
         problems,
-        json!({ "answered": answered, "kernels": kernels }),
+        json!({
+            "answered": answered,
+            "kernels": kernels,
+            "pids": pids,
+            "overlap_seconds": (earliest_end - latest_start).max(0.0),
+            "spans": spans.iter().map(|(pid, start, end)| json!({"pid": pid, "start": start, "end": end})).collect::<Vec<_>>(),
+        }),
     )
 }
 
@@ -208,5 +269,90 @@ pub(crate) fn describe(output: &CodeOutput) -> String {
             format!("no result (stdout: {:?})", output.stdout.trim())
         }
         (None, None) => "no result".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Contexts that answer `1+1`, then report the pid and times `span` gives context `i`.
+    struct Contexts {
+        span: fn(usize) -> (u64, f64, f64),
+    }
+
+    impl CheckTarget for Contexts {
+        fn capabilities(&self) -> Capabilities {
+            unreachable!("check 14 asks only run_code_in")
+        }
+        async fn probe(&self, _: &str) -> Result<Value, StepEnd> {
+            unreachable!("check 14 asks only run_code_in")
+        }
+        async fn run_code(&self, _: &str) -> Result<CodeOutput, StepEnd> {
+            unreachable!("check 14 asks only run_code_in")
+        }
+        async fn run_code_in(
+            &self,
+            context: &str,
+            code: &str,
+        ) -> Result<CodeOutput, ProviderError> {
+            let i: usize = context
+                .trim_start_matches("sm-context-")
+                .parse()
+                .expect("an index");
+            Ok(if code == "1+1" {
+                CodeOutput {
+                    result: Some("2".to_owned()),
+                    ..CodeOutput::default()
+                }
+            } else {
+                let (pid, start, end) = (self.span)(i);
+                CodeOutput {
+                    stdout: format!("{pid} {start:?} {end:?}\n"),
+                    ..CodeOutput::default()
+                }
+            })
+        }
+        async fn restart(&self) -> Result<(), StepEnd> {
+            unreachable!("check 14 asks only run_code_in")
+        }
+        async fn find_secrets(&self) -> Result<Vec<String>, StepEnd> {
+            unreachable!("check 14 asks only run_code_in")
+        }
+        fn measured(&self, _: &str) -> Option<Duration> {
+            None
+        }
+    }
+
+    #[tokio::test]
+    async fn check_14_passes_only_on_separate_kernels_running_at_once() {
+        let together = Contexts {
+            span: |i| (100 + i as u64, 10.0 + 0.1 * i as f64, 11.0 + 0.1 * i as f64),
+        };
+        let verdict = concurrent(&together, 4).await;
+        assert!(verdict.passed, "{verdict:?}");
+        assert_eq!(verdict.data["pids"], json!([100, 101, 102, 103]));
+
+        // One kernel serving every context in turn: one pid, holds one after another.
+        let one_at_a_time = Contexts {
+            span: |i| (42, 10.0 + i as f64 * 1.01, 11.0 + i as f64 * 1.01),
+        };
+        let verdict = concurrent(&one_at_a_time, 4).await;
+        assert!(!verdict.passed);
+        assert_eq!(
+            verdict.detail.as_deref(),
+            Some(
+                "the 4 contexts ran in 1 process(es), not 4 kernels; the contexts did not run at once: the last started 2.03 s after the first ended"
+            )
+        );
+        // Separate kernels served one at a time.
+        let queued = Contexts {
+            span: |i| (100 + i as u64, 10.0 + i as f64 * 1.5, 11.0 + i as f64 * 1.5),
+        };
+        let verdict = concurrent(&queued, 2).await;
+        assert_eq!(
+            verdict.detail.as_deref(),
+            Some("the contexts did not run at once: the last started 0.50 s after the first ended")
+        );
     }
 }

@@ -1201,30 +1201,22 @@ impl StepContext {
         Ok(output)
     }
 
-    /// Passes when the scan found no secret and tested something: it read at least one
-    /// file, and read everything as root unless the step accepts this variant's partial
-    /// scan (`accept_partial:`).
     async fn secrets_scan(&self) -> Result<(), StepEnd> {
         let found = self.find_secrets().await?;
-        if !found.is_empty() {
-            return Err(StepEnd::Failed(format!(
+        if found.is_empty() {
+            Ok(())
+        } else {
+            Err(StepEnd::Failed(format!(
                 "build secret found: {}",
                 found.join(", ")
-            )));
-        }
-        let coverage = self.state().secrets_scan.clone();
-        let accepted = matches!(&self.step.expect, Expectation::PartialScansFrom(variants)
-            if variants.contains(&self.labels.variant));
-        match coverage {
-            Some(coverage) => {
-                judge_coverage(&coverage, accepted, &self.labels.variant).map_err(StepEnd::Failed)
-            }
-            None => Ok(()),
+            )))
         }
     }
 
     /// Looks for the run's secrets in the sandbox (as root where the variant can) and in
-    /// the artifact's metadata; returns `name at location` for each hit.
+    /// the artifact's metadata; returns `name at location` for each hit. With none found,
+    /// fails unless the scan tested something ([`judge_coverage`]): the `secrets-scan` step
+    /// and check 9 accept a partial scan only where their `accept_partial:` names the variant.
     async fn find_secrets(&self) -> Result<Vec<String>, StepEnd> {
         let sandbox = self.sandbox()?;
         let capabilities = self.provider.capabilities();
@@ -1307,6 +1299,19 @@ impl StepContext {
             .map(|f| format!("{} at {}", f.name, f.location))
             .collect();
         self.state().secrets_found.clone_from(&found);
+        if found.is_empty() {
+            let accepted = match &self.step.expect {
+                Expectation::PartialScansFrom(variants) => variants.as_slice(),
+                Expectation::Check(_, params) => params.accept_partial.as_slice(),
+                _ => &[],
+            }
+            .contains(&self.labels.variant);
+            let coverage = self.state().secrets_scan.clone();
+            if let Some(coverage) = coverage {
+                judge_coverage(&coverage, accepted, &self.labels.variant)
+                    .map_err(StepEnd::Failed)?;
+            }
+        }
         Ok(found)
     }
 

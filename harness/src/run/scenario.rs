@@ -450,6 +450,24 @@ fn step_from_file(
     at: &serde_saphyr::Location,
     invalid: &dyn Fn(u64, u64, String) -> ScenarioError,
 ) -> Result<Step, ScenarioError> {
+    // `accept_partial:` names known variants only.
+    let accept_partial = |list: Option<Spanned<Vec<String>>>| match list {
+        None => Ok(None),
+        Some(variants) => {
+            let known = crate::run::variants::known();
+            match variants.value.iter().find(|v| !known.contains(&v.as_str())) {
+                Some(unknown) => Err(invalid(
+                    variants.referenced.line(),
+                    variants.referenced.column(),
+                    format!(
+                        "`accept_partial` names `{unknown}`, which is no variant; known: {}",
+                        known.join(", ")
+                    ),
+                )),
+                None => Ok(Some(variants.value)),
+            }
+        }
+    };
     let (kind, check, loc) = match (&s.step, &s.check) {
         (Some(step), None) => (
             step.value,
@@ -506,7 +524,7 @@ fn step_from_file(
         (
             "accept_partial",
             s.accept_partial.is_some(),
-            kind == StepKind::SecretsScan,
+            kind == StepKind::SecretsScan || is(Check::Secrets),
         ),
     ];
     if let Some((field, _, _)) = fields
@@ -539,23 +557,8 @@ fn step_from_file(
         (StepKind::Shutdown, _) => {
             Expectation::StoppedWithin(s.within.unwrap_or(DEFAULT_STOP_WITHIN))
         }
-        (StepKind::SecretsScan, _) => match s.accept_partial {
-            Some(variants) => {
-                let known = crate::run::variants::known();
-                if let Some(unknown) = variants.value.iter().find(|v| !known.contains(&v.as_str()))
-                {
-                    let at = &variants.referenced;
-                    return Err(invalid(
-                        at.line(),
-                        at.column(),
-                        format!(
-                            "`accept_partial` names `{unknown}`, which is no variant; known: {}",
-                            known.join(", ")
-                        ),
-                    ));
-                }
-                Expectation::PartialScansFrom(variants.value)
-            }
+        (StepKind::SecretsScan, _) => match accept_partial(s.accept_partial)? {
+            Some(variants) => Expectation::PartialScansFrom(variants),
             None => Expectation::Default,
         },
         (StepKind::Burst, _) => match s.launches {
@@ -589,6 +592,7 @@ fn step_from_file(
                 minimum_mib_per_second: s.minimum,
                 within: s.within,
                 kernels: s.kernels,
+                accept_partial: accept_partial(s.accept_partial)?.unwrap_or_default(),
             },
         ),
         _ => Expectation::Default,

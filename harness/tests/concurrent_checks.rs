@@ -84,6 +84,7 @@ impl Provider for Counting {
             shutdown: ShutdownObservation::Signal,
             gpus: 0,
             egress_policy: false,
+            artifacts_listed: true,
         }
     }
 

@@ -56,6 +56,7 @@ impl Provider for Scripted {
             shutdown: ShutdownObservation::Signal,
             gpus: 0,
             egress_policy: false,
+            artifacts_listed: true,
         }
     }
 

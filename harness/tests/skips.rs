@@ -156,6 +156,7 @@ fn kernel_variant() -> Capabilities {
         shutdown: ShutdownObservation::Signal,
         gpus: 0,
         egress_policy: false,
+        artifacts_listed: true,
     }
 }
 

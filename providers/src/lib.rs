@@ -113,10 +113,19 @@ pub struct Capabilities {
     /// targets can be checked.
     #[serde(default)]
     pub egress_policy: bool,
+    /// The provider's API lists the artifacts a run built (images, templates, snapshots)
+    /// by the run's labels or names. When not, they are known only from what this client
+    /// built, and a leak of one cannot be counted from the provider's own listing.
+    #[serde(default = "listed")]
+    pub artifacts_listed: bool,
 }
 
 fn signal_observed() -> ShutdownObservation {
     ShutdownObservation::Signal
+}
+
+fn listed() -> bool {
+    true
 }
 
 /// Labels that mark every resource a run creates.

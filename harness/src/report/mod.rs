@@ -104,6 +104,7 @@ pub(crate) mod fixture {
             shutdown: ShutdownObservation::Signal,
             gpus: 0,
             egress_policy: false,
+            artifacts_listed: true,
         })
     }
 

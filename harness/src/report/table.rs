@@ -812,16 +812,26 @@ fn secrets(scenarios: &[&ScenarioResult]) -> String {
     }
 }
 
-/// How many resources every scenario left behind.
+/// How many resources every scenario left behind, as the provider lists them; where it
+/// cannot list the artifacts a run built (`Capabilities::artifacts_listed`), the cell says so.
 fn leaked(scenarios: &[&ScenarioResult]) -> String {
     let leaked: usize = scenarios
         .iter()
         .map(|scenario| scenario.leaked_resources.len())
         .sum();
-    if leaked > 0 {
-        leaked.to_string()
+    // A kind the provider cannot list is never counted as 0.
+    let unlisted = scenarios
+        .iter()
+        .any(|s| s.capabilities.as_ref().is_some_and(|c| !c.artifacts_listed));
+    let note = if unlisted {
+        " · built artifacts: the API lists none, not counted"
     } else {
-        step_cell(scenarios, "cleanup", |_| "0".to_owned())
+        ""
+    };
+    if leaked > 0 {
+        format!("{leaked}{note}")
+    } else {
+        step_cell(scenarios, "cleanup", |_| format!("0{note}"))
     }
 }
 
@@ -1568,6 +1578,20 @@ mod tests {
                 "0 · full (uid 0, 5120 files)",
                 "0 · partial (uid 1000, 8 unreadable)"
             ]
+        );
+    }
+
+    #[test]
+    fn leaks_of_a_kind_the_provider_cannot_list_never_read_0() {
+        let mut modal = lifecycle("modal", Source::Live);
+        modal
+            .steps
+            .push(step("cleanup", StepStatus::Passed, 10, 120, vec![], &[]));
+        modal.capabilities = Some(sandbox_providers::modal::CAPABILITIES);
+        let table = render(&run(vec![modal]));
+        assert_eq!(
+            row(&table, "Resources leaked"),
+            ["0 · built artifacts: the API lists none, not counted"]
         );
     }
 

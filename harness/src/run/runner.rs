@@ -1474,15 +1474,16 @@ impl StepContext {
         // What the ledger says this scenario created and is not gone, in case a label never
         // landed.
         let mut named = Vec::new();
+        let mut errors = Vec::new();
         if let Some(ledger) = &self.ledger {
             match crate::run::ledger::LedgerView::read(ledger.path()) {
                 Ok(view) => {
                     named = view.created(&self.labels.variant, Some(&self.labels.scenario));
                 }
-                Err(e) => self.log.line(&format!("warning: {e}")),
+                // Without it, what a label never reached is not known: the step fails.
+                Err(e) => errors.push(format!("the run's ledger, which names what was made: {e}")),
             }
         }
-        let mut errors = Vec::new();
         // A BuildKit build the step left (interrupted) goes on in the engine and commits its
         // image later: it is cancelled and waited for before anything is listed.
         let (builds, named): (Vec<_>, Vec<_>) = named

@@ -97,6 +97,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     shutdown: ShutdownObservation::Api,
     gpus: 0,
     egress_policy: false,
+    artifacts_listed: true,
 };
 
 /// A runtime as the API describes it.
@@ -618,18 +619,38 @@ impl Provider for RuntimesProvider {
             Ok(created) => created.runtime,
             Err(e) => {
                 // An answer lost on the way (not a refusal) may still have made one: never
-                // leave it behind.
-                if (e.retryable || matches!(e.kind, ErrorKind::Transport | ErrorKind::Timeout))
-                    && let Ok(listed) = self.listed().await
-                {
-                    for left in listed
-                        .iter()
-                        .filter(|r| r.given_name.as_deref() == Some(&name))
-                    {
-                        let _ = self.delete(&left.pod_name).await;
+                // leave it behind, and say so when it cannot be removed.
+                let mut left_behind = Vec::new();
+                if e.retryable || matches!(e.kind, ErrorKind::Transport | ErrorKind::Timeout) {
+                    match self.listed().await {
+                        Ok(listed) => {
+                            for left in listed
+                                .iter()
+                                .filter(|r| r.given_name.as_deref() == Some(&name))
+                            {
+                                if let Err(gone) = self.delete(&left.pod_name).await {
+                                    left_behind.push(format!(
+                                        "the runtime `{}` it made could not be deleted ({gone})",
+                                        left.pod_name
+                                    ));
+                                }
+                            }
+                        }
+                        Err(listing) => left_behind.push(format!(
+                            "the runtimes could not be listed to find one it may have made \
+                             ({listing})"
+                        )),
                     }
                 }
-                return Err(e.context(format!("launch environment `{}`", artifact.id)));
+                let mut what = format!("launch environment `{}`", artifact.id);
+                if !left_behind.is_empty() {
+                    what.push_str(&format!(
+                        "; {}: `sandbox-matrix sweep --run {}` removes what is left",
+                        left_behind.join("; "),
+                        labels.run_id
+                    ));
+                }
+                return Err(e.context(what));
             }
         };
         let mut timings = vec![Timing {

@@ -892,6 +892,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     shutdown: ShutdownObservation::Api,
     gpus: 0,
     egress_policy: false,
+    artifacts_listed: true,
 };
 
 #[async_trait]

@@ -846,6 +846,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     shutdown: ShutdownObservation::Signal,
     gpus: 0,
     egress_policy: false,
+    artifacts_listed: true,
 };
 
 #[async_trait]

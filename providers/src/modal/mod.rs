@@ -104,6 +104,9 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     shutdown: ShutdownObservation::Api,
     gpus: 0,
     egress_policy: false,
+    // Modal lists sandboxes by tag, but no image by anything: the images a run built are
+    // known only from this client, so a leaked one cannot be counted from a listing.
+    artifacts_listed: false,
 };
 
 /// Request metadata replay compares (the control plane's and the router's).

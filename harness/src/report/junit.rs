@@ -25,8 +25,8 @@ pub const FAILURE_TYPE: &str = "step-failed";
 /// A scenario that ran more than once has one case per step per repetition,
 /// named `<step> (repetition <k>)`: repetitions are separate measurements, not
 /// retries, so they are not written as reruns.
-/// Suite properties hold the provenance, `mode` (the variant's modes: `live`, `replay`,
-/// `live+replay`…) and, per scenario (`<scenario>`, or `<scenario>[<k>]` for repetition k of
+/// A variant's measured and replayed results are two suites. Suite properties hold the
+/// provenance, `mode` (the suite's modes: `live`, `replay`, `live+record`…) and, per scenario (`<scenario>`, or `<scenario>[<k>]` for repetition k of
 /// a repeated one), `<scenario>.mode`, for a replay `<scenario>.cassette`,
 /// `<scenario>.cassette-origin`, `<scenario>.cassette-written` (when known) and
 /// `<scenario>.pace`, then `<scenario>.scenario_hash`,

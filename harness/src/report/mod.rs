@@ -13,20 +13,26 @@ pub mod table;
 
 use crate::report::results::{RunResults, ScenarioResult};
 
-/// The scenarios of a run grouped by variant: variants in order of first
-/// appearance, each variant's scenarios in input order.
+/// The scenarios of a run grouped by variant, a variant's measured (live, recorded) and
+/// replayed results apart, so that a replay never shares a column, suite or verdict with
+/// a measurement: groups in order of first appearance, each group's scenarios in input
+/// order.
 fn by_variant(results: &RunResults) -> Vec<(&str, Vec<&ScenarioResult>)> {
-    let mut groups: Vec<(&str, Vec<&ScenarioResult>)> = Vec::new();
+    let mut groups: Vec<(&str, bool, Vec<&ScenarioResult>)> = Vec::new();
     for scenario in &results.scenarios {
+        let measured = scenario.source.is_measured();
         match groups
             .iter_mut()
-            .find(|(variant, _)| *variant == scenario.variant)
+            .find(|(variant, m, _)| *variant == scenario.variant && *m == measured)
         {
-            Some((_, scenarios)) => scenarios.push(scenario),
-            None => groups.push((&scenario.variant, vec![scenario])),
+            Some((_, _, scenarios)) => scenarios.push(scenario),
+            None => groups.push((&scenario.variant, measured, vec![scenario])),
         }
     }
     groups
+        .into_iter()
+        .map(|(variant, _, scenarios)| (variant, scenarios))
+        .collect()
 }
 
 /// A two-variant run for the reporters' tests, and the insta settings that

@@ -131,8 +131,7 @@ const ROWS: [(&str, Fill); 17] = [
 /// A replayed timing is never shown as the provider's: at instant pace it reads
 /// `replayed`, at recorded pace it is marked `(recorded <date>)`; every other cell of a
 /// column of replays reads `replayed: …`, its Scenario row `replayed: client matches
-/// cassette`. A column that mixes live
-/// and replayed results (`live+replay`, from a merge) takes its timings from the live ones.
+/// cassette`. A variant's measured and replayed results (a merge of both) are two columns.
 pub fn render(results: &RunResults) -> String {
     let grid = grid(results);
     let mut table = Table::new();
@@ -187,18 +186,7 @@ pub(crate) fn grid(results: &RunResults) -> Grid {
                 .map(|((_, scenarios), replayed)| {
                     let cell = match fill {
                         Fill::Plain(fill) => fill(scenarios),
-                        Fill::Timed(fill) => {
-                            let measured: Vec<&ScenarioResult> = scenarios
-                                .iter()
-                                .filter(|s| s.source.is_measured())
-                                .copied()
-                                .collect();
-                            if measured.is_empty() {
-                                fill(scenarios).show()
-                            } else {
-                                fill(&measured).show()
-                            }
-                        }
+                        Fill::Timed(fill) => fill(scenarios).show(),
                     };
                     if *replayed {
                         replay_cell(label, cell)
@@ -304,14 +292,10 @@ fn note(header: &str, scenarios: &[&ScenarioResult]) -> Option<Note> {
     if cassettes.is_empty() {
         return None;
     }
-    let heading = if scenarios.iter().any(|s| s.source.is_measured()) {
-        format!(
-            "{header}: timings from its measured results only; the others replayed, not measured, from"
-        )
-    } else {
-        format!("{header}: replayed, not measured, from")
-    };
-    Some(Note { heading, cassettes })
+    Some(Note {
+        heading: format!("{header}: replayed, not measured, from"),
+        cassettes,
+    })
 }
 
 /// Renders a markdown document: a title naming the run, its provenance, the
@@ -1498,7 +1482,7 @@ mod tests {
     }
 
     #[test]
-    fn a_column_mixing_live_and_replay_says_so_and_times_only_the_live() {
+    fn a_variants_live_and_replayed_results_are_two_columns() {
         let mut live = lifecycle("e2b", Source::Live);
         live.steps[0].duration = Duration::from_millis(61_000);
         live.steps.retain(|step| step.step != "restart");
@@ -1508,17 +1492,21 @@ mod tests {
         ]));
         assert_eq!(
             cells(table.lines().next().expect("a header")),
-            ["", "e2b · live+replay"]
+            ["", "e2b · replay", "e2b · live"]
         );
-        assert_eq!(row(&table, "Build"), ["61.0 s"]);
+        assert_eq!(row(&table, "Build"), ["replayed", "61.0 s"]);
         assert_eq!(
             row(&table, "Restart"),
-            ["—"],
+            ["replayed", "—"],
             "the replay's restart is not shown as live"
+        );
+        assert_eq!(
+            row(&table, "Scenario"),
+            ["replayed: client matches cassette", "pass"]
         );
         assert!(
             table.contains(
-                "e2b · live+replay: timings from its measured results only; the others replayed, not measured, from:\n- `fixtures/cassettes/e2b/lifecycle.yaml`"
+                "e2b · replay: replayed, not measured, from:\n- `fixtures/cassettes/e2b/lifecycle.yaml`"
             ),
             "{table}"
         );

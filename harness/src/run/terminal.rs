@@ -7,7 +7,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use sandbox_providers::Secret;
 
-use crate::report::results::{ReplayPace, Source, StepResult, StepStatus};
+use crate::report::results::{ReplayPace, RunResults, Source, StepResult, StepStatus};
 use crate::report::self_scan;
 use crate::run::events::{EventSink, RunEvent};
 
@@ -125,6 +125,27 @@ impl EventSink for Terminal {
             RunEvent::ScenarioFinished { .. } => self.finish(),
         }
     }
+}
+
+/// What the terminal printed for each scenario of `results` and its finished steps, in run
+/// order, as the run printed it (without the progress of steps under way): the README's
+/// sample is made from it.
+pub fn transcript(results: &RunResults) -> Vec<String> {
+    let mut lines = Vec::new();
+    for scenario in &results.scenarios {
+        lines.push(scenario_line(
+            &scenario.variant,
+            &scenario.scenario,
+            &scenario.source,
+        ));
+        lines.extend(
+            scenario
+                .steps
+                .iter()
+                .map(|step| step_line(step, &scenario.source)),
+        );
+    }
+    lines
 }
 
 /// The line that opens a scenario: `variant · scenario`, with the mode when it is not live.

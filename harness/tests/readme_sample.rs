@@ -1,0 +1,79 @@
+//! The README's sample run is generated, not pasted: from the committed run folder
+//! `docs/sample-run/` (a real run's `results.json`, the host name redacted, and the command
+//! that made it), by the same renderers a run prints with: the terminal's step lines and
+//! the comparison table. `SANDBOX_MATRIX_BLESS=1 cargo test -p sandbox-matrix --test
+//! readme_sample` writes it into README.md after the folder is replaced by a new run's.
+
+use std::path::PathBuf;
+
+use sandbox_matrix::report::{results, table};
+use sandbox_matrix::run::terminal;
+
+/// The line before the sample in README.md.
+const BEGIN: &str = "<!-- sample-run: generated from docs/sample-run/ by `SANDBOX_MATRIX_BLESS=1 cargo test -p sandbox-matrix --test readme_sample`; not edited by hand -->";
+/// The line after it.
+const END: &str = "<!-- /sample-run -->";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("harness/ has a parent")
+        .to_path_buf()
+}
+
+/// The sample as the renderers make it from the committed folder.
+fn generated() -> String {
+    let dir = root().join("docs/sample-run");
+    let results = results::load(&dir.join("results.json")).expect("the sample run's results");
+    let command = std::fs::read_to_string(dir.join("command")).expect("the sample's command");
+    format!(
+        "```text\n$ {}\n{}\n{}\n```",
+        command.trim(),
+        terminal::transcript(&results).join("\n"),
+        table::render(&results)
+    )
+}
+
+#[test]
+fn the_readme_sample_is_what_the_renderers_make_of_the_committed_run() {
+    let path = root().join("README.md");
+    let readme = std::fs::read_to_string(&path).expect("README.md");
+    let (before, rest) = readme
+        .split_once(&format!("{BEGIN}\n"))
+        .expect("README.md marks the sample's start");
+    let (shown, after) = rest
+        .split_once(&format!("\n{END}"))
+        .expect("README.md marks the sample's end");
+    let wanted = generated();
+    if shown != wanted {
+        if std::env::var("SANDBOX_MATRIX_BLESS").as_deref() == Ok("1") {
+            std::fs::write(&path, format!("{before}{BEGIN}\n{wanted}\n{END}{after}"))
+                .expect("README.md is writable");
+        } else {
+            panic!(
+                "README.md's sample is not what docs/sample-run/ renders to; rerun with SANDBOX_MATRIX_BLESS=1\n--- README\n{shown}\n--- rendered\n{wanted}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_sample_run_folder_names_no_machine() {
+    let dir = root().join("docs/sample-run");
+    let text = std::fs::read_to_string(dir.join("results.json")).expect("the sample's results");
+    let results = results::load(&dir.join("results.json")).expect("it loads");
+    assert_eq!(results.provenance.host, "[host]");
+    for machine in [
+        "/work/",
+        "/tmp/",
+        "/root/",
+        "/Users/",
+        "/var/run/",
+        "127.0.0.1:",
+    ] {
+        assert!(
+            !text.contains(machine),
+            "docs/sample-run/results.json names {machine}"
+        );
+    }
+}

@@ -62,7 +62,11 @@ enum Command {
     /// whatever happened: a failed step, a panic, or Ctrl-C.
     Run(RunArgs),
     /// List what `run` would run, one line per variant::scenario::step, without running it.
-    List(Selection),
+    ///
+    /// A cloud variant replays its cassettes: a scenario it has none for is not run (and,
+    /// asked for by name with its variant, refused, exit 2), as `run` does; with --live it
+    /// is listed.
+    List(ListArgs),
     /// Build the docker variant's reference base image if it is missing or out of date.
     ///
     /// The root filesystem is the Debian image --base-from names, pulled by digest, with the
@@ -357,6 +361,15 @@ struct Selection {
 }
 
 #[derive(Args)]
+struct ListArgs {
+    #[command(flatten)]
+    selection: Selection,
+    /// List what `run --live` would run: every selected cloud variant, cassette or not.
+    #[arg(long)]
+    live: bool,
+}
+
+#[derive(Args)]
 struct RunArgs {
     #[command(flatten)]
     selection: Selection,
@@ -438,7 +451,7 @@ fn main() -> ExitCode {
     };
     let code = runtime.block_on(async {
         match cli.command {
-            Command::List(selection) => list(&selection),
+            Command::List(args) => list(&args.selection, args.live),
             Command::Run(args) => run(args).await,
             Command::Bootstrap(args) => {
                 bootstrap(&args.root.root, args.push.as_deref(), args.base_from).await
@@ -595,11 +608,27 @@ fn scenario_path(root: &Path, arg: &str) -> PathBuf {
     }
 }
 
-fn list(selection: &Selection) -> u8 {
+fn list(selection: &Selection, live: bool) -> u8 {
+    let named = !selection.variants.is_empty() && !selection.scenarios.is_empty();
+    let cassettes = selection.root.root.join(variants::CASSETTES_DIR);
     match select(selection) {
         Ok((variants, scenarios)) => {
             for variant in &variants {
                 for scenario in &scenarios {
+                    let cassette = variants::cassette_path(&cassettes, variant, &scenario.name);
+                    if !live && variants::cloud(variant).is_some() && !cassette.is_file() {
+                        let why = format!(
+                            "no cassette for {variant} × {} at {} (record one with --record, or pass --live)",
+                            scenario.name,
+                            cassette.display()
+                        );
+                        if named {
+                            eprintln!("error: {why}");
+                            return EXIT_BAD_INPUT;
+                        }
+                        eprintln!("{variant}::{}: not run: {why}", scenario.name);
+                        continue;
+                    }
                     let implicit_cleanup = scenario.step(StepKind::Cleanup).is_none();
                     for step in &scenario.steps {
                         println!(
@@ -766,6 +795,13 @@ fn html_report(out: &Path, path: &Path, history_args: &[PathBuf]) -> u8 {
 }
 
 async fn preflight(root: &Path, selected: &[String], base: Option<&str>, approved: &Path) -> u8 {
+    // A `--base` that is no reference by digest is bad input, not a variant not ready.
+    if let Some(base) = base
+        && let Err(e) = sandbox_providers::registry::DigestReference::parse(base)
+    {
+        eprintln!("error: --base: {}", e.message);
+        return EXIT_BAD_INPUT;
+    }
     let report = match sandbox_matrix::run::preflight::preflight(
         root,
         &harness_executable(),
@@ -1572,6 +1608,19 @@ async fn run(args: RunArgs) -> u8 {
                     eprintln!("error: the {name} variant cannot run live: {e}");
                     return EXIT_BAD_INPUT;
                 }
+                // A provider's builder cannot pull this engine's local base: refuse now, not
+                // minutes into the provider's build. An emulator on this machine can.
+                if cloud.capabilities.build
+                    && runner.base().reference.is_none()
+                    && !cloud.at_loopback()
+                {
+                    eprintln!(
+                        "error: the {name} variant cannot build live from the local base {}: its builder pulls the base from a registry; set {}=<registry>/<repository>@sha256:<digest> (`sandbox-matrix bootstrap --push <registry>/<repository>` prints it; `sandbox-matrix preflight --variant {name}` checks it)",
+                        runner.base().base.reference,
+                        sandbox_matrix::run::base::BASE_VAR
+                    );
+                    return EXIT_BAD_INPUT;
+                }
             }
             CloudMode::Replay { dir, .. } => {
                 for scenario in &scenarios {
@@ -1610,7 +1659,7 @@ async fn run(args: RunArgs) -> u8 {
     // The reports must be writable before anything runs, not found out after the run.
     if let Err(e) = check_writable(&out) {
         eprintln!("error: {e}");
-        return EXIT_BAD_INPUT;
+        return EXIT_REPORT;
     }
     // The input is good: before anything is created, every create is recorded here first.
     let ledger = match Ledger::create(&out.join(&run_id), &run_id) {

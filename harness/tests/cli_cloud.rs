@@ -351,3 +351,69 @@ fn a_partial_secrets_scan_fails_unless_the_scenario_accepts_it_for_the_variant()
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// A live E2B build from this engine's local base would fail inside E2B's builder, minutes
+/// in: `run --live` refuses it before anything is created, naming the variable to set.
+/// An emulator on this machine (E2B_DOMAIN on loopback) can serve the local base, so it is
+/// not refused there (the record-against-emulator tests run that way).
+#[test]
+fn a_live_cloud_build_from_the_local_base_is_refused_before_any_request() {
+    let out = common::out_dir("cli-live-local-base");
+    let output = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"))
+        .args([
+            "run",
+            "--live",
+            "--variant",
+            "e2b",
+            "--scenario",
+            "lifecycle",
+            "--out",
+        ])
+        .arg(&out)
+        .current_dir(common::root())
+        // A fake key: nothing may be sent with it.
+        .env("E2B_API_KEY", "e2b_fake_key_for_a_refused_run")
+        .env_remove("E2B_DOMAIN")
+        .env_remove("SANDBOX_MATRIX_BASE")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .output()
+        .expect("sandbox-matrix runs");
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("cannot build live from the local base")
+            && stderr(&output).contains("set SANDBOX_MATRIX_BASE="),
+        "{}",
+        stderr(&output)
+    );
+    assert!(
+        !out.exists() || std::fs::read_dir(&out).expect("out dir").next().is_none(),
+        "nothing ran, nothing was written"
+    );
+}
+
+/// `list` says what `run` with the same arguments would do: a cloud scenario without a
+/// cassette is refused when asked for by name (exit 2, as `run` refuses it), left out with a
+/// note otherwise, and listed with --live.
+#[test]
+fn list_matches_what_run_would_run() {
+    let named = sandbox_matrix(&["list", "--variant", "e2b", "--scenario", "burst"]);
+    assert_eq!(named.status.code(), Some(2), "{}", stderr(&named));
+    assert!(
+        stderr(&named).contains("no cassette for e2b × burst"),
+        "{}",
+        stderr(&named)
+    );
+    let all = sandbox_matrix(&["list", "--variant", "e2b"]);
+    let listed = String::from_utf8_lossy(&all.stdout);
+    assert_eq!(all.status.code(), Some(0));
+    assert!(listed.contains("e2b::lifecycle::build"), "{listed}");
+    assert!(!listed.contains("e2b::burst::"), "{listed}");
+    assert!(
+        stderr(&all).contains("e2b::burst: not run: no cassette"),
+        "{}",
+        stderr(&all)
+    );
+    let live = sandbox_matrix(&["list", "--live", "--variant", "e2b", "--scenario", "burst"]);
+    assert_eq!(live.status.code(), Some(0), "{}", stderr(&live));
+    assert!(String::from_utf8_lossy(&live.stdout).contains("e2b::burst::burst"));
+}

@@ -459,7 +459,8 @@ fn an_unwritable_out_is_refused_before_the_run() {
         &[],
     );
     let err = stderr(&output);
-    assert_eq!(output.status.code(), Some(2), "{err}");
+    // 3: reports could not be written, as `--help` says.
+    assert_eq!(output.status.code(), Some(3), "{err}");
     assert!(
         err.contains(&format!("cannot write reports to {}", out.display())),
         "{err}"
@@ -491,4 +492,39 @@ fn a_results_file_error_is_located_once_and_cut() {
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The YAML parser's own words for two files it refuses (several documents, an alias inside
+/// the node it names) are said in the project's, at the file's line and column.
+#[test]
+fn yaml_the_parser_refuses_is_said_in_plain_words_with_its_place() {
+    let dir = common::out_dir("yaml-words");
+    std::fs::create_dir_all(&dir).expect("a folder");
+    for (name, text, place, words, internal) in [
+        (
+            "two-documents.yaml",
+            "name: a\nenvironment: e\nsteps: []\n---\nname: b\n",
+            ":5:1: ",
+            "the file holds more than one YAML document",
+            "from_str_multiple",
+        ),
+        (
+            "self-alias.yaml",
+            "name: a\nenvironment: e\nsteps: &s\n  - *s\n",
+            ":4:5: ",
+            "an alias refers to the node that holds it",
+            "weak recursion",
+        ),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("writable");
+        let output = sandbox_matrix(&["list", "--scenario", s(&path)], &[]);
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!("{}{place}{words}", path.display())),
+            "{err}"
+        );
+        assert!(!err.contains(internal), "{err}");
+    }
 }

@@ -29,6 +29,12 @@ pub fn humane(message: &str) -> String {
             Some(key) => format!("`{key}` is given twice; give each key once"),
             None => "a key is given twice; give each key once".to_owned(),
         }
+    } else if message.starts_with("multiple YAML documents detected") {
+        "the file holds more than one YAML document (a `---` line starts another); it must hold one"
+            .to_owned()
+    } else if message.contains("recursive references require weak recursion types") {
+        "an alias refers to the node that holds it (`*name` inside `&name`); nothing here may refer to itself"
+            .to_owned()
     } else if let Some(breach) = message.strip_prefix("budget breached: ") {
         let what = breach
             .split(|c: char| !c.is_ascii_alphanumeric())
@@ -74,6 +80,18 @@ mod tests {
         let e =
             humane("duplicate mapping key: name, set DuplicateKeyPolicy in Options if acceptable");
         assert_eq!(e, "`name` is given twice; give each key once");
+        let e = humane(
+            "multiple YAML documents detected; use from_str_multiple or from_str_multiple_with_options",
+        );
+        assert_eq!(
+            e,
+            "the file holds more than one YAML document (a `---` line starts another); it must hold one"
+        );
+        let e = humane("recursive references require weak recursion types");
+        assert!(
+            e.starts_with("an alias refers to the node that holds it"),
+            "{e}"
+        );
         let e = humane("budget breached: Nodes { nodes: 250001 }");
         assert!(!e.contains("Nodes {") && e.contains("too large"), "{e}");
         let long = format!(

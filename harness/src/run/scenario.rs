@@ -329,7 +329,7 @@ impl Scenario {
         };
         let file: ScenarioFile = serde_saphyr::from_str(text).map_err(|e| {
             let (line, column, message) = sandbox_providers::yaml::describe(&e);
-            invalid(line, column, message)
+            invalid(line, column, in_scenario_words(message))
         })?;
         if let Some(why) = crate::paths::unsafe_name(&file.name.value) {
             let at = &file.name.referenced;
@@ -442,6 +442,28 @@ impl Scenario {
     pub fn step(&self, kind: StepKind) -> Option<&Step> {
         self.steps.iter().find(|s| s.kind == kind)
     }
+}
+
+/// The parser's "unknown variant" for a `step:` or `check:` value, in this file's words: a
+/// variant, here, is a provider.
+fn in_scenario_words(message: String) -> String {
+    let Some(rest) = message.strip_prefix("unknown variant `") else {
+        return message;
+    };
+    let Some((value, expected)) = rest.split_once("`, expected one of ") else {
+        return message;
+    };
+    let what = if expected.contains("first-result") {
+        "step"
+    } else if expected.contains("concurrent-kernels") {
+        "check"
+    } else {
+        return message;
+    };
+    format!(
+        "an unknown {what} `{value}`; a {what} is one of {}",
+        expected.replace('`', "")
+    )
 }
 
 /// Turns one step as written into a [`Step`], refusing fields the step does not take.
@@ -665,7 +687,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.starts_with("scenarios/t.yaml:6:11: unknown variant `reboot`"),
+            e.starts_with(
+                "scenarios/t.yaml:6:11: an unknown step `reboot`; a step is one of build, "
+            ),
             "{e}"
         );
         for known in StepKind::ALL {
@@ -746,7 +770,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.starts_with("scenarios/t.yaml:4:12: unknown variant `vibes`")
+            e.starts_with("scenarios/t.yaml:4:12: an unknown check `vibes`; a check is one of ")
                 && e.contains("concurrent-kernels"),
             "{e}"
         );
@@ -763,7 +787,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("unknown variant `check`"),
+            e.contains("an unknown step `check`"),
             "the check kind is written `check:`: {e}"
         );
     }

@@ -61,6 +61,37 @@ pub struct CloudVariant {
     /// Set for a variant over gRPC, which records and replays at that layer; `None` for
     /// one over HTTP.
     pub grpc: Option<GrpcWire>,
+    /// The environment variables that point its client at another address than the
+    /// provider's (a URL, or E2B's domain), the one it reads first first.
+    pub address_vars: &'static [&'static str],
+}
+
+impl CloudVariant {
+    /// Whether the first of [`Self::address_vars`] set points the client at this machine
+    /// (an emulator, as `emulate` prints it): `localhost`, a `*.localhost` name or a
+    /// loopback IP.
+    pub fn at_loopback(&self) -> bool {
+        self.address_vars
+            .iter()
+            .find_map(|var| std::env::var(var).ok().filter(|v| !v.is_empty()))
+            .is_some_and(|address| names_loopback(&address))
+    }
+}
+
+/// Whether `address` (a URL, or a host with an optional port) names this machine.
+fn names_loopback(address: &str) -> bool {
+    let rest = address.split_once("://").map_or(address, |(_, r)| r);
+    let authority = rest.split(['/', '?']).next().unwrap_or(rest);
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(v6),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    host == "localhost"
+        || host.ends_with(".localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// The cloud variants, in report order: Datalayer's platform launch first, beside the
@@ -76,6 +107,7 @@ pub const CLOUD: &[CloudVariant] = &[
         replay_credentials: datalayer::runtimes::replay_credentials,
         capabilities: datalayer::runtimes::CAPABILITIES,
         grpc: None,
+        address_vars: &[datalayer::runtimes::URL_VAR],
     },
     CloudVariant {
         name: "e2b",
@@ -87,6 +119,7 @@ pub const CLOUD: &[CloudVariant] = &[
         replay_credentials: sandbox_providers::e2b::replay_credentials,
         capabilities: sandbox_providers::e2b::CAPABILITIES,
         grpc: None,
+        address_vars: &["E2B_DOMAIN"],
     },
     CloudVariant {
         name: "daytona",
@@ -98,6 +131,7 @@ pub const CLOUD: &[CloudVariant] = &[
         replay_credentials: sandbox_providers::daytona::replay_credentials,
         capabilities: sandbox_providers::daytona::CAPABILITIES,
         grpc: None,
+        address_vars: &["DAYTONA_API_URL"],
     },
     CloudVariant {
         name: "modal",
@@ -127,6 +161,7 @@ pub const CLOUD: &[CloudVariant] = &[
             },
             record_options: modal::record_options,
         }),
+        address_vars: &[modal::client::URL_VAR, modal::client::SERVER_URL_VAR],
     },
 ];
 
@@ -736,6 +771,28 @@ pub async fn docker_provider(root: &Path, harness: &Path) -> Result<DockerProvid
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_address_on_this_machine_is_loopback() {
+        for here in [
+            "e2b.localhost:43117",
+            "http://127.0.0.1:8080",
+            "https://localhost/api",
+            "http://[::1]:9000/v1",
+            "https://user@api.daytona.localhost:443/api",
+        ] {
+            assert!(names_loopback(here), "{here}");
+        }
+        for there in [
+            "e2b.app",
+            "https://app.daytona.io/api",
+            "https://api.modal.com:443",
+            "http://localhost.example.com",
+            "http://10.0.0.1:8080",
+        ] {
+            assert!(!names_loopback(there), "{there}");
+        }
+    }
 
     #[test]
     fn a_replay_names_its_cassette_from_the_project_root_and_reads_its_header() {

@@ -102,6 +102,17 @@ pub fn an_unknown_variant_is_bad_input() {
     let shown = text(&output);
     assert_eq!(output.status.code(), Some(2), "{shown}");
     assert!(shown.contains("unknown variant `nope`"), "{shown}");
+    // A base by tag is bad input too, not a variant that is not ready.
+    let output = sandbox_matrix(
+        &["preflight", "--base", "foo:latest", "--variant", "docker"],
+        &[],
+    );
+    let shown = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{shown}");
+    assert!(
+        shown.contains("error: --base: `foo:latest` names the base by tag or name"),
+        "{shown}"
+    );
 }
 
 pub fn against_the_emulator_and_a_registry_holding_the_base_e2b_is_ready() {

@@ -128,6 +128,22 @@ fn listed() -> bool {
     true
 }
 
+/// What a provider says of a sandbox when a step fails ([`Provider::sandbox_state`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SandboxState {
+    /// Running: it took the step's call and did not answer, or answered wrongly.
+    Running,
+    /// Paused (frozen): it cannot answer.
+    Paused,
+    /// No longer running.
+    Stopped {
+        /// How it ended, for a person: `killed (exit 137)`, `exited with code 3`.
+        ending: String,
+        /// Its last log lines, oldest first.
+        last_log_lines: Vec<String>,
+    },
+}
+
 /// Labels that mark every resource a run creates.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunLabels {
@@ -553,6 +569,13 @@ pub trait Provider: Send + Sync {
 
     /// The artifact's metadata as text (env, labels, history), for the secrets scan.
     async fn artifact_metadata(&self, artifact: &Artifact) -> Result<String>;
+
+    /// What the provider says of `sandbox` now: running, paused, or how it ended, with its
+    /// last log lines. Asked when a step after launch fails, so that the failure says what
+    /// happened to the sandbox; `None` where the provider cannot say.
+    async fn sandbox_state(&self, _sandbox: &SandboxId) -> Result<Option<SandboxState>> {
+        Ok(None)
+    }
 
     /// Measures the floor on the same artifact: bare `python3 -c 'print(1+1)'`
     /// in a fresh sandbox, and a kernel's first answer (see [`Capabilities::floor`]).

@@ -654,6 +654,27 @@ impl Runner {
             }
         };
         let duration = started.elapsed();
+        // A step that talked to the sandbox and failed says what happened to the sandbox,
+        // where the provider can tell; what the step itself saw stays in its log.
+        let outcome = match outcome {
+            Err(StepEnd::Failed(reason))
+                if talks_to_the_sandbox(step.kind) && !self.cancel.is_cancelled() =>
+            {
+                let sandbox = state.lock().expect("scenario state lock").sandbox.clone();
+                let said = match sandbox {
+                    Some(sandbox) => sandbox_said(provider, &sandbox, step, &reason).await,
+                    None => None,
+                };
+                match said {
+                    Some(said) => {
+                        log.line(&format!("what the step saw: {reason}"));
+                        Err(StepEnd::Failed(said))
+                    }
+                    None => Err(StepEnd::Failed(reason)),
+                }
+            }
+            other => other,
+        };
         let record = log.take();
         let status = match outcome {
             Ok(()) => StepStatus::Passed,
@@ -1349,11 +1370,16 @@ impl StepContext {
         if out.exit_code == Some(0) {
             Ok(out.stdout)
         } else {
-            Err(StepEnd::Failed(format!(
-                "python3 exited with {:?}: {}",
-                out.exit_code,
-                out.stderr.trim()
-            )))
+            let ended = match out.exit_code {
+                Some(code) => format!("python3 exited with code {code}"),
+                None => "python3 did not exit (no exit code came back)".to_owned(),
+            };
+            let said = out.stderr.trim();
+            Err(StepEnd::Failed(if said.is_empty() {
+                format!("{ended}, saying nothing on stderr")
+            } else {
+                format!("{ended}: {said}")
+            }))
         }
     }
 
@@ -1733,6 +1759,84 @@ pub fn unreachable_variant(
         samples: Vec::new(),
         base_credential: None,
         secrets_scan: None,
+    }
+}
+
+/// How long the provider is given to say what happened to a sandbox after a step failed.
+const SANDBOX_STATE_BUDGET: Duration = Duration::from_secs(10);
+/// How many more times a sandbox said running is asked again, and how far apart.
+const STATE_ASKS: usize = 6;
+const STATE_ASK_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Steps that talk to the launched sandbox and expect it to answer (not the shutdown,
+/// which stops it, nor the burst, whose sandboxes are its own).
+fn talks_to_the_sandbox(kind: StepKind) -> bool {
+    matches!(
+        kind,
+        StepKind::FirstResult
+            | StepKind::Restart
+            | StepKind::SecretsScan
+            | StepKind::Doctor
+            | StepKind::Check
+    )
+}
+
+/// What happened to `sandbox`, as its provider tells, when `step` failed with `reason`:
+/// `the sandbox stopped during restart: killed (exit 137)` and its last log lines, or
+/// `the sandbox stopped answering during restart (paused)`; `None` when it is running and
+/// answered (the step's own reason says it best), or the provider cannot tell.
+async fn sandbox_said(
+    provider: &Arc<dyn Provider>,
+    sandbox: &SandboxId,
+    step: &Step,
+    reason: &str,
+) -> Option<String> {
+    let over_budget = reason.starts_with("exceeded its budget");
+    let ask = async {
+        // A connection reset can come in before the engine has marked the sandbox ended:
+        // a sandbox still running is asked again, a few times, before it is believed.
+        let mut state = provider.sandbox_state(sandbox).await;
+        for _ in 0..STATE_ASKS {
+            if over_budget || !matches!(state, Ok(Some(sandbox_providers::SandboxState::Running))) {
+                break;
+            }
+            tokio::time::sleep(STATE_ASK_INTERVAL).await;
+            state = provider.sandbox_state(sandbox).await;
+        }
+        state
+    };
+    let state = tokio::time::timeout(SANDBOX_STATE_BUDGET, ask)
+        .await
+        .ok()?
+        .ok()??;
+    let name = step.name();
+    match state {
+        sandbox_providers::SandboxState::Stopped {
+            ending,
+            last_log_lines,
+        } => {
+            let mut said = format!("the sandbox stopped during {name}: {ending}");
+            if !last_log_lines.is_empty() {
+                said.push_str(&format!(
+                    "; its last {} log lines:\n{}",
+                    last_log_lines.len(),
+                    last_log_lines
+                        .iter()
+                        .map(|line| format!("    | {line}"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                ));
+            }
+            Some(said)
+        }
+        sandbox_providers::SandboxState::Paused => Some(format!(
+            "the sandbox stopped answering during {name} (paused, frozen by its engine)"
+        )),
+        sandbox_providers::SandboxState::Running if over_budget => Some(format!(
+            "the sandbox stopped answering during {name} (running, no reply for {})",
+            humantime::format_duration(step.budget)
+        )),
+        sandbox_providers::SandboxState::Running => None,
     }
 }
 

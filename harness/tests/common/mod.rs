@@ -47,6 +47,20 @@ pub fn root() -> PathBuf {
 /// served by the emulator from the local contract base.
 pub const PRIVATE_BASE: &str = "registry.emulator.test/sandbox-matrix/contract-base@sha256:31344e332d1cb7f81f5a4c0242cf60d19d1008ad9a56bad86fd2caa56b46632e";
 
+/// `sandbox-matrix run --variant docker --scenario <scenario> --root <checkout> --out <out>`,
+/// ready for more settings.
+pub fn docker_run(scenario: &Path, out: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"));
+    command
+        .args(["run", "--variant", "docker", "--scenario"])
+        .arg(scenario)
+        .arg("--root")
+        .arg(root())
+        .arg("--out")
+        .arg(out);
+    command
+}
+
 /// Ids of containers and images still carrying the run's label, asked of the docker CLI
 /// (not of the code under test).
 pub fn left_by_run(run_id: &str) -> Vec<String> {

@@ -222,18 +222,12 @@ fn signalled_run(
     use std::io::{BufRead, BufReader};
     let scenario = slow_scenario(dir);
     let out = dir.join("reports");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"));
+    let mut command = common::docker_run(&scenario, &out);
     match builder {
         Some(builder) => command.env(BUILDER_VAR, builder),
         None => command.env_remove(BUILDER_VAR),
     };
     let mut child = command
-        .args(["run", "--variant", "docker", "--scenario"])
-        .arg(&scenario)
-        .arg("--root")
-        .arg(common::root())
-        .arg("--out")
-        .arg(&out)
         .stderr(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .spawn()

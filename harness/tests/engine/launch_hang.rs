@@ -5,7 +5,6 @@
 
 use crate::common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use sandbox_matrix::report::results::{RunResults, StepStatus};
@@ -29,13 +28,7 @@ pub fn a_sandbox_that_hangs_without_exiting_fails_launch_at_its_budget_and_is_re
     )
     .expect("scenario written");
     let out = dir.join("reports");
-    let output = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"))
-        .args(["run", "--variant", "docker", "--scenario"])
-        .arg(&scenario)
-        .arg("--root")
-        .arg(common::root())
-        .arg("--out")
-        .arg(&out)
+    let output = common::docker_run(&scenario, &out)
         .output()
         .expect("sandbox-matrix runs");
     let text = std::fs::read_to_string(out.join("latest/results.json"));

@@ -552,6 +552,10 @@ impl Provider for DatalayerProvider {
         self.docker.artifact_metadata(&self.local(artifact)?).await
     }
 
+    async fn sandbox_state(&self, sandbox: &SandboxId) -> Result<Option<crate::SandboxState>> {
+        self.docker.sandbox_state(sandbox).await
+    }
+
     async fn floor(&self, artifact: &Artifact, labels: &RunLabels) -> Result<Vec<Timing>> {
         self.docker.floor(&self.local(artifact)?, labels).await
     }

@@ -35,7 +35,7 @@ use crate::tail;
 use crate::{
     Artifact, BASE_ARG, BaseImage, BuildLogMode, BuildRequest, Capabilities, CodeOutput,
     CommandOutput, CreateLog, CreateRecorder, ErrorKind, Labelled, LogFn, Provider, ProviderError,
-    RegistryCredential, Resource, RestartKind, Result, RunLabels, SandboxId, Secret,
+    RegistryCredential, Resource, RestartKind, Result, RunLabels, SandboxId, SandboxState, Secret,
     ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
 };
 
@@ -180,6 +180,21 @@ impl std::fmt::Debug for DockerProvider {
         f.debug_struct("DockerProvider")
             .field("engine_version", &self.engine_version)
             .finish_non_exhaustive()
+    }
+}
+
+/// How a container ended, for a person, from its exit code: 137 is a SIGKILL (`docker kill`,
+/// or the memory limit), 143 a SIGTERM, 128 + n another signal.
+fn ending(exit_code: Option<i64>, oom_killed: bool) -> String {
+    match exit_code {
+        Some(137) if oom_killed => "killed for lack of memory (exit 137)".to_owned(),
+        Some(137) => "killed (exit 137)".to_owned(),
+        Some(143) => "terminated by SIGTERM (exit 143)".to_owned(),
+        Some(code) if code > 128 && code < 160 => {
+            format!("ended by signal {} (exit {code})", code - 128)
+        }
+        Some(code) => format!("exited with code {code}"),
+        None => "ended, with no exit code".to_owned(),
     }
 }
 
@@ -1172,6 +1187,23 @@ impl Provider for DockerProvider {
             .expect("context table lock")
             .retain(|(owner, _), _| owner != &sandbox.0);
         Ok(ShutdownReport { ending, exit_code })
+    }
+
+    async fn sandbox_state(&self, sandbox: &SandboxId) -> Result<Option<SandboxState>> {
+        let container = self.sandbox(sandbox)?.container_id.clone();
+        let state = self
+            .container_state(&container, "after the step failed")
+            .await?;
+        if state.paused == Some(true) {
+            return Ok(Some(SandboxState::Paused));
+        }
+        if state.running == Some(true) || state.restarting == Some(true) {
+            return Ok(Some(SandboxState::Running));
+        }
+        Ok(Some(SandboxState::Stopped {
+            ending: ending(state.exit_code, state.oom_killed == Some(true)),
+            last_log_lines: self.last_log_lines(&container).await,
+        }))
     }
 
     async fn artifact_metadata(&self, artifact: &Artifact) -> Result<String> {

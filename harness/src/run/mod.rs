@@ -11,4 +11,5 @@ pub mod runner;
 pub mod scenario;
 pub mod shared;
 pub mod terminal;
+pub mod variant_names;
 pub mod variants;

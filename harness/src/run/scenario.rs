@@ -476,7 +476,7 @@ fn step_from_file(
     let accept_partial = |list: Option<Spanned<Vec<String>>>| match list {
         None => Ok(None),
         Some(variants) => {
-            let known = crate::run::variants::known();
+            let known = crate::run::variant_names::VARIANT_NAMES;
             match variants.value.iter().find(|v| !known.contains(&v.as_str())) {
                 Some(unknown) => Err(invalid(
                     variants.referenced.line(),

@@ -180,11 +180,7 @@ pub fn capabilities(name: &str) -> Option<Capabilities> {
 
 /// Every variant name, in report order.
 pub fn known() -> Vec<&'static str> {
-    LOCAL
-        .iter()
-        .copied()
-        .chain(CLOUD.iter().map(|c| c.name))
-        .collect()
+    super::variant_names::VARIANT_NAMES.to_vec()
 }
 
 /// The cloud variant named `name`.
@@ -771,6 +767,16 @@ pub async fn docker_provider(root: &Path, harness: &Path) -> Result<DockerProvid
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_names_are_the_local_then_the_cloud_variants() {
+        let from_variants: Vec<&str> = LOCAL
+            .iter()
+            .copied()
+            .chain(CLOUD.iter().map(|c| c.name))
+            .collect();
+        assert_eq!(known(), from_variants);
+    }
 
     #[test]
     fn only_an_address_on_this_machine_is_loopback() {

@@ -442,7 +442,16 @@ impl Emulator {
                 "emulate datalayer: runtime {pod} took {:.2} s to stop ({}); its last {} log lines:\n  {}",
                 took.as_secs_f64(),
                 match &stopped {
-                    Ok(report) => format!("{:?}, exit code {:?}", report.ending, report.exit_code),
+                    Ok(report) => format!(
+                        "{}, {}",
+                        serde_json::to_value(report.ending)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_owned))
+                            .unwrap_or_default(),
+                        report
+                            .exit_code
+                            .map_or("no exit code".to_owned(), |c| format!("exit code {c}"))
+                    ),
                     Err(e) => e.to_string(),
                 },
                 lines.len(),

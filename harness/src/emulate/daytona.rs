@@ -80,6 +80,10 @@ pub struct Options {
     /// How long a new snapshot waits for a runner, `pending`, before its build starts:
     /// a queue on the service.
     pub queued: Duration,
+    /// The least time a snapshot stays `building`: a build the engine serves from its cache
+    /// ends in under a second, before a client that polls once a second (Daytona's SDK)
+    /// has seen the state it streams the build log in.
+    pub building_at_least: Duration,
 }
 
 impl Options {
@@ -92,6 +96,7 @@ impl Options {
             volatiles: None,
             bases: Vec::new(),
             queued: Duration::ZERO,
+            building_at_least: Duration::ZERO,
         }
     }
 }
@@ -168,6 +173,7 @@ struct Inner {
     volatiles: Option<Arc<Volatiles>>,
     bases: Vec<StandInBase>,
     queued: Duration,
+    building_at_least: Duration,
     state: Mutex<State>,
 }
 
@@ -240,6 +246,7 @@ impl Emulator {
                 volatiles: options.volatiles,
                 bases: options.bases,
                 queued: options.queued,
+                building_at_least: options.building_at_least,
                 state: Mutex::default(),
             }),
         };
@@ -718,6 +725,7 @@ impl Emulator {
     /// no heredocs) and builds.
     async fn build(self, id: String, dockerfile: String) {
         self.set_snapshot(&id, |s| s.state = "building".into());
+        let building = tokio::time::Instant::now();
         let dockerfile = match self.pull_base(&dockerfile) {
             Ok(dockerfile) => dockerfile,
             Err(why) => {
@@ -759,6 +767,7 @@ impl Emulator {
             Err(e) => Err(format!("cannot write the build context: {e}")),
         };
         let _ = std::fs::remove_dir_all(&dir);
+        tokio::time::sleep_until(building + self.inner.building_at_least).await;
         match built {
             Ok(artifact) => self.set_snapshot(&id, |s| {
                 s.image = Some(artifact.id);

@@ -29,6 +29,10 @@ pub const SDK: &str = "daytona";
 
 /// How long a new snapshot waits for a runner, `pending`.
 const QUEUED: Duration = Duration::from_secs(2);
+/// The least time a snapshot stays `building`: the SDK polls once a second and streams the
+/// build log only once it has seen a state other than `pending` before `active`; a build
+/// the engine serves from its cache would end before that (seen in CI, 2026-12-06).
+const BUILDING: Duration = Duration::from_secs(3);
 
 /// Fake: the emulator checks only that a key is sent.
 const FAKE_KEY: &str = "fake-daytona-parity-key";
@@ -50,6 +54,7 @@ pub async fn our_daytona_client_sends_what_the_daytona_sdk_sends_for_each_intent
             Options {
                 labels: Some(labels.clone()),
                 queued: QUEUED,
+                building_at_least: BUILDING,
                 ..Options::new(0, DEFAULT_DOMAIN)
             },
         )

@@ -26,6 +26,7 @@ mod emulate_daytona;
 mod emulate_e2b;
 mod interrupt;
 mod json_diff;
+mod junit_reader;
 mod kernel_death;
 mod launch_exit;
 mod launch_hang;
@@ -111,6 +112,9 @@ fn main() {
             async(2) server_rules::daytona_answers_404_for_the_build_logs_of_a_snapshot_no_runner_holds,
             sync shared_build::scenarios_of_one_environment_build_once_and_the_last_removes_it,
             async(2) violations::each_violating_image_fails_what_it_breaks_and_nothing_else,
+        ];
+        Need::Sdk(junit_reader::SDK) => [
+            sync junit_reader::junitparser_sees_suites_named_by_variant_and_mode,
         ];
         Need::Sdk(parity::datalayer_runtimes::SDK) => [
             async(2) parity::datalayer_runtimes::our_datalayer_client_sends_what_datalayer_core_sends_for_each_intent,

@@ -203,21 +203,10 @@ pub fn compare(baseline: &RunResults, current: &RunResults) -> Result<Comparison
 /// Judges one metric by the module's rule.
 pub fn judge(baseline: &Metric, current: &Metric) -> Row {
     let (b, c) = (baseline.summary(), current.summary());
-    if matches!(current.pace, Some(ReplayPace::Instant | ReplayPace::Fixed)) {
-        return Row {
-            variant: current.variant.clone(),
-            scenario: current.scenario.clone(),
-            metric: current.name.clone(),
-            modes: current.modes.clone(),
-            pace: current.pace,
-            baseline: b,
-            current: c,
-            ratio: None,
-            basis: Basis::HarnessTiming,
-            change: Change::None,
-        };
-    }
+    let harness_timing = matches!(current.pace, Some(ReplayPace::Instant | ReplayPace::Fixed));
     let ratio = match (b.p50, c.p50) {
+        // An instant-pace replay times the harness: no ratio is the provider's.
+        _ if harness_timing => None,
         (Value::Measured(b), Value::Measured(c)) if b.is_zero() && c.is_zero() => Some(1.0),
         (Value::Measured(b), Value::Measured(c)) => Some(c.as_secs_f64() / b.as_secs_f64()),
         (Value::Measured(_), Value::Failed) => Some(f64::INFINITY),
@@ -229,7 +218,9 @@ pub fn judge(baseline: &Metric, current: &Metric) -> Row {
         Some(r) if r <= 1.0 / threshold => Change::Faster,
         _ => Change::None,
     };
-    let (basis, change) = if b.n >= MIN_N_FOR_TEST && c.n >= MIN_N_FOR_TEST {
+    let (basis, change) = if harness_timing {
+        (Basis::HarnessTiming, Change::None)
+    } else if b.n >= MIN_N_FOR_TEST && c.n >= MIN_N_FOR_TEST {
         let p = mann_whitney_p(&ranks_of(&baseline.attempts), &ranks_of(&current.attempts));
         let change = if p < ALPHA {
             direction(MIN_EFFECT)

@@ -1,6 +1,7 @@
 //! An independent reader of our junit.xml: junitparser (PyPI, pinned in the SDK venv), not
 //! our own parser, must see one suite per variant and mode, named `<variant> · <mode>`, so a
-//! CI dashboard never shows a replay as the provider's result.
+//! CI dashboard never shows a replay as the provider's result: a live docker lifecycle
+//! beside two replayed ones.
 
 use crate::common;
 
@@ -15,6 +16,8 @@ pub fn junitparser_sees_suites_named_by_variant_and_mode() {
     let run = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"))
         .args([
             "run",
+            "--variant",
+            "docker",
             "--variant",
             "e2b",
             "--variant",
@@ -52,7 +55,11 @@ pub fn junitparser_sees_suites_named_by_variant_and_mode() {
         serde_json::from_slice(&read.stdout).expect("junitparser's answer");
     let _ = std::fs::remove_dir_all(&out);
     let names: Vec<&str> = suites.iter().map(|s| s.0.as_str()).collect();
-    assert_eq!(names, ["e2b · replay", "modal · replay"], "{suites:?}");
+    assert_eq!(
+        names,
+        ["docker · live", "e2b · replay", "modal · replay"],
+        "{suites:?}"
+    );
     assert!(
         suites
             .iter()

@@ -74,12 +74,17 @@ impl CloudVariant {
         self.address_vars
             .iter()
             .find_map(|var| std::env::var(var).ok().filter(|v| !v.is_empty()))
-            .is_some_and(|address| names_loopback(&address))
+            .is_some_and(|address| {
+                let pin = std::env::var(sandbox_providers::api::network::RESOLVE_VAR).ok();
+                names_loopback(&address, pin.as_deref())
+            })
     }
 }
 
-/// Whether `address` (a URL, or a host with an optional port) names this machine.
-fn names_loopback(address: &str) -> bool {
+/// Whether `address` (a URL, or a host with an optional port) names this machine, itself
+/// or through `pin` (`SANDBOX_MATRIX_RESOLVE`, as the settings `emulate` prints carry:
+/// `e2b.test=127.0.0.1`).
+fn names_loopback(address: &str, pin: Option<&str>) -> bool {
     let rest = address.split_once("://").map_or(address, |(_, r)| r);
     let authority = rest.split(['/', '?']).next().unwrap_or(rest);
     let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
@@ -92,6 +97,9 @@ fn names_loopback(address: &str) -> bool {
         || host
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
+        || pin
+            .and_then(|pin| sandbox_providers::api::network::ResolvePin::parse(pin).ok())
+            .is_some_and(|pin| pin.covers(host) && pin.addr.ip().is_loopback())
 }
 
 /// The cloud variants, in report order: Datalayer's platform launch first, beside the
@@ -787,7 +795,7 @@ mod tests {
             "http://[::1]:9000/v1",
             "https://user@api.daytona.localhost:443/api",
         ] {
-            assert!(names_loopback(here), "{here}");
+            assert!(names_loopback(here, None), "{here}");
         }
         for there in [
             "e2b.app",
@@ -796,8 +804,17 @@ mod tests {
             "http://localhost.example.com",
             "http://10.0.0.1:8080",
         ] {
-            assert!(!names_loopback(there), "{there}");
+            assert!(!names_loopback(there, None), "{there}");
         }
+        // A name pinned to this machine, as `emulate` prints it, is loopback; one pinned
+        // elsewhere, or a name the pin does not cover, is not.
+        let pin = Some("e2b.test=127.0.0.1");
+        assert!(names_loopback("https://api.e2b.test:40487", pin));
+        assert!(!names_loopback("https://api.e2b.app", pin));
+        assert!(!names_loopback(
+            "https://api.e2b.test",
+            Some("e2b.test=10.0.0.1")
+        ));
     }
 
     #[test]

@@ -139,6 +139,8 @@ pub enum SandboxState {
     Stopped {
         /// How it ended, for a person: `killed (exit 137)`, `exited with code 3`.
         ending: String,
+        /// Its main process's exit code, where the provider tells it.
+        exit_code: Option<i64>,
         /// Its last log lines, oldest first.
         last_log_lines: Vec<String>,
     },

@@ -132,6 +132,8 @@ struct Sandbox {
     target: String,
     labels: BTreeMap<String, String>,
     state: String,
+    /// Why it is in state `error`.
+    error_reason: Option<String>,
     container: Option<String>,
 }
 
@@ -456,13 +458,17 @@ impl Emulator {
     }
 
     fn sandbox_dto(id: &str, s: &Sandbox, proxy: &str) -> Value {
-        json!({
+        let mut dto = json!({
             "id": id, "organizationId": ORGANIZATION, "name": id, "snapshot": s.snapshot,
             "user": "datalayer", "env": {}, "labels": s.labels, "public": false,
             "networkBlockAll": false, "kvm": false, "target": s.target, "cpu": 1, "gpu": 0, "memory": 1,
             "disk": 3, "state": s.state, "createdAt": STAMP, "updatedAt": STAMP,
             "toolboxProxyUrl": format!("{proxy}/toolbox"),
-        })
+        });
+        if let Some(reason) = &s.error_reason {
+            dto["errorReason"] = json!(reason);
+        }
+        dto
     }
 
     /// The control plane: `parts` is the path under `/api`.
@@ -562,10 +568,7 @@ impl Emulator {
                     .collect();
                 Answer::json(200, json!({"items": items, "nextCursor": null}))
             }
-            ("GET", ["sandbox", id]) => match self.state().sandboxes.get(*id) {
-                Some(s) => Answer::json(200, Self::sandbox_dto(id, s, proxy)),
-                None => not_found("sandbox"),
-            },
+            ("GET", ["sandbox", id]) => self.sandbox(id, proxy).await,
             ("GET", ["sandbox", id, "toolbox-proxy-url"]) => {
                 match self.state().sandboxes.contains_key(*id) {
                     true => Answer::json(200, json!({"url": format!("{proxy}/toolbox")})),
@@ -852,6 +855,7 @@ impl Emulator {
             target: region_asked(&body["target"]),
             labels,
             state: "creating".into(),
+            error_reason: None,
             container: None,
         };
         let dto = Self::sandbox_dto(&id, &sandbox, proxy);
@@ -895,6 +899,54 @@ impl Emulator {
             }
         });
         Answer::json(200, dto)
+    }
+
+    /// `GET /sandbox/{id}`: a started sandbox's state is deduced from its container, as
+    /// Daytona's runner deduces it (daytonaio/daytona 8432d16,
+    /// `apps/runner/pkg/docker/state.go`, `DeduceSandboxState`): paused, or exited with 0,
+    /// 137 or 143, is `stopped`; exited otherwise is `error`, with the exit code as its
+    /// reason; gone or dead is `destroyed`.
+    async fn sandbox(&self, id: &str, proxy: &str) -> Answer {
+        let container = match self.state().sandboxes.get(id) {
+            Some(s) if s.state == "started" => s.container.clone(),
+            Some(_) => None,
+            None => return not_found("sandbox"),
+        };
+        if let Some(container) = container {
+            let deduced = match self.inner.engine.inspect_container(&container, None).await {
+                Ok(inspect) => {
+                    let state = inspect.state.unwrap_or_default();
+                    let code = state.exit_code.unwrap_or_default();
+                    match state.status.map(|s| s.to_string()).as_deref() {
+                        Some("paused") => Some(("stopped", None)),
+                        Some("exited") if matches!(code, 0 | 137 | 143) => Some(("stopped", None)),
+                        Some("exited") => Some((
+                            "error",
+                            Some(format!(
+                                "container exited with code {code}, reason: {}",
+                                state.error.unwrap_or_default()
+                            )),
+                        )),
+                        Some("dead") => Some(("destroyed", None)),
+                        _ => None,
+                    }
+                }
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => Some(("destroyed", None)),
+                Err(e) => return error(500, &format!("inspecting the sandbox's container: {e}")),
+            };
+            if let Some((state, reason)) = deduced
+                && let Some(s) = self.state().sandboxes.get_mut(id)
+            {
+                s.state = state.into();
+                s.error_reason = reason;
+            }
+        }
+        match self.state().sandboxes.get(id) {
+            Some(s) => Answer::json(200, Self::sandbox_dto(id, s, proxy)),
+            None => not_found("sandbox"),
+        }
     }
 
     fn stop_or_start(&self, id: &str, action: &str, proxy: &str) -> Answer {

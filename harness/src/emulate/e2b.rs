@@ -33,6 +33,10 @@
 //! refused (`packages/envd/internal/permissions/authenticate.go`, `invalid username`).
 //! envd refuses a process start with an empty Basic user the same way. A build field or
 //! step the emulator does not implement is refused by name (501), never dropped.
+//!
+//! A sandbox's state (`GET /sandboxes/{id}`) is its container's: a paused container is
+//! `paused`, and one that ended is not found, since E2B's `SandboxState` is only `running`
+//! or `paused`; `GET /v2/sandboxes/{id}/logs` serves the container's last log lines.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -44,7 +48,8 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use sandbox_providers::api::Network;
 use sandbox_providers::api::cassette::{CONNECT_END_STREAM, decode_connect, encode_connect};
 use sandbox_providers::{
-    Artifact, BuildRequest, CodeOutput, CommandOutput, Provider, RunLabels, SandboxId, Secret,
+    Artifact, BuildRequest, CodeOutput, CommandOutput, Provider, RunLabels, SandboxId,
+    SandboxState, Secret,
 };
 use serde_json::{Value, json};
 
@@ -412,10 +417,8 @@ impl Emulator {
             }
             // The SDK creates through v2; the project's client through the first version.
             ("POST", ["sandboxes"] | ["v2", "sandboxes"]) => self.create(&body).await,
-            ("GET", ["sandboxes", id]) => match self.world().sandboxes.get(*id) {
-                Some(s) => Answer::json(200, detail(id, s)),
-                None => Answer::error(404, "sandbox not found"),
-            },
+            ("GET", ["sandboxes", id]) => self.sandbox_detail(id).await,
+            ("GET", ["v2", "sandboxes", id, "logs"]) => self.sandbox_logs(id, &r.query).await,
             ("DELETE", ["sandboxes", id]) => {
                 let removed = self.world().sandboxes.remove(*id);
                 match removed {
@@ -670,6 +673,69 @@ impl Emulator {
             })
             .collect();
         Answer::json(200, Value::Array(listed))
+    }
+
+    /// `GET /sandboxes/{id}`: its container's state decides: a paused container is a
+    /// `paused` sandbox, and one that ended is not found, since E2B's `SandboxState` has
+    /// only `running` and `paused` and forgets a sandbox that ended.
+    async fn sandbox_detail(&self, id: &str) -> Answer {
+        let (inner, mut answer) = match self.world().sandboxes.get(id) {
+            Some(s) => (s.inner.clone(), detail(id, s)),
+            None => return Answer::error(404, "sandbox not found"),
+        };
+        match self.inner.docker.sandbox_state(&inner).await {
+            Ok(Some(SandboxState::Stopped { .. })) => Answer::error(404, "sandbox not found"),
+            Ok(Some(SandboxState::Paused)) => {
+                answer["state"] = json!("paused");
+                Answer::json(200, answer)
+            }
+            Ok(_) => Answer::json(200, answer),
+            Err(e) => Answer::error(500, &format!("asking the engine about the sandbox: {e}")),
+        }
+    }
+
+    /// `GET /v2/sandboxes/{id}/logs`: its container's last log lines as `SandboxLogEntry`s,
+    /// newest first for `direction=backward`, at most `limit`. The `cursor`, `level` and
+    /// `search` filters are refused by name: this emulator does not implement them.
+    async fn sandbox_logs(&self, id: &str, query: &str) -> Answer {
+        for unsupported in ["cursor", "level", "search"] {
+            if query_param(query, unsupported).is_some() {
+                return Answer::error(
+                    400,
+                    &format!("emulate e2b does not implement the logs filter `{unsupported}`"),
+                );
+            }
+        }
+        let limit = match query_param(query, "limit").map(|l| l.parse::<usize>()) {
+            None => 1000,
+            Some(Ok(limit)) if limit <= 1000 => limit,
+            Some(_) => return Answer::error(400, "limit must be an integer from 0 to 1000"),
+        };
+        let backward = match query_param(query, "direction").as_deref() {
+            None | Some("forward") => false,
+            Some("backward") => true,
+            Some(other) => {
+                return Answer::error(
+                    400,
+                    &format!("direction must be forward or backward, not `{other}`"),
+                );
+            }
+        };
+        // A sandbox that ended keeps its logs until it is deleted, as its container does.
+        let Some(inner) = self.world().sandboxes.get(id).map(|s| s.inner.clone()) else {
+            return Answer::error(404, "sandbox not found");
+        };
+        let mut lines = self.inner.docker.last_log_lines(&inner.0).await;
+        if backward {
+            lines.reverse();
+        }
+        lines.truncate(limit);
+        let timestamp = now();
+        let logs: Vec<Value> = lines
+            .into_iter()
+            .map(|message| json!({"timestamp": timestamp, "level": "info", "message": message, "fields": {}}))
+            .collect();
+        Answer::json(200, json!({ "logs": logs }))
     }
 
     /// What E2B's proxy does before a request reaches a sandbox's port: the sandbox must

@@ -1814,6 +1814,7 @@ async fn sandbox_said(
         sandbox_providers::SandboxState::Stopped {
             ending,
             last_log_lines,
+            ..
         } => {
             let mut said = format!("the sandbox stopped during {name}: {ending}");
             if !last_log_lines.is_empty() {
@@ -1830,7 +1831,7 @@ async fn sandbox_said(
             Some(said)
         }
         sandbox_providers::SandboxState::Paused => Some(format!(
-            "the sandbox stopped answering during {name} (paused, frozen by its engine)"
+            "the sandbox stopped answering during {name} (paused: it answers nothing until it is resumed)"
         )),
         sandbox_providers::SandboxState::Running if over_budget => Some(format!(
             "the sandbox stopped answering during {name} (running, no reply for {})",

@@ -2,9 +2,12 @@
 //! engine tells: a sandbox killed during first-result reads `the sandbox stopped during
 //! first-result: killed (exit 137)` with its last log lines, a paused one `the sandbox
 //! stopped answering during first-result (paused…)`; what the step itself saw (a reset
-//! connection, a budget) stays in its log. Cleanup leaves nothing either way.
+//! connection, a budget) stays in its log. Cleanup leaves nothing either way. The cloud
+//! variants say it through their providers' APIs, shown against their emulators.
 
 use crate::common;
+
+use common::emulate::Emulate;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -33,7 +36,52 @@ fn interfered(test: &str, action: &str) -> (String, serde_json::Value) {
     let dir = common::out_dir(test);
     let scenario = slow_first_result(&dir);
     let out = dir.join("reports");
-    let mut child = common::docker_run(&scenario, &out)
+    let run = common::docker_run(&scenario, &out);
+    interfered_run(&dir, run, &out, action)
+}
+
+/// Runs the slow scenario live on cloud variant `variant` against its emulator (started
+/// here, with the settings it prints and a fake key where the variant needs one), kills
+/// the emulator's container of the sandbox once first-result has started, and returns the
+/// first-result step of results.json.
+fn killed_in_emulator(variant: &str) -> serde_json::Value {
+    let extra: &[&str] = if variant == "modal" {
+        &["--port", "0"]
+    } else {
+        &[]
+    };
+    let emulate = Emulate::start(variant, extra);
+    let dir = common::out_dir(&format!("state-{variant}"));
+    let scenario = slow_first_result(&dir);
+    let out = dir.join("reports");
+    let mut run = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"));
+    run.args(["run", "--live", "--variant", variant, "--scenario"])
+        .arg(&scenario)
+        .arg("--root")
+        .arg(common::root())
+        .arg("--out")
+        .arg(&out)
+        .envs(&emulate.settings)
+        // Fakes: the emulators check only that a key is sent.
+        .env("E2B_API_KEY", "e2b_fake_state_key_0000")
+        .env("DAYTONA_API_KEY", "dtn_fake_state_key_0000");
+    if variant == "modal" {
+        run.env("SANDBOX_MATRIX_MODAL_URL", emulate.get("MODAL_SERVER_URL"));
+    }
+    let (_, step) = interfered_run(&dir, run, &out, "kill");
+    emulate.stop();
+    step
+}
+
+/// Runs `run`, does `docker <action>` to the run's container once first-result has
+/// started, and returns the run id and the first-result step of results.json.
+fn interfered_run(
+    dir: &Path,
+    mut run: Command,
+    out: &Path,
+    action: &str,
+) -> (String, serde_json::Value) {
+    let mut child = run
         .stderr(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -89,7 +137,7 @@ fn interfered(test: &str, action: &str) -> (String, serde_json::Value) {
         common::left_by_run(&run_id).is_empty(),
         "cleanup left the sandbox of run {run_id}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
     (run_id, step)
 }
 
@@ -118,7 +166,38 @@ pub fn a_paused_sandbox_is_said_to_have_stopped_answering() {
     let (_, step) = interfered("state-paused", "pause");
     assert_eq!(
         step["reason"],
-        "the sandbox stopped answering during first-result (paused, frozen by its engine)",
+        "the sandbox stopped answering during first-result (paused: it answers nothing until it is resumed)",
         "{step}"
     );
+}
+
+/// A cloud sandbox killed during a step is said ended in its provider's words, through the
+/// provider's own API (E2B's sandbox and logs, Daytona's sandbox state as its runner
+/// deduces it, Modal's `SandboxWait`), each against its emulator.
+pub fn a_cloud_sandbox_killed_during_a_step_is_said_ended_by_its_provider() {
+    for (variant, said) in [
+        (
+            "e2b",
+            "the sandbox stopped during first-result: E2B no longer has it (it was killed, ran out of memory or passed its timeout); its last ",
+        ),
+        (
+            "daytona",
+            "the sandbox stopped during first-result: Daytona says it is `stopped`",
+        ),
+        (
+            "modal",
+            "the sandbox stopped during first-result: Modal says it failed (exit 137)",
+        ),
+    ] {
+        let step = killed_in_emulator(variant);
+        let reason = step["reason"].as_str().expect("a reason");
+        assert!(reason.starts_with(said), "{variant}: {step}");
+        let log = step["log"].as_array().expect("a log");
+        assert!(
+            log.iter().any(|l| l
+                .as_str()
+                .is_some_and(|l| l.starts_with("what the step saw: "))),
+            "{variant}: what the step saw stays in its log: {step}"
+        );
+    }
 }

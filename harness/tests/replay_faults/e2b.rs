@@ -34,6 +34,26 @@ impl Cut {
             .expect("the lifecycle cassette has this exchange")
     }
 
+    /// E2B's answer about `sandbox` after a step failed: the recorded `GET
+    /// /sandboxes/{id}` of the lifecycle (its 404 after the kill), or, with a `state`, the
+    /// sandbox's detail in that state, answered as often as it is asked.
+    fn sandbox_state(&self, sandbox: &str, state: Option<&str>) -> Exchange {
+        let at = self.find("GET", |p| p == format!("/sandboxes/{sandbox}"));
+        let mut asked = self.exchanges[at].clone();
+        assert_eq!(asked.response.status, 404, "{asked:?}");
+        if let Some(state) = state {
+            asked.response.status = 200;
+            asked.response.body = Some(Body::Json(serde_json::json!({
+                "templateID": "tpl0001", "sandboxID": sandbox, "clientID": "replay",
+                "startedAt": "2026-12-06T00:00:00Z", "endAt": "2026-12-06T01:00:00Z",
+                "cpuCount": 2, "memoryMB": 1024, "diskSizeMB": 5120, "state": state,
+                "envdVersion": "0.1.3",
+            })));
+            asked.repeat = true;
+        }
+        asked
+    }
+
     /// Cleanup that finds the sandbox still running and deletes it, then what the
     /// recorded cleanup did (templates).
     fn cleanup_finding_the_sandbox(&self, sandbox: &str) -> Vec<Exchange> {
@@ -122,10 +142,12 @@ async fn a_reset_mid_answer_fails_first_result_with_the_cause_in_junit() {
     });
     let mut exchanges = cut.exchanges[..=execute].to_vec();
     exchanges[execute].response.reset_after_bytes = Some(20);
+    // E2B still has the sandbox running: the failure keeps what the step saw.
+    exchanges.push(cut.sandbox_state("sbx0002", Some("running")));
     exchanges.extend(cut.cleanup_finding_the_sandbox("sbx0002"));
     let (result, observed, junit, _) = run(cassette(
         exchanges,
-        "the kernel's socket drops, with no close, 20 bytes into the answer to 1+1",
+        "the kernel's socket drops, with no close, 20 bytes into the answer to 1+1; the sandbox runs on",
     ))
     .await;
     let why = reason(&result, "first-result");
@@ -148,6 +170,65 @@ async fn a_reset_mid_answer_fails_first_result_with_the_cause_in_junit() {
     assert!(
         junit.contains("Connection reset without closing handshake"),
         "{junit}"
+    );
+    let asked = observed
+        .iter()
+        .filter(|o| o.method == "GET" && o.path == "/sandboxes/sbx0002")
+        .count();
+    assert!(
+        asked > 1,
+        "a running sandbox is asked again before it is believed: {observed:#?}"
+    );
+    assert!(
+        observed.iter().all(|o| o.exchange.is_some()),
+        "the client asked only what the cassette holds: {observed:#?}"
+    );
+}
+
+/// The sandbox dies while it computes 1+1: the socket drops, E2B no longer has the
+/// sandbox, and its last log lines are read; the failure says so, with those lines, and
+/// what the step saw stays in its log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_that_ends_mid_answer_is_said_gone_with_its_last_log_lines() {
+    let cut = Cut::lifecycle();
+    let execute = cut.find("GET", |p| {
+        p.contains("/channels?session_id=") && p.ends_with("-2")
+    });
+    let mut exchanges = cut.exchanges[..=execute].to_vec();
+    exchanges[execute].response.reset_after_bytes = Some(20);
+    exchanges.push(cut.sandbox_state("sbx0002", None));
+    let mut logs = cut.sandbox_state("sbx0002", Some("running"));
+    logs.request.path = "/v2/sandboxes/sbx0002/logs?limit=20&direction=backward".into();
+    logs.repeat = false;
+    logs.response.body = Some(Body::Json(serde_json::json!({"logs": [
+        {"timestamp": "2026-12-06T00:00:02Z", "level": "error", "message": "Killed", "fields": {}},
+        {"timestamp": "2026-12-06T00:00:01Z", "level": "info", "message": "[I ServerApp] Kernel started", "fields": {}},
+    ]})));
+    exchanges.push(logs);
+    exchanges.extend(cut.cleanup_finding_the_sandbox("sbx0002"));
+    let (result, observed, junit, _) = run(cassette(
+        exchanges,
+        "the sandbox ends 20 bytes into the answer to 1+1; E2B no longer has it",
+    ))
+    .await;
+    assert_eq!(
+        reason(&result, "first-result"),
+        "the sandbox stopped during first-result: E2B no longer has it (it was killed, ran out of memory or passed its timeout); its last 2 log lines:\n    | [I ServerApp] Kernel started\n    | Killed"
+    );
+    let log = &result.step("first-result").expect("ran").log;
+    assert!(
+        log.iter().any(|l| l.starts_with("what the step saw: ")
+            && l.contains("Connection reset without closing handshake")),
+        "{log:#?}"
+    );
+    assert!(junit.contains("E2B no longer has it"), "{junit}");
+    assert!(
+        deleted(&observed, "sbx0002"),
+        "cleanup never deleted the sandbox: {observed:#?}"
+    );
+    assert!(
+        observed.iter().all(|o| o.exchange.is_some()),
+        "the client asked only what the cassette holds: {observed:#?}"
     );
 }
 

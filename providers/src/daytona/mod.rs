@@ -30,8 +30,8 @@ use crate::api::{ApiClient, ApiRequest, ApiSettings, Endpoints, Mode, Network, T
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, CreateLog,
     CreateRecorder, ErrorKind, Labelled, LogFn, Provider, ProviderError, Resource, RestartKind,
-    Result, RunLabels, SandboxId, Secret, ShutdownEnding, ShutdownObservation, ShutdownReport,
-    Timing,
+    Result, RunLabels, SandboxId, SandboxState, Secret, ShutdownEnding, ShutdownObservation,
+    ShutdownReport, Timing,
 };
 
 /// The control plane's default base URL, used when `DAYTONA_API_URL` is not set.
@@ -1155,6 +1155,38 @@ impl Provider for DaytonaProvider {
             ending: ShutdownEnding::NotObservable,
             exit_code: None,
         })
+    }
+
+    /// `GET /sandbox/{id}`: `started` is running; any other state is said as Daytona
+    /// names it, with its `errorReason`; a sandbox Daytona no longer has (404) has ended.
+    /// Daytona's API keeps no log of the sandbox's own processes, so no lines come with it.
+    async fn sandbox_state(&self, sandbox: &SandboxId) -> Result<Option<SandboxState>> {
+        let id = &sandbox.0;
+        let asked = self
+            .call(ApiRequest::get(Target::Api, format!("/sandbox/{id}")).what("get sandbox"))
+            .await;
+        let record: SandboxRecord = match asked {
+            Ok(response) => response.json()?,
+            Err(e) if e.kind == ErrorKind::NotFound => {
+                return Ok(Some(SandboxState::Stopped {
+                    ending: "Daytona no longer has it (it was deleted or destroyed)".to_owned(),
+                    exit_code: None,
+                    last_log_lines: Vec::new(),
+                }));
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(Some(match record.state.as_deref().unwrap_or("unknown") {
+            "started" => SandboxState::Running,
+            state => SandboxState::Stopped {
+                ending: match record.error_reason.as_deref().filter(|r| !r.is_empty()) {
+                    Some(reason) => format!("Daytona says it is `{state}`: {reason}"),
+                    None => format!("Daytona says it is `{state}`"),
+                },
+                exit_code: None,
+                last_log_lines: Vec::new(),
+            },
+        }))
     }
 
     /// What Daytona's API says about the snapshot: its record (build info included), its

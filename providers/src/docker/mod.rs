@@ -1202,6 +1202,7 @@ impl Provider for DockerProvider {
         }
         Ok(Some(SandboxState::Stopped {
             ending: ending(state.exit_code, state.oom_killed == Some(true)),
+            exit_code: state.exit_code,
             last_log_lines: self.last_log_lines(&container).await,
         }))
     }

@@ -378,6 +378,27 @@ impl E2bProvider {
         gone_is_fine(outcome)
     }
 
+    /// The sandbox's last log lines, oldest first; none when E2B answers none.
+    async fn last_log_lines(&self, sandbox: &str) -> Vec<String> {
+        let path =
+            format!("/v2/sandboxes/{sandbox}/logs?limit={LAST_LOG_LINES}&direction=backward");
+        let Ok(response) = self
+            .client
+            .call(self.api(Method::GET, path).what("sandbox logs"))
+            .await
+        else {
+            return Vec::new();
+        };
+        let Ok(logs) = response.json::<SandboxLogs>() else {
+            return Vec::new();
+        };
+        logs.logs
+            .into_iter()
+            .rev()
+            .map(|entry| entry.message)
+            .collect()
+    }
+
     /// Every item of a listing that pages with `nextToken` and `x-next-token`.
     async fn list_all<T: serde::de::DeserializeOwned>(
         &self,
@@ -555,6 +576,27 @@ impl E2bProvider {
 
 /// The credentials this client sends in replay mode, for the replay server to redact
 /// as the cassette did.
+/// How many log lines a failed step's message shows of a sandbox that ended.
+const LAST_LOG_LINES: usize = 20;
+
+/// The one field of `SandboxDetail` read after a step failed.
+#[derive(Deserialize)]
+struct StateOnly {
+    state: String,
+}
+
+/// `SandboxLogsV2Response`: the entries' messages.
+#[derive(Deserialize)]
+struct SandboxLogs {
+    #[serde(default)]
+    logs: Vec<SandboxLogEntry>,
+}
+
+#[derive(Deserialize)]
+struct SandboxLogEntry {
+    message: String,
+}
+
 pub fn replay_credentials() -> Vec<Secret> {
     vec![replay_key()]
 }
@@ -1122,6 +1164,40 @@ impl Provider for E2bProvider {
             ending: ShutdownEnding::NotObservable,
             exit_code: None,
         })
+    }
+
+    /// `GET /sandboxes/{id}`: `running` or `paused`; a sandbox E2B no longer has (404)
+    /// has ended, and its last log lines are asked of `GET /v2/sandboxes/{id}/logs`
+    /// (newest first, reversed here; none when E2B keeps none).
+    async fn sandbox_state(&self, sandbox: &SandboxId) -> Result<Option<crate::SandboxState>> {
+        let asked = self
+            .client
+            .call(
+                self.api(Method::GET, format!("/sandboxes/{}", sandbox.0))
+                    .what("get sandbox"),
+            )
+            .await;
+        match asked {
+            Ok(response) => match response.json::<StateOnly>()?.state.as_str() {
+                "running" => Ok(Some(crate::SandboxState::Running)),
+                "paused" => Ok(Some(crate::SandboxState::Paused)),
+                other => Err(ProviderError::new(
+                    ErrorKind::Protocol,
+                    format!(
+                        "E2B said sandbox {} is `{other}`, neither running nor paused",
+                        sandbox.0
+                    ),
+                )),
+            },
+            Err(e) if e.kind == ErrorKind::NotFound => Ok(Some(crate::SandboxState::Stopped {
+                ending:
+                    "E2B no longer has it (it was killed, ran out of memory or passed its timeout)"
+                        .to_owned(),
+                exit_code: None,
+                last_log_lines: self.last_log_lines(&sandbox.0).await,
+            })),
+            Err(e) => Err(e),
+        }
     }
 
     /// What E2B's API says about the build: its status answers with the whole log, paged

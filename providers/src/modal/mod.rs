@@ -622,6 +622,21 @@ impl Provider for ModalProvider {
         Ok(report)
     }
 
+    /// `SandboxWait` without waiting: no result is a running sandbox (Modal cannot say
+    /// whether one is frozen); a result is how it ended. Its output is not asked for.
+    async fn sandbox_state(&self, sandbox: &SandboxId) -> Result<Option<crate::SandboxState>> {
+        Ok(Some(
+            match sandbox::ending(&self.plane, &sandbox.0).await? {
+                None => crate::SandboxState::Running,
+                Some(result) => crate::SandboxState::Stopped {
+                    ending: sandbox::describe_ending(&result),
+                    exit_code: Some(i64::from(result.exitcode)),
+                    last_log_lines: Vec::new(),
+                },
+            },
+        ))
+    }
+
     async fn artifact_metadata(&self, _artifact: &Artifact) -> Result<String> {
         Err(ProviderError::unsupported(
             "read an image's env, labels or history (Modal's API has none)",

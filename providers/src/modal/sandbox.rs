@@ -290,6 +290,46 @@ async fn build_image(
     ))
 }
 
+/// How sandbox `sandbox_id` ended, asked without waiting (`SandboxWait`, timeout 0): `None`
+/// while it runs.
+pub async fn ending(plane: &ControlPlane, sandbox_id: &str) -> Result<Option<GenericResult>> {
+    let response = plane
+        .call(
+            "SandboxWait",
+            SandboxWaitRequest {
+                sandbox_id: sandbox_id.to_owned(),
+                timeout: 0.0,
+            },
+            CALL_DEADLINE,
+            |mut c, r| async move { c.sandbox_wait(r).await },
+        )
+        .await?;
+    Ok(response.result.filter(ended))
+}
+
+/// An ended sandbox's result for a person: `terminated (exit 137)`, `failed (exit 3): …`.
+pub fn describe_ending(result: &GenericResult) -> String {
+    let status = GenericStatus::try_from(result.status).map_or(
+        "ended with an unknown status",
+        |s| match s {
+            GenericStatus::Success => "exited",
+            GenericStatus::Failure => "failed",
+            GenericStatus::Terminated => "terminated",
+            GenericStatus::Timeout => "timed out",
+            GenericStatus::InitFailure => "failed to start",
+            GenericStatus::InternalFailure => "ended by an internal failure of Modal's",
+            GenericStatus::IdleTimeout => "timed out idle",
+            GenericStatus::MemoryManagerEviction => "was evicted for memory",
+            GenericStatus::Unspecified => "ended",
+        },
+    );
+    let mut said = format!("Modal says it {status} (exit {})", result.exitcode);
+    if !result.exception.is_empty() {
+        said.push_str(&format!(": {}", result.exception));
+    }
+    said
+}
+
 /// Whether a result says its task has ended.
 fn ended(result: &GenericResult) -> bool {
     result.status != GenericStatus::Unspecified as i32

@@ -21,6 +21,7 @@ shutdown after them, in order.
 """
 
 import argparse
+from importlib import metadata
 import json
 import secrets
 import statistics
@@ -150,6 +151,8 @@ def cell(values):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--json", type=Path, help="also write every measurement to this file "
+                        "(bench/performance.py keeps it in docs/performance-runs/)")
     args = parser.parse_args()
     root = Path(__file__).resolve().parent.parent
     rows = {"reference (code-sandboxes 1.10.0)": [], "sandbox-matrix": []}
@@ -174,6 +177,15 @@ def main():
         times = [[r[3][name] for r in runs if name in r[3]] for runs in rows.values()]
         cells = [f"{statistics.median(t):.2f} s" if t else "did not run" for t in times]
         print(f"| {number} {name} | " + " | ".join(cells) + " |")
+    if args.json:
+        keys = ("create_to_first_s", "checks_wall_s", "passed", "check_s")
+        args.json.write_text(json.dumps({
+            "repeat": args.repeat,
+            "reference": "code-sandboxes " + metadata.version("code-sandboxes"),
+            "checks": list(CHECKS),
+            "runs": {name: [dict(zip(keys, r)) for r in runs] for name, runs in
+                     zip(("reference", "sandbox-matrix"), rows.values())},
+        }, indent=1) + "\n")
 
 
 if __name__ == "__main__":

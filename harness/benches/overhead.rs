@@ -17,7 +17,8 @@
 //! another, and reading every response frame. Exits 1 when the overhead is over 5 ms for
 //! any variant, or when a cloud variant over HTTP has no entry in [`LAUNCH_STARTS`].
 //!
-//! `cargo bench -p sandbox-matrix --bench overhead`
+//! `cargo bench -p sandbox-matrix --bench overhead`; with `SANDBOX_MATRIX_BENCH_JSON=<file>`
+//! it also writes every variant's medians there (`bench/performance.py` does).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -352,10 +353,26 @@ async fn bare_grpc_once(exchanges: &[GrpcExchange]) -> Duration {
     elapsed
 }
 
-/// Prints what the harness added over `what` at p50 for `variant`; whether it is within
-/// the budget.
-fn within_budget(variant: &str, what: &str, harness: Vec<Duration>, bare: Vec<Duration>) -> bool {
+/// Prints what the harness added over `what` at p50 for `variant`, keeps it in `measured`
+/// (written where `SANDBOX_MATRIX_BENCH_JSON` says); whether it is within the budget.
+fn within_budget(
+    measured: &mut Vec<serde_json::Value>,
+    variant: &str,
+    what: &str,
+    harness: Vec<Duration>,
+    bare: Vec<Duration>,
+) -> bool {
     let (h, b) = (median(harness), median(bare));
+    measured.push(serde_json::json!({
+        "variant": variant,
+        "what": what,
+        "runs": RUNS,
+        "delay_ms": DELAY.as_millis() as u64,
+        "harness_p50_ms": ms(h),
+        "bare_p50_ms": ms(b),
+        "overhead_p50_ms": ms(h) - ms(b),
+        "budget_ms": BUDGET.as_millis() as u64,
+    }));
     println!(
         "{variant}: create-to-first-result over {what} held {} ms each, {RUNS} runs: harness p50 {:.2} ms, bare client p50 {:.2} ms, harness overhead p50 {:+.2} ms (budget {} ms)",
         DELAY.as_millis(),
@@ -389,6 +406,7 @@ fn main() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let http = reqwest::Client::new();
     let mut over = Vec::new();
+    let mut measured = Vec::new();
     for variant in variants::CLOUD {
         if let Some(wire) = &variant.grpc {
             let path = variants::cassette_path(&cassettes, variant.name, &scenario.name);
@@ -404,7 +422,7 @@ fn main() {
                 (harness, bare)
             });
             let what = format!("{} gRPC calls", calls.len());
-            if !within_budget(variant.name, &what, harness, bare) {
+            if !within_budget(&mut measured, variant.name, &what, harness, bare) {
                 over.push(variant.name);
             }
             continue;
@@ -441,8 +459,15 @@ fn main() {
             exchanges.len(),
             polls(&exchanges)
         );
-        if !within_budget(variant.name, &what, harness, bare) {
+        if !within_budget(&mut measured, variant.name, &what, harness, bare) {
             over.push(variant.name);
+        }
+    }
+    if let Ok(path) = std::env::var("SANDBOX_MATRIX_BENCH_JSON") {
+        let text = serde_json::to_string_pretty(&measured).expect("plain JSON");
+        if let Err(e) = std::fs::write(&path, text + "\n") {
+            eprintln!("cannot write SANDBOX_MATRIX_BENCH_JSON={path}: {e}");
+            std::process::exit(1);
         }
     }
     if !over.is_empty() {

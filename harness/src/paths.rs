@@ -27,7 +27,8 @@ pub fn unsafe_name(name: &str) -> Option<String> {
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
     {
         return Some(format!(
-            "holds {c:?}; use only letters, digits, `-`, `_` and `.`"
+            "holds {}; use only letters, digits, `-`, `_` and `.`",
+            sandbox_providers::quoted(&c.to_string())
         ));
     }
     None

@@ -128,6 +128,17 @@ fn listed() -> bool {
     true
 }
 
+/// `text` in double quotes, its quotes and control characters escaped, so that a message
+/// shows exactly what a program printed or which value was refused, on one line.
+pub fn quoted(text: &str) -> String {
+    format!("\"{}\"", text.escape_debug())
+}
+
+/// A duration for a person: `1m 5s`, `300ms`.
+pub fn for_people(duration: std::time::Duration) -> String {
+    humantime::format_duration(duration).to_string()
+}
+
 /// What a provider says of a sandbox when a step fails ([`Provider::sandbox_state`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SandboxState {

@@ -254,7 +254,8 @@ async fn a_failed_build_is_a_build_error_and_its_secret_is_deleted() {
     assert_eq!(error.kind, ErrorKind::Build, "{error}");
     let text = error.to_string();
     assert!(
-        text.contains("GENERIC_STATUS_FAILURE") && text.contains("the next step fails"),
+        text.contains("build failed: build failed: executor failed")
+            && text.contains("the next step fails"),
         "the error names the ending and quotes the log: {text}"
     );
     // The Secret holding the canary was deleted after the failure: the replay checks

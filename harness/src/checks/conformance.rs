@@ -168,14 +168,14 @@ pub fn parse_answer(stdout: &str) -> Result<Value, String> {
         })
         .ok_or_else(|| {
             format!(
-                "the probe answered without its report; stdout: {:?}",
-                sandbox_providers::tail(stdout, 300)
+                "the probe answered without its report; stdout: {}",
+                sandbox_providers::quoted(sandbox_providers::tail(stdout, 300))
             )
         })?;
     serde_json::from_str(line).map_err(|e| {
         format!(
-            "the probe's report is not JSON ({e}): {:?}",
-            sandbox_providers::tail(line, 300)
+            "the probe's report is not JSON ({e}): {}",
+            sandbox_providers::quoted(sandbox_providers::tail(line, 300))
         )
     })
 }

@@ -130,8 +130,8 @@ pub fn parse_doctor_report(stdout: &str) -> Result<ScanReport, String> {
         .unwrap_or("");
     serde_json::from_str(line).map_err(|e| {
         format!(
-            "the doctor's scan report is not valid ({e}); stdout: {:?}",
-            sandbox_providers::tail(stdout, 300)
+            "the doctor's scan report is not valid ({e}); stdout: {}",
+            sandbox_providers::quoted(sandbox_providers::tail(stdout, 300))
         )
     })
 }

@@ -143,7 +143,9 @@ async fn restart(target: &impl CheckTarget) -> Result<Verdict, StepEnd> {
     let marker = "_sm_restart_marker";
     target.run_code(&format!("{marker} = 1")).await?;
     // Without this, a channel that keeps nothing would pass on a marker never kept.
-    let before = target.run_code(&format!("{marker:?} in globals()")).await?;
+    let before = target
+        .run_code(&format!("\"{marker}\" in globals()"))
+        .await?;
     if before.result.as_deref() != Some("True") {
         return Err(StepEnd::Failed(format!(
             "the code channel is declared stateful but kept nothing between two calls ({}), so the restart cannot be shown",
@@ -151,7 +153,9 @@ async fn restart(target: &impl CheckTarget) -> Result<Verdict, StepEnd> {
         )));
     }
     target.restart().await?;
-    let after = target.run_code(&format!("{marker:?} in globals()")).await?;
+    let after = target
+        .run_code(&format!("\"{marker}\" in globals()"))
+        .await?;
     let problems = match after.result.as_deref() {
         Some("False") => Vec::new(),
         _ => vec![format!("state survived the restart: {}", describe(&after))],
@@ -204,12 +208,12 @@ async fn concurrent(target: &impl CheckTarget, kernels: u32) -> Verdict {
             match fields[..] {
                 [pid, start, end] => Ok((
                     pid.parse::<u64>()
-                        .map_err(|e| format!("pid {pid:?}: {e}"))?,
+                        .map_err(|e| format!("pid `{pid}`: {e}"))?,
                     start
                         .parse::<f64>()
-                        .map_err(|e| format!("start {start:?}: {e}"))?,
+                        .map_err(|e| format!("start `{start}`: {e}"))?,
                     end.parse::<f64>()
-                        .map_err(|e| format!("end {end:?}: {e}"))?,
+                        .map_err(|e| format!("end `{end}`: {e}"))?,
                 )),
                 _ => Err(format!("no pid and times: {}", describe(&output))),
             }
@@ -266,7 +270,10 @@ pub(crate) fn describe(output: &CodeOutput) -> String {
         (_, Some(error)) => format!("an error: {error}"),
         (Some(result), None) => format!("`{result}`"),
         (None, None) if !output.stdout.is_empty() => {
-            format!("no result (stdout: {:?})", output.stdout.trim())
+            format!(
+                "no result (stdout: {})",
+                sandbox_providers::quoted(output.stdout.trim())
+            )
         }
         (None, None) => "no result".to_owned(),
     }

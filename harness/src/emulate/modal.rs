@@ -633,8 +633,8 @@ impl Emulator {
                     .any(|c| !matches!(c, std::path::Component::Normal(_)))
             {
                 return Err(format!(
-                    "context file {:?} is not a path inside the build context",
-                    file.filename
+                    "context file {} is not a path inside the build context",
+                    sandbox_providers::quoted(&file.filename)
                 ));
             }
             let path = dir.join(relative);
@@ -1618,13 +1618,13 @@ fn from_reference(commands: &[String]) -> Result<String, String> {
     let mut words = first.split_whitespace();
     if !words.next().is_some_and(|w| w.eq_ignore_ascii_case("FROM")) {
         return Err(format!(
-            "the image's first Dockerfile command must be FROM <base>, not {first:?}"
+            "the image's first Dockerfile command must be FROM <base>, not `{first}`"
         ));
     }
     words
         .find(|w| !w.starts_with("--"))
         .map(str::to_owned)
-        .ok_or_else(|| format!("the image's {first:?} names no base"))
+        .ok_or_else(|| format!("the image's `{first}` names no base"))
 }
 
 /// A long poll's hold: `timeout` seconds (none or less than nothing: none), at most

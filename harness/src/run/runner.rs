@@ -1171,7 +1171,7 @@ impl StepContext {
         let set = self
             .run_code(
                 &sandbox,
-                &format!("__sandbox_matrix_marker = {marker:?}\n__sandbox_matrix_marker"),
+                &format!("__sandbox_matrix_marker = \"{marker}\"\n__sandbox_matrix_marker"),
             )
             .await?;
         if set.result.as_deref() != Some(&format!("'{marker}'")) {
@@ -1783,8 +1783,9 @@ fn talks_to_the_sandbox(kind: StepKind) -> bool {
 
 /// What happened to `sandbox`, as its provider tells, when `step` failed with `reason`:
 /// `the sandbox stopped during restart: killed (exit 137)` and its last log lines, or
-/// `the sandbox stopped answering during restart (paused)`; `None` when it is running and
-/// answered (the step's own reason says it best), or the provider cannot tell.
+/// `the sandbox stopped answering during restart (paused)`, or, running, that the
+/// connection broke and not the sandbox; `None` when it is running and answered (the
+/// step's own reason says it best), or the provider cannot tell.
 async fn sandbox_said(
     provider: &Arc<dyn Provider>,
     sandbox: &SandboxId,
@@ -1837,6 +1838,12 @@ async fn sandbox_said(
             "the sandbox stopped answering during {name} (running, no reply for {})",
             humantime::format_duration(step.budget)
         )),
+        // The provider still has it running: the connection broke, not the sandbox.
+        sandbox_providers::SandboxState::Running if reason.starts_with("transport error") => {
+            Some(format!(
+                "the sandbox was still running when the connection to it broke during {name}: {reason}"
+            ))
+        }
         sandbox_providers::SandboxState::Running => None,
     }
 }

@@ -171,17 +171,54 @@ fn step_line(result: &StepResult, source: &Source) -> String {
     };
     match &result.status {
         StepStatus::Passed => format!("  ✓ {:<32}{took}", result.step),
-        StepStatus::Failed { reason } => format!("  ✗ {:<32}{took}  {reason}", result.step),
+        StepStatus::Failed { reason } => {
+            format!("  ✗ {:<32}{took}  {}", result.step, indented(reason))
+        }
         StepStatus::Skipped { reason } => {
             format!("  - {:<32}{:>9}  skipped: {reason}", result.step, "")
         }
     }
 }
 
+/// A reason of several lines (a build's log tail, a sandbox's last log lines) with every
+/// line after the first set under the step's line as `    | …`, blank lines dropped, so
+/// that nothing a provider printed starts at the margin among the step lines.
+fn indented(reason: &str) -> String {
+    let mut lines = reason.lines();
+    let mut out = lines.next().unwrap_or_default().to_owned();
+    for line in lines.filter(|l| !l.trim().is_empty()) {
+        out.push('\n');
+        if !line.starts_with("    | ") {
+            out.push_str("    | ");
+        }
+        out.push_str(line);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::report::fixture::{failed, replay_source, step};
+
+    #[test]
+    fn a_reason_of_several_lines_is_set_under_its_step() {
+        let built = step(
+            "build",
+            failed("build failed; log tail:\nstep 1\n\n    | kept\nstep 2\n"),
+            1_000,
+            60,
+            vec![],
+            &[],
+        );
+        assert_eq!(
+            step_line(&built, &Source::Live),
+            format!(
+                "  ✗ {:<32}   1.00 s  build failed; log tail:\n    | step 1\n    | kept\n    | step 2",
+                "build"
+            )
+        );
+    }
 
     #[test]
     fn a_replayed_step_never_shows_a_bare_duration() {

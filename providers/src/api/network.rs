@@ -36,7 +36,8 @@ impl ResolvePin {
             ProviderError::new(
                 ErrorKind::Config,
                 format!(
-                    "{RESOLVE_VAR}={text:?}: {why}; expected <domain>=<ip> or <domain>=<ip>:<port>"
+                    "{RESOLVE_VAR}={}: {why}; expected <domain>=<ip> or <domain>=<ip>:<port>",
+                    crate::quoted(text)
                 ),
             )
         };

@@ -464,8 +464,8 @@ fn body_differences(expected: Option<&Body>, came: Option<&Body>, out: &mut Vec<
                     (a, b) => {
                         out.push(format!(
                             "body line {line}: expected {}, came {}",
-                            a.map_or("none".to_owned(), |a| format!("{:?}", excerpt(a))),
-                            b.map_or("none".to_owned(), |b| format!("{:?}", excerpt(b)))
+                            a.map_or("none".to_owned(), |a| crate::quoted(&excerpt(a))),
+                            b.map_or("none".to_owned(), |b| crate::quoted(&excerpt(b)))
                         ));
                         return;
                     }

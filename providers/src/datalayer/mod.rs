@@ -111,7 +111,10 @@ impl Settings {
             Ok(other) => {
                 return Err(ProviderError::new(
                     ErrorKind::Config,
-                    format!("{PUSH_AUTH_VAR}={other:?}: expected `static` or `ecr`"),
+                    format!(
+                        "{PUSH_AUTH_VAR}={}: expected `static` or `ecr`",
+                        crate::quoted(other)
+                    ),
                 ));
             }
         };

@@ -388,8 +388,9 @@ impl RuntimesProvider {
             other => Err(ProviderError::new(
                 ErrorKind::Protocol,
                 format!(
-                    "environment `{}` has no positive burning_rate ({other:?}): no credits can be reserved",
-                    self.environment
+                    "environment `{}` has no positive burning_rate ({}): no credits can be reserved",
+                    self.environment,
+                    other.map_or("none given".to_owned(), |rate| format!("it is {rate}"))
                 ),
             )),
         }
@@ -717,7 +718,7 @@ impl Provider for RuntimesProvider {
         }
         let (state, kernel) = self.kernel(sandbox, EXEC_CONTEXT).await?;
         let output = self.execute(&state, &kernel, &command_code(argv)).await?;
-        command_output(&output).map_err(|e| e.context(format!("run {argv:?}")))
+        command_output(&output).map_err(|e| e.context(format!("run `{}`", argv.join(" "))))
     }
 
     async fn restart(&self, sandbox: &SandboxId) -> Result<Vec<Timing>> {

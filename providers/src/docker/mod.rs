@@ -251,7 +251,10 @@ impl DockerProvider {
                     Ok("classic") => Ok(Builder::Classic),
                     Ok(other) => Err(ProviderError::new(
                         ErrorKind::Config,
-                        format!("{var}={other:?}: expected `buildkit` or `classic`"),
+                        format!(
+                            "{var}={}: expected `buildkit` or `classic`",
+                            crate::quoted(other)
+                        ),
                     )),
                 }
             })
@@ -1245,7 +1248,10 @@ impl Provider for DockerProvider {
         if answer.trim() != "2" {
             return Err(ProviderError::new(
                 ErrorKind::Protocol,
-                format!("bare python3 printed {:?}, not 2", tail(&out, 200)),
+                format!(
+                    "bare python3 printed {}, not 2",
+                    crate::quoted(tail(&out, 200))
+                ),
             ));
         }
         let python3 = since_create(
@@ -1264,7 +1270,10 @@ impl Provider for DockerProvider {
         let parsed: serde_json::Value = serde_json::from_str(line).map_err(|e| {
             ProviderError::new(
                 ErrorKind::Protocol,
-                format!("the kernel floor script printed {:?}: {e}", tail(&out, 200)),
+                format!(
+                    "the kernel floor script printed {}: {e}",
+                    crate::quoted(tail(&out, 200))
+                ),
             )
         })?;
         if parsed["answer"] != "2" {
@@ -1538,7 +1547,8 @@ async fn remove_after_its_commit(docker: &Docker, id: &str) -> Result<Deleted> {
             return Err(ProviderError::new(
                 ErrorKind::Timeout,
                 format!(
-                    "container {id} is a build step the engine was still committing after {BUILD_STEP_COMMIT_WAIT:?}: removed, but its image may land later; sweep again"
+                    "container {id} is a build step the engine was still committing after {}: removed, but its image may land later; sweep again",
+                    crate::for_people(BUILD_STEP_COMMIT_WAIT)
                 ),
             ));
         }

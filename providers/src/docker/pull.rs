@@ -40,8 +40,14 @@ pub async fn pull_as(
     loop {
         let next = tokio::time::timeout(STALL, stream.next());
         let item = match tokio::time::timeout_at(deadline, next).await {
-            Err(_) => return Err(timed_out(reference, &format!("took over {TOTAL:?}"))),
-            Ok(Err(_)) => return Err(timed_out(reference, &format!("no answer for {STALL:?}"))),
+            Err(_) => {
+                let took = format!("took over {}", crate::for_people(TOTAL));
+                return Err(timed_out(reference, &took));
+            }
+            Ok(Err(_)) => {
+                let silent = format!("no answer for {}", crate::for_people(STALL));
+                return Err(timed_out(reference, &silent));
+            }
             Ok(Ok(item)) => item,
         };
         match item {

@@ -132,8 +132,10 @@ impl JupyterServer {
                 return Err(ProviderError::new(
                     ErrorKind::Timeout,
                     format!(
-                        "not ready within {deadline:?}; last poll: {}: {}",
-                        last_error.kind, last_error.message
+                        "not ready within {}; last poll: {}: {}",
+                        crate::for_people(deadline),
+                        last_error.kind,
+                        last_error.message
                     ),
                 )
                 .context("GET /api"));
@@ -233,7 +235,10 @@ impl JupyterServer {
                     .map_err(|_| {
                         ProviderError::retryable(
                             ErrorKind::Timeout,
-                            format!("WebSocket handshake took over {CONNECT_TIMEOUT:?}"),
+                            format!(
+                                "WebSocket handshake took over {}",
+                                crate::for_people(CONNECT_TIMEOUT)
+                            ),
                         )
                     })?
                     .map_err(|e| self.ws_error(e))?;
@@ -278,7 +283,8 @@ impl JupyterServer {
             Err(ProviderError::new(
                 ErrorKind::Timeout,
                 format!(
-                    "no socket to kernel {kernel_id} answered on shell and iopub within {deadline:?} ({given_up} given up for a silent iopub)"
+                    "no socket to kernel {kernel_id} answered on shell and iopub within {} ({given_up} given up for a silent iopub)",
+                    crate::for_people(deadline)
                 ),
             ))
         })
@@ -386,7 +392,10 @@ impl KernelSocket {
                     .map_or("the request was never sent", Execution::missing);
                 Err(ProviderError::new(
                     ErrorKind::Timeout,
-                    format!("no answer within {deadline:?}: {missing}"),
+                    format!(
+                        "no answer within {}: {missing}",
+                        crate::for_people(deadline)
+                    ),
                 ))
             })
             .map_err(|e| e.context(format!("execute_request on kernel {}", self.kernel_id)))
@@ -441,7 +450,8 @@ impl KernelSocket {
                     return Err(Unready::IopubSilent(ProviderError::retryable(
                         ErrorKind::Transport,
                         format!(
-                            "the kernel answers on shell, but no status came on this socket's iopub within {IOPUB_SILENCE:?} of the reply: the server did not connect its iopub (connect again)"
+                            "the kernel answers on shell, but no status came on this socket's iopub within {} of the reply: the server did not connect its iopub (connect again)",
+                            crate::for_people(IOPUB_SILENCE)
                         ),
                     )));
                 }
@@ -457,7 +467,7 @@ impl KernelSocket {
             .unwrap_or_else(|_| {
                 Err(Unready::Failed(ProviderError::new(
                     ErrorKind::Timeout,
-                    format!("{missing} within {deadline:?}"),
+                    format!("{missing} within {}", crate::for_people(deadline)),
                 )))
             })
             .map_err(|unready| match unready {
@@ -728,7 +738,10 @@ fn websocket_base(base_url: &str) -> Result<String> {
     } else {
         Err(ProviderError::new(
             ErrorKind::Config,
-            format!("base URL {base_url:?} does not start with http:// or https://"),
+            format!(
+                "base URL {} does not start with http:// or https://",
+                crate::quoted(base_url)
+            ),
         ))
     }
 }
@@ -784,7 +797,7 @@ pub(crate) fn check_kernel_id(kernel_id: &str) -> Result<()> {
     } else {
         Err(ProviderError::new(
             ErrorKind::Config,
-            format!("{kernel_id:?} is not a kernel id"),
+            format!("{} is not a kernel id", crate::quoted(kernel_id)),
         ))
     }
 }

@@ -146,7 +146,11 @@ pub fn status_error(method: &str, status: &tonic::Status) -> ProviderError {
         tonic::Code::InvalidArgument | tonic::Code::Unauthenticated => ErrorKind::Config,
         _ => ErrorKind::Api,
     };
-    let message = format!("{method}: {:?}: {}", status.code(), status.message());
+    let message = format!(
+        "{method}: {}: {}",
+        code_name(status.code()),
+        status.message()
+    );
     if retryable(status.code()) {
         ProviderError::retryable(kind, message)
     } else {
@@ -236,6 +240,30 @@ impl ControlPlane {
                 Err(status) => return Err(status_error(method, &status)),
             }
         }
+    }
+}
+
+/// A gRPC status code's name, as gRPC's documentation writes it in CamelCase.
+fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code;
+    match code {
+        Code::Ok => "Ok",
+        Code::Cancelled => "Cancelled",
+        Code::Unknown => "Unknown",
+        Code::InvalidArgument => "InvalidArgument",
+        Code::DeadlineExceeded => "DeadlineExceeded",
+        Code::NotFound => "NotFound",
+        Code::AlreadyExists => "AlreadyExists",
+        Code::PermissionDenied => "PermissionDenied",
+        Code::ResourceExhausted => "ResourceExhausted",
+        Code::FailedPrecondition => "FailedPrecondition",
+        Code::Aborted => "Aborted",
+        Code::OutOfRange => "OutOfRange",
+        Code::Unimplemented => "Unimplemented",
+        Code::Internal => "Internal",
+        Code::Unavailable => "Unavailable",
+        Code::DataLoss => "DataLoss",
+        Code::Unauthenticated => "Unauthenticated",
     }
 }
 

@@ -237,7 +237,10 @@ async fn build_image(
         if started.elapsed() >= deadline {
             return Err(ProviderError::new(
                 ErrorKind::Timeout,
-                format!("image {image_id} was still building after {deadline:?}"),
+                format!(
+                    "image {image_id} was still building after {}",
+                    crate::for_people(deadline)
+                ),
             ));
         }
         let wait = deadline.min(LONG_POLL);
@@ -282,7 +285,7 @@ async fn build_image(
     Err(ProviderError::new(
         ErrorKind::Build,
         format!(
-            "image {image_id} build ended {}: {}; log tail:\n{}",
+            "image {image_id} build {}: {}; log tail:\n{}",
             status_name(&result),
             result.exception,
             crate::tail(&logs, LOG_TAIL)
@@ -307,23 +310,13 @@ pub async fn ending(plane: &ControlPlane, sandbox_id: &str) -> Result<Option<Gen
     Ok(response.result.filter(ended))
 }
 
-/// An ended sandbox's result for a person: `terminated (exit 137)`, `failed (exit 3): …`.
+/// An ended sandbox's result for a person: `Modal says it failed (exit 137): …`.
 pub fn describe_ending(result: &GenericResult) -> String {
-    let status = GenericStatus::try_from(result.status).map_or(
-        "ended with an unknown status",
-        |s| match s {
-            GenericStatus::Success => "exited",
-            GenericStatus::Failure => "failed",
-            GenericStatus::Terminated => "terminated",
-            GenericStatus::Timeout => "timed out",
-            GenericStatus::InitFailure => "failed to start",
-            GenericStatus::InternalFailure => "ended by an internal failure of Modal's",
-            GenericStatus::IdleTimeout => "timed out idle",
-            GenericStatus::MemoryManagerEviction => "was evicted for memory",
-            GenericStatus::Unspecified => "ended",
-        },
+    let mut said = format!(
+        "Modal says it {} (exit {})",
+        status_name(result),
+        result.exitcode
     );
-    let mut said = format!("Modal says it {status} (exit {})", result.exitcode);
     if !result.exception.is_empty() {
         said.push_str(&format!(": {}", result.exception));
     }
@@ -335,8 +328,19 @@ fn ended(result: &GenericResult) -> bool {
     result.status != GenericStatus::Unspecified as i32
 }
 
+/// How a task ended, in words: `failed`, `timed out`, `was terminated`.
 fn status_name(result: &GenericResult) -> &'static str {
-    GenericStatus::try_from(result.status).map_or("with an unknown status", |s| s.as_str_name())
+    GenericStatus::try_from(result.status).map_or("ended with an unknown status", |s| match s {
+        GenericStatus::Success => "succeeded",
+        GenericStatus::Failure => "failed",
+        GenericStatus::Terminated => "was terminated",
+        GenericStatus::Timeout => "timed out",
+        GenericStatus::InitFailure => "failed to start",
+        GenericStatus::InternalFailure => "ended by an internal failure of Modal's",
+        GenericStatus::IdleTimeout => "timed out idle",
+        GenericStatus::MemoryManagerEviction => "was evicted for memory",
+        GenericStatus::Unspecified => "ended",
+    })
 }
 
 /// Creates a sandbox from `image_id` running `entrypoint` (the image's own when empty),
@@ -396,7 +400,10 @@ pub async fn task_id(plane: &ControlPlane, sandbox_id: &str, deadline: Duration)
         if started.elapsed() >= deadline {
             return Err(ProviderError::new(
                 ErrorKind::Timeout,
-                format!("sandbox {sandbox_id} had no task after {deadline:?}"),
+                format!(
+                    "sandbox {sandbox_id} had no task after {}",
+                    crate::for_people(deadline)
+                ),
             ));
         }
         let wait = deadline.min(LONG_POLL);
@@ -417,7 +424,7 @@ pub async fn task_id(plane: &ControlPlane, sandbox_id: &str, deadline: Duration)
             return Err(ProviderError::new(
                 ErrorKind::Api,
                 format!(
-                    "sandbox {sandbox_id} ended {} before it had a task: {}",
+                    "sandbox {sandbox_id} {} before it had a task: {}",
                     status_name(&result),
                     result.exception
                 ),
@@ -590,10 +597,7 @@ mod tests {
         let error = built.expect_err("the build fails");
         assert_eq!(error.kind, ErrorKind::Build);
         let text = error.to_string();
-        assert!(
-            text.contains("GENERIC_STATUS_FAILURE: RUN true exited 1"),
-            "{text}"
-        );
+        assert!(text.contains("build failed: RUN true exited 1"), "{text}");
         assert!(text.contains("Step 2/2"), "{text}");
         server
             .finish()

@@ -63,7 +63,10 @@ impl AuthMode {
             "none" => Ok(Self::None),
             other => Err(ProviderError::new(
                 ErrorKind::Config,
-                format!("{AUTH_VAR}={other:?}: expected `ecr`, `static` or `none`"),
+                format!(
+                    "{AUTH_VAR}={}: expected `ecr`, `static` or `none`",
+                    crate::quoted(other)
+                ),
             )),
         }
     }

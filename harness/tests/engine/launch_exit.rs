@@ -50,6 +50,12 @@ pub fn a_sandbox_that_exits_fails_launch_with_its_exit_code_and_last_log_lines()
         )],
         "  - step: build\n    budget: 10m\n  - step: launch\n    budget: 3m\n  - step: cleanup\n    budget: 2m\n",
     );
+    crate::sandbox_state::assert_terminal(
+        "docker_exited_at_launch",
+        &crate::sandbox_state::failed_step_lines(&sandbox_matrix::run::terminal::transcript(
+            &results,
+        )),
+    );
     assert_eq!(
         output.status.code(),
         Some(1),
@@ -100,6 +106,12 @@ pub fn a_hung_kernel_start_fails_first_result_at_the_step_budget() {
             ),
         ],
         "  - step: build\n    budget: 10m\n  - step: launch\n    budget: 3m\n  - step: first-result\n    budget: 65s\n  - step: cleanup\n    budget: 2m\n",
+    );
+    crate::sandbox_state::assert_terminal(
+        "docker_hung_kernel",
+        &crate::sandbox_state::failed_step_lines(&sandbox_matrix::run::terminal::transcript(
+            &results,
+        )),
     );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");

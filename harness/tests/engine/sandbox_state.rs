@@ -8,6 +8,8 @@
 use crate::common;
 
 use common::emulate::Emulate;
+use sandbox_matrix::report::results;
+use sandbox_matrix::run::terminal;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -32,7 +34,7 @@ fn slow_first_result(dir: &Path) -> std::path::PathBuf {
 /// Runs the slow scenario on the docker variant, does `docker <action>` to its sandbox once
 /// first-result has started, and returns the run id and the first-result step of
 /// results.json.
-fn interfered(test: &str, action: &str) -> (String, serde_json::Value) {
+fn interfered(test: &str, action: &str) -> (String, serde_json::Value, String) {
     let dir = common::out_dir(test);
     let scenario = slow_first_result(&dir);
     let out = dir.join("reports");
@@ -44,7 +46,7 @@ fn interfered(test: &str, action: &str) -> (String, serde_json::Value) {
 /// here, with the settings it prints and a fake key where the variant needs one), kills
 /// the emulator's container of the sandbox once first-result has started, and returns the
 /// first-result step of results.json.
-fn killed_in_emulator(variant: &str) -> serde_json::Value {
+fn killed_in_emulator(variant: &str) -> (serde_json::Value, String) {
     let extra: &[&str] = if variant == "modal" {
         &["--port", "0"]
     } else {
@@ -68,9 +70,9 @@ fn killed_in_emulator(variant: &str) -> serde_json::Value {
     if variant == "modal" {
         run.env("SANDBOX_MATRIX_MODAL_URL", emulate.get("MODAL_SERVER_URL"));
     }
-    let (_, step) = interfered_run(&dir, run, &out, "kill");
+    let (_, step, terminal) = interfered_run(&dir, run, &out, "kill");
     emulate.stop();
-    step
+    (step, terminal)
 }
 
 /// Runs `run`, does `docker <action>` to the run's container once first-result has
@@ -80,7 +82,7 @@ fn interfered_run(
     mut run: Command,
     out: &Path,
     action: &str,
-) -> (String, serde_json::Value) {
+) -> (String, serde_json::Value, String) {
     let mut child = run
         .stderr(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
@@ -133,16 +135,54 @@ fn interfered_run(
         .find(|s| s["step"] == "first-result")
         .expect("a first-result step")
         .clone();
+    let loaded = results::load(&out.join(&run_id).join("results.json")).expect("it loads");
+    let terminal = failed_step_lines(&terminal::transcript(&loaded));
     assert!(
         common::left_by_run(&run_id).is_empty(),
         "cleanup left the sandbox of run {run_id}"
     );
     let _ = std::fs::remove_dir_all(dir);
-    (run_id, step)
+    (run_id, step, terminal)
+}
+
+/// The terminal's lines of the step that failed: its line and the log lines under it.
+pub fn failed_step_lines(transcript: &[String]) -> String {
+    let at = transcript
+        .iter()
+        .position(|l| l.starts_with("  ✗ "))
+        .unwrap_or_else(|| panic!("no step failed: {transcript:#?}"));
+    transcript[at..]
+        .iter()
+        .take_while(|l| l.starts_with("  ✗ ") || l.starts_with("    | "))
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `terminal` against the snapshot `name` (under `engine/snapshots/`), with what changes
+/// from run to run filtered: durations, the number of log lines and the lines themselves.
+pub fn assert_terminal(name: &str, terminal: &str) {
+    // No Rust form a user would have to decode in our words (the sandbox's own log lines
+    // under them are its own).
+    let headline = terminal.lines().next().unwrap_or_default();
+    for form in ["Some(", "None", "Err(", "Ok(", " { "] {
+        assert!(
+            !headline.contains(form),
+            "`{form}` in what a user reads:\n{terminal}"
+        );
+    }
+    let mut settings = insta::Settings::clone_current();
+    settings.add_filter(r" +\d+\.\d+ s\b", " [secs] s");
+    settings.add_filter(r"\b\d{8}T\d{6}Z-[0-9a-f]{6}\b", "[run-id]");
+    settings.add_filter(r"its last \d+ log lines", "its last [n] log lines");
+    settings.add_filter(r"(?m)^    \| .*$", "    | [log line]");
+    settings.add_filter(r"(\n    \| \[log line\])+", "\n    | [log line] …");
+    settings.bind(|| insta::assert_snapshot!(name, terminal));
 }
 
 pub fn a_sandbox_killed_during_a_step_is_said_killed_with_its_last_log_lines() {
-    let (_, step) = interfered("state-killed", "kill");
+    let (_, step, terminal) = interfered("state-killed", "kill");
+    assert_terminal("docker_killed", &terminal);
     let reason = step["reason"].as_str().expect("a reason");
     assert!(
         reason.starts_with("the sandbox stopped during first-result: killed (exit 137); its last "),
@@ -163,7 +203,8 @@ pub fn a_sandbox_killed_during_a_step_is_said_killed_with_its_last_log_lines() {
 }
 
 pub fn a_paused_sandbox_is_said_to_have_stopped_answering() {
-    let (_, step) = interfered("state-paused", "pause");
+    let (_, step, terminal) = interfered("state-paused", "pause");
+    assert_terminal("docker_paused", &terminal);
     assert_eq!(
         step["reason"],
         "the sandbox stopped answering during first-result (paused: it answers nothing until it is resumed)",
@@ -189,7 +230,8 @@ pub fn a_cloud_sandbox_killed_during_a_step_is_said_ended_by_its_provider() {
             "the sandbox stopped during first-result: Modal says it failed (exit 137)",
         ),
     ] {
-        let step = killed_in_emulator(variant);
+        let (step, terminal) = killed_in_emulator(variant);
+        assert_terminal(&format!("{variant}_killed"), &terminal);
         let reason = step["reason"].as_str().expect("a reason");
         assert!(reason.starts_with(said), "{variant}: {step}");
         let log = step["log"].as_array().expect("a log");

@@ -9,7 +9,9 @@ use sandbox_providers::api::cassette::Body;
 use sandbox_providers::api::replay::Pace;
 use sandbox_providers::api::{Cassette, Exchange};
 
-use crate::{EVERY_STEP, assert_passed, assert_skipped, common, junit, reason, replay};
+use crate::{
+    EVERY_STEP, assert_passed, assert_skipped, assert_terminal, common, junit, reason, replay,
+};
 
 const VARIANT: &str = "datalayer-runtimes";
 
@@ -144,6 +146,10 @@ async fn a_refused_create_fails_launch_with_the_platforms_message_and_cleanup_fi
         cassette(exchanges, "the create answers 200 with success: false"),
     )
     .await;
+    assert_terminal(
+        "datalayer_runtimes__a_refused_create_fails_launch_with_the_platforms_message_and_cleanup_finds_nothing",
+        &result,
+    );
     let why = reason(&result, "launch");
     assert!(why.contains("not enough credits"), "{why}");
     assert_skipped(&result, &["first-result", "shutdown"]);
@@ -173,6 +179,10 @@ async fn an_ingress_warming_up_is_waited_out_and_the_run_passes() {
         ),
     )
     .await;
+    assert_terminal(
+        "datalayer_runtimes__an_ingress_warming_up_is_waited_out_and_the_run_passes",
+        &result,
+    );
     // The replay passing says the three 503s were each polled through.
     // The platform builds: build is skipped, naming the environment.
     assert_skipped(&result, &["build"]);
@@ -199,6 +209,10 @@ async fn an_ingress_that_never_warms_up_fails_launch_at_its_budget_and_the_runti
         ),
     )
     .await;
+    assert_terminal(
+        "datalayer_runtimes__an_ingress_that_never_warms_up_fails_launch_at_its_budget_and_the_runtime_is_deleted_by_pod_name",
+        &result,
+    );
     let why = reason(&result, "launch");
     assert!(why.contains("exceeded its budget of 2s"), "{why}");
     assert!(took < Duration::from_secs(15), "the run took {took:?}");
@@ -227,6 +241,10 @@ async fn a_delete_the_platform_answers_unknown_pod_name_still_shuts_down() {
         cassette(exchanges, "shutdown's delete answers 404: no such pod_name"),
     )
     .await;
+    assert_terminal(
+        "datalayer_runtimes__a_delete_the_platform_answers_unknown_pod_name_still_shuts_down",
+        &result,
+    );
     // The platform builds: build is skipped, naming the environment.
     assert_skipped(&result, &["build"]);
     assert_passed(&result, &EVERY_STEP[1..]);

@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::{common, junit, reason};
+use crate::{assert_terminal, common, junit, reason};
 
-use sandbox_matrix::report::results::{ScenarioResult, StepStatus};
+use sandbox_matrix::report::results::{Replay, ReplayPace, ScenarioResult, Source, StepStatus};
 use sandbox_providers::api::cassette::Body;
 use sandbox_providers::api::replay::{Observed, Pace};
 use sandbox_providers::api::{Cassette, Exchange};
@@ -90,8 +90,19 @@ fn cassette(exchanges: Vec<Exchange>, note: &str) -> Cassette {
 async fn run(cassette: Cassette) -> (ScenarioResult, Vec<Observed>, String, Duration) {
     let scenario = common::temp_scenario("lifecycle", LIFECYCLE);
     let started = Instant::now();
-    let (result, server) = common::replay_e2b(cassette, &scenario, Pace::Instant).await;
+    let origin = cassette.origin.clone();
+    let (mut result, server) = common::replay_e2b(cassette, &scenario, Pace::Instant).await;
     let took = started.elapsed();
+    // Served from a cassette built here, not through `run`'s replay session: said so, as
+    // `run` says it.
+    result.source = Source::Replay {
+        replay: Replay {
+            cassette: "a cut of fixtures/cassettes/e2b/lifecycle.yaml".into(),
+            origin: Some(origin),
+            written: None,
+            pace: ReplayPace::Instant,
+        },
+    };
     let junit = junit(&result);
     (result, server.observed(), junit, took)
 }
@@ -119,6 +130,10 @@ async fn a_sandbox_that_never_gets_ready_fails_launch_at_its_budget_and_is_still
         "the template's Jupyter Server never answers",
     ))
     .await;
+    assert_terminal(
+        "e2b__a_sandbox_that_never_gets_ready_fails_launch_at_its_budget_and_is_still_deleted",
+        &result,
+    );
     let why = reason(&result, "launch");
     assert!(why.contains("exceeded its budget of 2s"), "{why}");
     assert!(took < Duration::from_secs(10), "the run took {took:?}");
@@ -150,6 +165,10 @@ async fn a_reset_mid_answer_fails_first_result_with_the_cause_in_junit() {
         "the kernel's socket drops, with no close, 20 bytes into the answer to 1+1; the sandbox runs on",
     ))
     .await;
+    assert_terminal(
+        "e2b__a_reset_mid_answer_fails_first_result_with_the_cause_in_junit",
+        &result,
+    );
     let why = reason(&result, "first-result");
     assert!(
         why.contains("Connection reset without closing handshake"),
@@ -211,6 +230,10 @@ async fn a_sandbox_that_ends_mid_answer_is_said_gone_with_its_last_log_lines() {
         "the sandbox ends 20 bytes into the answer to 1+1; E2B no longer has it",
     ))
     .await;
+    assert_terminal(
+        "e2b__a_sandbox_that_ends_mid_answer_is_said_gone_with_its_last_log_lines",
+        &result,
+    );
     assert_eq!(
         reason(&result, "first-result"),
         "the sandbox stopped during first-result: E2B no longer has it (it was killed, ran out of memory or passed its timeout); its last 2 log lines:\n    | [I ServerApp] Kernel started\n    | Killed"
@@ -245,13 +268,29 @@ async fn a_rate_limited_create_is_retried_after_retry_after_and_the_run_passes()
     limited.response.body = Some(Body::Json(
         serde_json::json!({"code": 429, "message": "rate limited"}),
     ));
-    let mut exchanges = cut.exchanges.clone();
+    // The lifecycle's steps of this scenario: up to the answer to 1+1, then cleanup.
+    let execute = cut.find("GET", |p| {
+        p.contains("/channels?session_id=") && p.ends_with("-2")
+    });
+    let mut exchanges = cut.exchanges[..=execute].to_vec();
     exchanges.insert(create, limited);
+    exchanges.extend(cut.cleanup_finding_the_sandbox("sbx0002"));
     let (result, observed, _, _) =
         run(cassette(exchanges, "the create is answered 429 once")).await;
-    assert_eq!(
-        result.step("launch").map(|s| &s.status),
-        Some(&StepStatus::Passed)
+    assert_terminal(
+        "e2b__a_rate_limited_create_is_retried_after_retry_after_and_the_run_passes",
+        &result,
+    );
+    for step in ["build", "launch", "first-result", "cleanup"] {
+        assert_eq!(
+            result.step(step).map(|s| &s.status),
+            Some(&StepStatus::Passed),
+            "{step}"
+        );
+    }
+    assert!(
+        observed.iter().all(|o| o.exchange.is_some()),
+        "the client asked only what the cassette holds: {observed:#?}"
     );
     let creates: Vec<u16> = observed
         .iter()

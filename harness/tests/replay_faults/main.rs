@@ -10,6 +10,7 @@
 mod common;
 
 mod datalayer_runtimes;
+mod daytona;
 mod e2b;
 mod modal;
 
@@ -38,9 +39,9 @@ const EVERY_STEP: &[&str] = &[
     "replay",
 ];
 
-/// The run's JUnit with `result` as its only scenario.
-fn junit(result: &ScenarioResult) -> String {
-    report::junit::render(&RunResults {
+/// A run with `result` as its only scenario.
+fn one_run(result: &ScenarioResult) -> RunResults {
+    RunResults {
         schema_version: RESULTS_SCHEMA_VERSION.into(),
         provenance: Provenance {
             run_id: "faults".into(),
@@ -51,7 +52,31 @@ fn junit(result: &ScenarioResult) -> String {
             shards: Vec::new(),
         },
         scenarios: vec![result.clone()],
-    })
+    }
+}
+
+/// The run's JUnit with `result` as its only scenario.
+fn junit(result: &ScenarioResult) -> String {
+    report::junit::render(&one_run(result))
+}
+
+/// The terminal's lines for `result`, as a run prints them, against the snapshot `name`
+/// (under `replay_faults/snapshots/`): the words a user reads for each fault. What changes
+/// from run to run is filtered: temporary folders and durations.
+fn assert_terminal(name: &str, result: &ScenarioResult) {
+    let lines = sandbox_matrix::run::terminal::transcript(&one_run(result)).join("\n");
+    // No Rust form a user would have to decode.
+    for form in ["Some(", "None", "Err(", "Ok(", " { "] {
+        assert!(
+            !lines.contains(form),
+            "`{form}` in what a user reads:\n{lines}"
+        );
+    }
+    let mut settings = insta::Settings::clone_current();
+    settings.add_filter(r"/tmp/sandbox-matrix-[A-Za-z0-9-]+", "[tmp]");
+    settings.add_filter(r" +\d+\.\d+ s\b", " [secs] s");
+    settings.add_filter(r"\b\d{8}T\d{6}Z-[0-9a-f]{6}\b", "[run-id]");
+    settings.bind(|| insta::assert_snapshot!(name, lines));
 }
 
 /// Why `step` failed; panics when it did not.

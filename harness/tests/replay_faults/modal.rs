@@ -10,7 +10,9 @@ use sandbox_providers::api::grpc::{GrpcCassette, GrpcExchange};
 use sandbox_providers::api::replay::Pace;
 use sandbox_providers::modal;
 
-use crate::{EVERY_STEP, assert_passed, assert_skipped, common, junit, reason, replay};
+use crate::{
+    EVERY_STEP, assert_passed, assert_skipped, assert_terminal, common, junit, reason, replay,
+};
 
 const VARIANT: &str = "modal";
 
@@ -158,6 +160,10 @@ async fn an_unavailable_create_is_retried_and_the_run_passes() {
         Pace::Instant,
     )
     .await;
+    assert_terminal(
+        "modal__an_unavailable_create_is_retried_and_the_run_passes",
+        &result,
+    );
     // The replay passing says the create was sent again, as retry attempt 1.
     assert_passed(&result, EVERY_STEP);
 }
@@ -183,11 +189,15 @@ async fn a_failed_build_fails_build_with_its_log_and_its_secret_is_deleted() {
         "build-fails",
         cassette(
             calls,
-            "the image build ends GENERIC_STATUS_FAILURE, with its log",
+            "the image build ends in failure (GENERIC_STATUS_FAILURE), with its log",
         ),
         Pace::Instant,
     )
     .await;
+    assert_terminal(
+        "modal__a_failed_build_fails_build_with_its_log_and_its_secret_is_deleted",
+        &result,
+    );
     let why = reason(&result, "build");
     // The emulator's builder is the engine's BuildKit, which words the step's failure so.
     assert!(why.contains("exit code: 1"), "{why}");
@@ -226,6 +236,10 @@ async fn a_sandbox_that_never_gets_a_task_fails_launch_at_its_budget_and_is_term
         Pace::Recorded,
     )
     .await;
+    assert_terminal(
+        "modal__a_sandbox_that_never_gets_a_task_fails_launch_at_its_budget_and_is_terminated",
+        &result,
+    );
     let why = reason(&result, "launch");
     assert!(why.contains("exceeded its budget of 2s"), "{why}");
     assert!(took < Duration::from_secs(20), "the run took {took:?}");
@@ -255,6 +269,10 @@ async fn an_expired_router_jwt_is_fetched_again_and_the_first_result_passes() {
         Pace::Instant,
     )
     .await;
+    assert_terminal(
+        "modal__an_expired_router_jwt_is_fetched_again_and_the_first_result_passes",
+        &result,
+    );
     assert_passed(&result, EVERY_STEP);
 }
 
@@ -286,5 +304,9 @@ async fn terminating_a_sandbox_that_has_ended_is_no_error() {
         Pace::Instant,
     )
     .await;
+    assert_terminal(
+        "modal__terminating_a_sandbox_that_has_ended_is_no_error",
+        &result,
+    );
     assert_passed(&result, EVERY_STEP);
 }

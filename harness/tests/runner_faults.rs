@@ -24,6 +24,8 @@ enum Fault {
     PanicOnRestart,
     HangOnLaunch,
     FirstFloorFails,
+    /// Its API lists no artifact (as Modal's), and deleting the image fails.
+    UnlistedImageStays,
 }
 
 /// A provider whose resources are a list in memory; it misbehaves as scripted.
@@ -56,8 +58,15 @@ impl Provider for Scripted {
             shutdown: ShutdownObservation::Signal,
             gpus: 0,
             egress_policy: false,
-            artifacts_listed: true,
+            artifacts_listed: self.fault != Fault::UnlistedImageStays,
         }
+    }
+
+    fn sandbox_resource(&self, sandbox: &SandboxId) -> Option<Resource> {
+        Some(Resource {
+            kind: "container".into(),
+            id: sandbox.0.clone(),
+        })
     }
 
     async fn build(&self, _: &BuildRequest, log: &LogFn) -> Result<Artifact> {
@@ -151,6 +160,12 @@ impl Provider for Scripted {
     }
 
     async fn delete_resource(&self, resource: &Resource) -> Result<sandbox_providers::Deleted> {
+        if self.fault == Fault::UnlistedImageStays && resource.kind == "image" {
+            return Err(ProviderError::new(
+                sandbox_providers::ErrorKind::Api,
+                "the scripted image delete fails",
+            ));
+        }
         let mut resources = self.resources.lock().unwrap();
         let before = resources.len();
         resources.retain(|r| r != resource);
@@ -361,5 +376,32 @@ async fn a_floor_that_failed_is_measured_again_with_the_next_first_result() {
     assert!(
         second.timings.iter().any(|t| t.name == "floor-kernel"),
         "{second:?}"
+    );
+}
+
+/// Where the API lists no artifact, a leak is counted from the provider's listing only: the
+/// image this client still remembers is not counted as leaked, and its failed delete fails
+/// cleanup, named.
+#[tokio::test]
+async fn an_unlisted_artifact_is_not_counted_and_its_failed_delete_fails_cleanup() {
+    let (result, provider) = run(Fault::UnlistedImageStays, LIFECYCLE).await;
+    let StepStatus::Failed { reason } = status(&result, "cleanup") else {
+        panic!("cleanup passed: {:?}", status(&result, "cleanup"));
+    };
+    assert!(
+        reason.contains("could not remove image img-1: api error: the scripted image delete fails"),
+        "{reason}"
+    );
+    assert!(
+        result.leaked_resources.is_empty(),
+        "{:?}",
+        result.leaked_resources
+    );
+    assert_eq!(
+        provider.resources.lock().unwrap().as_slice(),
+        [Resource {
+            kind: "image".into(),
+            id: "img-1".into(),
+        }]
     );
 }

@@ -373,6 +373,11 @@ struct ListArgs {
 struct RunArgs {
     #[command(flatten)]
     selection: Selection,
+    /// Under a step that failed, print its own log (what the step saw, e.g. the transport
+    /// error, before the run asked what happened to the sandbox); results.json keeps it
+    /// either way.
+    #[arg(long, short = 'v')]
+    verbose: bool,
     /// Folder the run's reports go to (a sub-folder per run, and a `latest` link).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -1496,7 +1501,7 @@ async fn run(args: RunArgs) -> u8 {
     let root = &args.selection.root.root;
     let out = args.out.clone().unwrap_or_else(|| root.join("reports"));
     let collector = Arc::new(Collector(Mutex::new(Vec::new())));
-    let terminal = Arc::new(Terminal::new());
+    let terminal = Arc::new(Terminal::new().with_failed_step_logs(args.verbose));
     terminal.scrub_with(report::self_scan::environment_credentials());
     let sink: Arc<dyn EventSink> = Arc::new(Fanout(vec![
         Box::new(terminal.clone()),

@@ -16,6 +16,8 @@ pub struct Terminal {
     spinner: Mutex<Option<ProgressBar>>,
     source: Mutex<Source>,
     secrets: Mutex<Vec<Secret>>,
+    /// Whether a failed step's own log is printed under it.
+    failed_step_logs: bool,
 }
 
 impl Default for Terminal {
@@ -31,7 +33,14 @@ impl Terminal {
             spinner: Mutex::new(None),
             source: Mutex::new(Source::Live),
             secrets: Mutex::new(Vec::new()),
+            failed_step_logs: false,
         }
+    }
+
+    /// Prints, when `on`, a failed step's own log under its line (`run --verbose`).
+    pub fn with_failed_step_logs(mut self, on: bool) -> Self {
+        self.failed_step_logs = on;
+        self
     }
 
     /// From now on, replaces every form of these credentials in what it prints by
@@ -121,6 +130,11 @@ impl EventSink for Terminal {
                 self.finish();
                 let source = self.source.lock().expect("source lock").clone();
                 self.println(&step_line(result, &source));
+                if self.failed_step_logs && matches!(result.status, StepStatus::Failed { .. }) {
+                    for line in &result.log {
+                        self.println(&format!("    · {line}"));
+                    }
+                }
             }
             RunEvent::ScenarioFinished { .. } => self.finish(),
         }

@@ -3,7 +3,8 @@
 //! first-result: killed (exit 137)` with its last log lines, a paused one `the sandbox
 //! stopped answering during first-result (paused…)`; what the step itself saw (a reset
 //! connection, a budget) stays in its log. Cleanup leaves nothing either way. The cloud
-//! variants say it through their providers' APIs, shown against their emulators.
+//! variants say it through their providers' APIs, shown against their emulators. The
+//! docker cases stop the sandbox during first-result, restart and the secrets scan.
 
 use crate::common;
 
@@ -31,15 +32,79 @@ fn slow_first_result(dir: &Path) -> std::path::PathBuf {
     path
 }
 
-/// Runs the slow scenario on the docker variant, does `docker <action>` to its sandbox once
-/// first-result has started, and returns the run id and the first-result step of
-/// results.json.
-fn interfered(test: &str, action: &str) -> (String, serde_json::Value, String) {
+/// A scenario that answers 1+1, then restarts (within 10 s) and scans for secrets: the
+/// steps after the first result, to stop or pause the sandbox in as soon as they start.
+fn restart_then_scan(dir: &Path) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).expect("a folder");
+    let path = dir.join("restart-then-scan.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "name: restart-then-scan\nenvironment: {}\nsteps:\n  - step: build\n    budget: 10m\n  - step: launch\n    budget: 90s\n  - step: first-result\n    budget: 60s\n  - step: restart\n    budget: 10s\n  - step: secrets-scan\n    budget: 2m\n  - step: cleanup\n    budget: 2m\n",
+            common::root().join("fixtures/environments/reference").display()
+        ),
+    )
+    .expect("writable");
+    path
+}
+
+/// When and how a test interferes with a run's sandbox: `docker <action>` once `step` has
+/// started and `after` has passed.
+#[derive(Clone, Copy)]
+struct Interference {
+    step: &'static str,
+    action: &'static str,
+    after: std::time::Duration,
+}
+
+/// Into the slow first result, once the kernel has had a moment to take the code.
+fn into_first_result(action: &'static str) -> Interference {
+    Interference {
+        step: "first-result",
+        action,
+        after: std::time::Duration::from_secs(2),
+    }
+}
+
+/// Runs the slow scenario on the docker variant with `--verbose`, does `docker <action>` to
+/// its sandbox once first-result has started, and returns the run id, the failed step of
+/// results.json and the terminal's lines for it; asserts that `--verbose` printed what the
+/// step itself saw under it.
+fn interfered(test: &str, action: &'static str) -> (String, serde_json::Value, String) {
     let dir = common::out_dir(test);
     let scenario = slow_first_result(&dir);
     let out = dir.join("reports");
+    let mut run = common::docker_run(&scenario, &out);
+    run.arg("--verbose");
+    let (run_id, step, terminal, printed) =
+        interfered_run(&dir, run, &out, into_first_result(action));
+    assert!(
+        printed
+            .iter()
+            .any(|l| l.starts_with("    · what the step saw: ")),
+        "--verbose prints the failed step's own log: {printed:#?}"
+    );
+    (run_id, step, terminal)
+}
+
+/// Runs restart-then-scan on the docker variant and does `docker <action>` to its sandbox
+/// as soon as `step` starts; the failed step and the terminal's lines for it.
+fn interfered_at(
+    test: &str,
+    step: &'static str,
+    action: &'static str,
+) -> (serde_json::Value, String) {
+    let dir = common::out_dir(test);
+    let scenario = restart_then_scan(&dir);
+    let out = dir.join("reports");
     let run = common::docker_run(&scenario, &out);
-    interfered_run(&dir, run, &out, action)
+    let at = Interference {
+        step,
+        action,
+        after: std::time::Duration::ZERO,
+    };
+    let (_, failed, terminal, _) = interfered_run(&dir, run, &out, at);
+    (failed, terminal)
 }
 
 /// Runs the slow scenario live on cloud variant `variant` against its emulator (started
@@ -70,7 +135,7 @@ fn killed_in_emulator(variant: &str) -> (serde_json::Value, String) {
     if variant == "modal" {
         run.env("SANDBOX_MATRIX_MODAL_URL", emulate.get("MODAL_SERVER_URL"));
     }
-    let (_, step, terminal) = interfered_run(&dir, run, &out, "kill");
+    let (_, step, terminal, _) = interfered_run(&dir, run, &out, into_first_result("kill"));
     emulate.stop();
     (step, terminal)
 }
@@ -81,8 +146,9 @@ fn interfered_run(
     dir: &Path,
     mut run: Command,
     out: &Path,
-    action: &str,
-) -> (String, serde_json::Value, String) {
+    at: Interference,
+) -> (String, serde_json::Value, String, Vec<String>) {
+    let started = format!("▸ {}", at.step);
     let mut child = run
         .stderr(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
@@ -96,7 +162,7 @@ fn interfered_run(
         if let Some(rest) = line.strip_prefix("run ") {
             run_id = rest.split(':').next().map(str::to_owned);
         }
-        let reached = line.trim() == "▸ first-result";
+        let reached = line.trim() == started;
         seen.push(line);
         if reached {
             break;
@@ -104,11 +170,12 @@ fn interfered_run(
     }
     let run_id = run_id.unwrap_or_else(|| panic!("no run id: {seen:#?}"));
     assert!(
-        seen.last().is_some_and(|l| l.trim() == "▸ first-result"),
-        "the run ended before first-result: {seen:#?}"
+        seen.last().is_some_and(|l| l.trim() == started),
+        "the run ended before {}: {seen:#?}",
+        at.step
     );
-    // The kernel is given a moment to take the code.
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    std::thread::sleep(at.after);
+    let action = at.action;
     let filter = format!("label=sandbox-matrix.run={run_id}");
     let listed = Command::new("docker")
         .args(["ps", "-q", "--filter", &filter])
@@ -132,8 +199,8 @@ fn interfered_run(
         .as_array()
         .expect("steps")
         .iter()
-        .find(|s| s["step"] == "first-result")
-        .expect("a first-result step")
+        .find(|s| s["step"] == at.step)
+        .unwrap_or_else(|| panic!("a {} step", at.step))
         .clone();
     let loaded = results::load(&out.join(&run_id).join("results.json")).expect("it loads");
     let terminal = failed_step_lines(&terminal::transcript(&loaded));
@@ -142,7 +209,7 @@ fn interfered_run(
         "cleanup left the sandbox of run {run_id}"
     );
     let _ = std::fs::remove_dir_all(dir);
-    (run_id, step, terminal)
+    (run_id, step, terminal, seen)
 }
 
 /// The terminal's lines of the step that failed: its line and the log lines under it.
@@ -241,5 +308,38 @@ pub fn a_cloud_sandbox_killed_during_a_step_is_said_ended_by_its_provider() {
                 .is_some_and(|l| l.starts_with("what the step saw: "))),
             "{variant}: what the step saw stays in its log: {step}"
         );
+    }
+}
+
+/// The table's other cases: a sandbox killed as its kernel restarts or as its secrets scan
+/// runs, and one paused as its kernel restarts.
+pub fn a_sandbox_stopped_during_restart_or_the_secrets_scan_is_said_so() {
+    for (test, step, action, said, snapshot) in [
+        (
+            "state-restart-killed",
+            "restart",
+            "kill",
+            "the sandbox stopped during restart: killed (exit 137)",
+            "docker_killed_in_restart",
+        ),
+        (
+            "state-scan-killed",
+            "secrets-scan",
+            "kill",
+            "the sandbox stopped during secrets-scan: killed (exit 137)",
+            "docker_killed_in_secrets_scan",
+        ),
+        (
+            "state-restart-paused",
+            "restart",
+            "pause",
+            "the sandbox stopped answering during restart (paused: it answers nothing until it is resumed)",
+            "docker_paused_in_restart",
+        ),
+    ] {
+        let (failed, terminal) = interfered_at(test, step, action);
+        let reason = failed["reason"].as_str().expect("a reason");
+        assert!(reason.starts_with(said), "{step} {action}: {failed}");
+        assert_terminal(snapshot, &terminal);
     }
 }

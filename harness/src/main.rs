@@ -1023,7 +1023,6 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
             let options = emulate::e2b::Options {
                 port,
                 domain: domain.unwrap_or_else(|| emulate::e2b::DEFAULT_DOMAIN.to_owned()),
-                environment,
             };
             let emulator = match emulate::e2b::Emulator::start(docker, options).await {
                 Ok(e) => e,

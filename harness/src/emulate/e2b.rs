@@ -25,21 +25,22 @@
 //! the template id, or `<templateID>:<buildID>` (the exact build; what the project's
 //! client launches). A bare name or id means the `default` tag.
 //!
-//! A build is checked as E2B's template builder would run it (e2b-dev/infra at
-//! [`INFRA_COMMIT`]), before the emulator builds its environment folder: each `COPY`'s
-//! upload must be there and gzipped (the builder unpacks it with `tar -xzvf`,
+//! A build is made from the steps and uploads the client sent, as E2B's template builder
+//! (e2b-dev/infra at [`INFRA_COMMIT`]) runs them ([`template`]): its user phase, then each
+//! step, on the docker variant's engine. Each `COPY`'s upload must be there and gzipped
+//! (the builder unpacks it with `tar -xzvf`,
 //! `packages/orchestrator/pkg/template/build/commands/copy.go`), and a `RUN` given a second
 //! argument runs as that user (`commands/run.go`), whom envd must know: an empty one is
-//! refused (`packages/envd/internal/permissions/authenticate.go`, `invalid username`).
-//! envd refuses a process start with an empty Basic user the same way. A build field or
-//! step the emulator does not implement is refused by name (501), never dropped.
+//! refused (`packages/envd/internal/permissions/authenticate.go`, `invalid username`), one
+//! who does not exist fails the step. envd refuses a process start with an empty or
+//! unknown Basic user the same way. A build field or step the emulator does not implement
+//! is refused by name (501), never dropped.
 //!
 //! A sandbox's state (`GET /sandboxes/{id}`) is its container's: a paused container is
 //! `paused`, and one that ended is not found, since E2B's `SandboxState` is only `running`
 //! or `paused`; `GET /v2/sandboxes/{id}/logs` serves the container's last log lines.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -58,6 +59,8 @@ use sandbox_providers::docker::DockerProvider;
 use tokio_tungstenite::tungstenite;
 
 use super::{Answer, EmulateError, Front, HttpRequest, Site, lock};
+
+pub mod template;
 
 /// The domain the e2b emulator serves when none is given.
 pub const DEFAULT_DOMAIN: &str = "e2b.test";
@@ -89,8 +92,6 @@ pub struct Options {
     pub port: u16,
     /// The sandbox domain: the control plane is `api.<domain>`.
     pub domain: String,
-    /// The environment folder builds are made from (the docker variant builds it).
-    pub environment: PathBuf,
 }
 
 /// A template [`Emulator::seed`] built.
@@ -189,7 +190,6 @@ pub struct Emulator {
 struct Inner {
     site: Arc<Site>,
     docker: Arc<DockerProvider>,
-    environment: PathBuf,
     world: Mutex<World>,
     /// Forwards to the docker sandboxes' Jupyter Servers.
     http: reqwest::Client,
@@ -219,7 +219,6 @@ impl Emulator {
             inner: Arc::new(Inner {
                 site: Arc::new(Site::new(domain, &front)),
                 docker,
-                environment: options.environment,
                 world: Mutex::default(),
                 http,
             }),
@@ -477,6 +476,9 @@ impl Emulator {
         if let Err(refused) = implemented(body) {
             return refused;
         }
+        if let Err(template::Refusal::Unimplemented(why)) = template::dockerfile(&body["steps"]) {
+            return Answer::error(501, &why);
+        }
         let text = |name: &str| {
             body[name]
                 .as_str()
@@ -499,14 +501,29 @@ impl Emulator {
         };
         template.start_cmd = start_cmd;
         let (logs, outcome) = (template.logs.clone(), template.outcome.clone());
-        let name = template.name.clone();
+        let (name, bid) = (template.name.clone(), template.build.clone());
         // What the builder would refuse fails the build at its step, as E2B reports it.
-        if let Err(failed) = builder_rules(tid, &body["steps"], &world.uploads) {
-            logs.lock().expect("logs").push(failed.clone());
-            *outcome.lock().expect("outcome") = Some(Err(failed));
-            return Answer::empty(202);
-        }
+        let context = builder_rules(tid, &body["steps"], &world.uploads).and_then(|()| {
+            template::build_context(
+                &std::env::temp_dir(),
+                tid,
+                &bid,
+                &body["steps"],
+                &world.uploads,
+            )
+            .map_err(|refusal| match refusal {
+                template::Refusal::Fails(why) | template::Refusal::Unimplemented(why) => why,
+            })
+        });
         drop(world);
+        let context = match context {
+            Ok(context) => context,
+            Err(failed) => {
+                logs.lock().expect("logs").push(failed.clone());
+                *outcome.lock().expect("outcome") = Some(Err(failed));
+                return Answer::empty(202);
+            }
+        };
         let login = &body["fromImageRegistry"];
         let password = login["password"].as_str();
         let (base, registry_credential, secrets) =
@@ -533,7 +550,7 @@ impl Emulator {
                 (base, credential, Vec::new())
             };
         let request = BuildRequest {
-            environment_dir: self.inner.environment.clone(),
+            environment_dir: context.dir().to_owned(),
             base,
             registry_credential,
             build_secrets: secrets,
@@ -552,6 +569,7 @@ impl Emulator {
                 .build(&request, &log)
                 .await
                 .map_err(|e| e.to_string());
+            drop(context);
             *outcome.lock().expect("outcome") = Some(result);
         });
         Answer::empty(202)
@@ -683,6 +701,9 @@ impl Emulator {
             Some(s) => (s.inner.clone(), detail(id, s)),
             None => return Answer::error(404, "sandbox not found"),
         };
+        // E2B answers 404 for a sandbox killed or being killed, `paused` for one paused or
+        // being paused (e2b-dev/infra@INFRA_COMMIT packages/api/internal/handlers/
+        // sandbox_get.go, `SandboxNotFoundMsg`); its `SandboxState` is running or paused.
         match self.inner.docker.sandbox_state(&inner).await {
             Ok(Some(SandboxState::Stopped { .. })) => Answer::error(404, "sandbox not found"),
             Ok(Some(SandboxState::Paused)) => {
@@ -701,7 +722,7 @@ impl Emulator {
         for unsupported in ["cursor", "level", "search"] {
             if query_param(query, unsupported).is_some() {
                 return Answer::error(
-                    400,
+                    501,
                     &format!("emulate e2b does not implement the logs filter `{unsupported}`"),
                 );
             }
@@ -975,14 +996,31 @@ impl Emulator {
                     .flatten()
                     .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
                     .collect();
-                // The emulator's templates are Docker builds of their Dockerfile, without
-                // the `user` E2B's builder adds: a user other than root runs as the image's.
+                // No user is envd's default, the build's last user: the image's USER
+                // (packages/orchestrator/pkg/sandbox/reboot.go, meta.Context.User).
                 let how = sandbox_providers::docker::Process {
-                    user: (user.as_deref() == Some("root")).then(|| "root".to_owned()),
+                    user: user.clone(),
                     env,
                     cwd: process["cwd"].as_str().map(str::to_owned),
                 };
+                // envd looks the named user up and refuses one it does not find.
+                let unknown = || {
+                    let name = user.as_deref().unwrap_or_default();
+                    Answer::json(
+                        401,
+                        json!({"code": "unauthenticated",
+                               "message": format!("invalid username: '{name}'")}),
+                    )
+                };
                 match self.inner.docker.exec_process(&inner, &argv, &how).await {
+                    // The engine's own refusal, as the exec's output with exit code 126.
+                    Ok(out)
+                        if out.exit_code == Some(126)
+                            && unknown_user(&format!("{}{}", out.stdout, out.stderr)) =>
+                    {
+                        unknown()
+                    }
+                    Err(e) if unknown_user(&e.to_string()) => unknown(),
                     Ok(out) => process_frames(&out),
                     Err(e) => Answer::error(500, &e.to_string()),
                 }
@@ -996,6 +1034,11 @@ impl Emulator {
             ),
         }
     }
+}
+
+/// Whether the engine refused an exec because its user is not in the container's passwd.
+fn unknown_user(said: &str) -> bool {
+    said.contains("unable to find user")
 }
 
 /// The first field of `object` not among `known`, if any.

@@ -77,7 +77,6 @@ async fn author(
         Options {
             port: 0,
             domain: DEFAULT_DOMAIN.to_owned(),
-            environment: root.join("fixtures/environments/reference"),
         },
     )
     .await

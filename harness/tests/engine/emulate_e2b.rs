@@ -11,11 +11,14 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use common::emulate::Emulate;
 use sandbox_providers::Secret;
 use sandbox_providers::api::network::RESOLVE_VAR;
 use sandbox_providers::api::{Endpoints, Mode, Volatiles};
 use sandbox_providers::e2b::E2bProvider;
+use serde_json::{Value, json};
 
 /// The fake key sent to the emulator, which checks only that one is sent.
 const FAKE_KEY: &str = "e2b_fake_emulate_key_0000";
@@ -49,6 +52,160 @@ pub async fn the_e2b_client_runs_the_lifecycle_against_emulate_over_https_throug
     common::emulate::client_runs_the_lifecycle(emulate, "e2b", client).await;
 }
 
+/// E2B's API as a test calls it by hand: raw requests to an e2b emulator on the default
+/// domain, with the fake key.
+struct RawE2b {
+    emulator: sandbox_matrix::emulate::e2b::Emulator,
+    http: reqwest::Client,
+}
+
+/// A sandbox [`RawE2b::create`] made: its id and envd token.
+struct RawSandbox {
+    id: String,
+    token: String,
+}
+
+impl RawE2b {
+    async fn start() -> Self {
+        use sandbox_matrix::emulate::e2b::{DEFAULT_DOMAIN, Emulator, Options};
+        let docker = common::prepared_docker(&common::root()).await;
+        let emulator = Emulator::start(
+            docker,
+            Options {
+                port: 0,
+                domain: DEFAULT_DOMAIN.to_owned(),
+            },
+        )
+        .await
+        .expect("the emulator starts");
+        let http = emulator
+            .network()
+            .apply(reqwest::Client::builder())
+            .expect("the test network")
+            .build()
+            .expect("an HTTP client");
+        Self { emulator, http }
+    }
+
+    /// `method` on the control plane's `path`, with a JSON `body`: its status and JSON.
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let url = format!("https://api.{}{path}", self.emulator.domain());
+        let mut request = self.http.request(method, url).header("X-API-Key", FAKE_KEY);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("the emulator answers");
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// A new template and its build: `(templateID, buildID)`.
+    async fn template(&self, run_id: &str) -> (String, String) {
+        let (status, created) = self
+            .call(
+                reqwest::Method::POST,
+                "/v3/templates",
+                Some(json!({"name": format!("sm-{run_id}")})),
+            )
+            .await;
+        assert_eq!(status, 202, "{created}");
+        let id = |key: &str| created[key].as_str().expect("an id").to_owned();
+        (id("templateID"), id("buildID"))
+    }
+
+    /// Waits up to 2 minutes for a build to end: its last status answer.
+    async fn wait_build(&self, tid: &str, bid: &str) -> Value {
+        for _ in 0..600 {
+            let (_, info) = self
+                .call(
+                    reqwest::Method::GET,
+                    &format!("/templates/{tid}/builds/{bid}/status"),
+                    None,
+                )
+                .await;
+            if matches!(info["status"].as_str(), Some("ready" | "error")) {
+                return info;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!("the build did not end within 2 minutes");
+    }
+
+    /// A sandbox of `template`, labelled with `run_id`.
+    async fn create(&self, template: &str, run_id: &str) -> RawSandbox {
+        let (status, sandbox) = self
+            .call(
+                reqwest::Method::POST,
+                "/sandboxes",
+                Some(json!({"templateID": template,
+                            "metadata": {"sandbox-matrix.run": run_id, "sandbox-matrix.scenario": "raw"}})),
+            )
+            .await;
+        assert_eq!(status, 201, "{sandbox}");
+        let text = |key: &str| sandbox[key].as_str().expect(key).to_owned();
+        RawSandbox {
+            id: text("sandboxID"),
+            token: text("envdAccessToken"),
+        }
+    }
+
+    /// envd's process start in `sandbox` as the Basic user `user`: status and body.
+    async fn process(&self, sandbox: &RawSandbox, user: &str, message: Value) -> (u16, String) {
+        let body = sandbox_providers::api::cassette::encode_connect(0, &message)
+            .expect("a Connect envelope");
+        let response = self
+            .http
+            .post(format!(
+                "https://{}-{}.{}/process.Process/Start",
+                sandbox_providers::e2b::ENVD_PORT,
+                sandbox.id,
+                self.emulator.domain()
+            ))
+            .header("X-Access-Token", &sandbox.token)
+            .header(
+                "Authorization",
+                format!("Basic {}", BASE64.encode(format!("{user}:"))),
+            )
+            .header("Content-Type", "application/connect+json")
+            .body(body)
+            .send()
+            .await
+            .expect("envd answers");
+        (
+            response.status().as_u16(),
+            response.text().await.unwrap_or_default(),
+        )
+    }
+
+    /// What `command` prints, run by bash as root in `sandbox`.
+    async fn output(&self, sandbox: &RawSandbox, command: &str) -> String {
+        let (status, body) = self
+            .process(
+                sandbox,
+                "root",
+                json!({"process": {"cmd": "/bin/bash", "args": ["-c", command]}}),
+            )
+            .await;
+        assert_eq!(status, 200, "{command}: {body}");
+        let frames = sandbox_providers::api::cassette::decode_connect(body.as_bytes())
+            .expect("Connect frames");
+        frames
+            .iter()
+            .filter_map(|f| f.message["event"]["data"]["stdout"].as_str())
+            .map(|b| String::from_utf8_lossy(&BASE64.decode(b).expect("base64")).into_owned())
+            .collect()
+    }
+
+    async fn stop(self, sandbox: Option<&RawSandbox>) {
+        if let Some(sandbox) = sandbox {
+            let path = format!("/sandboxes/{}", sandbox.id);
+            let _ = self.call(reqwest::Method::DELETE, &path, None).await;
+        }
+        self.emulator.stop();
+        self.emulator.cleanup().await;
+    }
+}
+
 /// The emulator refuses what E2B refuses: a ready command with no start command, and the
 /// code channel of a sandbox whose template has no start command does not answer.
 /// A template without a start command leaves its code channel closed; its sandbox's envd
@@ -56,146 +213,62 @@ pub async fn the_e2b_client_runs_the_lifecycle_against_emulate_over_https_throug
 /// `packages/envd/internal/permissions/authenticate.go`), and the emulator refuses by name
 /// what it does not implement (a `pty`, `set_timeout`).
 pub async fn without_a_start_command_the_code_channel_does_not_answer() {
-    use sandbox_matrix::emulate::e2b::{DEFAULT_DOMAIN, Emulator, Options};
-    use serde_json::{Value, json};
-    let root = common::root();
-    let docker = common::prepared_docker(&root).await;
-    let emulator = Emulator::start(
-        docker,
-        Options {
-            port: 0,
-            domain: DEFAULT_DOMAIN.to_owned(),
-            environment: root.join("fixtures/environments/reference"),
-        },
-    )
-    .await
-    .expect("the emulator starts");
-    let http = emulator
-        .network()
-        .apply(reqwest::Client::builder())
-        .expect("the test network")
-        .build()
-        .expect("an HTTP client");
-    let api = format!("https://api.{DEFAULT_DOMAIN}");
-    let call = |method: reqwest::Method, url: String, body: Option<Value>| {
-        let mut request = http.request(method, url).header("X-API-Key", FAKE_KEY);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        async move {
-            let response = request.send().await.expect("the emulator answers");
-            let status = response.status().as_u16();
-            let body: Value = response.json().await.unwrap_or(Value::Null);
-            (status, body)
-        }
-    };
+    let raw = RawE2b::start().await;
     let run_id = sandbox_matrix::run::runner::new_run_id();
-    let (status, created) = call(
-        reqwest::Method::POST,
-        format!("{api}/v3/templates"),
-        Some(json!({"name": format!("sm-{run_id}")})),
-    )
-    .await;
-    assert_eq!(status, 202, "{created}");
-    let (tid, bid) = (
-        created["templateID"].as_str().expect("a template id"),
-        created["buildID"].as_str().expect("a build id"),
-    );
-    let build = format!("{api}/v2/templates/{tid}/builds/{bid}");
+    let (tid, bid) = raw.template(&run_id).await;
+    let build = format!("/v2/templates/{tid}/builds/{bid}");
     let base = sandbox_providers::docker::base::BASE_IMAGE;
-    let (status, refused) = call(
-        reqwest::Method::POST,
-        build.clone(),
-        Some(json!({"fromImage": base, "steps": [], "readyCmd": "true"})),
-    )
-    .await;
-    assert_eq!(status, 400, "a readyCmd without startCmd: {refused}");
-    let (status, _) = call(
-        reqwest::Method::POST,
-        build,
-        Some(json!({"fromImage": base, "steps": []})),
-    )
-    .await;
-    assert_eq!(status, 202);
-    let mut ready = false;
-    for _ in 0..600 {
-        let (_, info) = call(
-            reqwest::Method::GET,
-            format!("{api}/templates/{tid}/builds/{bid}/status?logsOffset=100000"),
-            None,
+    let (status, refused) = raw
+        .call(
+            reqwest::Method::POST,
+            &build,
+            Some(json!({"fromImage": base, "steps": [], "readyCmd": "true"})),
         )
         .await;
-        match info["status"].as_str() {
-            Some("ready") => {
-                ready = true;
-                break;
-            }
-            Some("error") => panic!("the build failed: {info}"),
-            _ => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
-    assert!(ready, "the build did not end within 2 minutes");
-    let (status, sandbox) = call(
-        reqwest::Method::POST,
-        format!("{api}/sandboxes"),
-        Some(json!({"templateID": format!("{tid}:{bid}"),
-                    "metadata": {"sandbox-matrix.run": run_id, "sandbox-matrix.scenario": "no-start"}})),
-    )
-    .await;
-    assert_eq!(status, 201, "{sandbox}");
-    let id = sandbox["sandboxID"].as_str().expect("a sandbox id");
-    let token = sandbox["envdAccessToken"].as_str().expect("an envd token");
-    let health = http
-        .get(format!("https://49999-{id}.{DEFAULT_DOMAIN}/health"))
-        .header("X-Access-Token", token)
+    assert_eq!(status, 400, "a readyCmd without startCmd: {refused}");
+    let (status, _) = raw
+        .call(
+            reqwest::Method::POST,
+            &build,
+            // A contract image's code channel runs as its user.
+            Some(json!({"fromImage": base, "steps": [{"type": "USER", "args": ["datalayer"]}]})),
+        )
+        .await;
+    assert_eq!(status, 202);
+    let built = raw.wait_build(&tid, &bid).await;
+    assert_eq!(built["status"], "ready", "{built}");
+    let sandbox = raw.create(&format!("{tid}:{bid}"), &run_id).await;
+    let health = raw
+        .http
+        .get(format!(
+            "https://49999-{}.{}/health",
+            sandbox.id,
+            raw.emulator.domain()
+        ))
+        .header("X-Access-Token", &sandbox.token)
         .send()
         .await
         .expect("the emulator answers for the sandbox");
     let status = health.status().as_u16();
-    let start = |basic: &str, message: Value| {
-        let body = sandbox_providers::api::cassette::encode_connect(0, &message)
-            .expect("a Connect envelope");
-        let request = http
-            .post(format!(
-                "https://{}-{id}.{DEFAULT_DOMAIN}/process.Process/Start",
-                sandbox_providers::e2b::ENVD_PORT
-            ))
-            .header("X-Access-Token", token)
-            .header("Authorization", format!("Basic {basic}"))
-            .header("Content-Type", "application/connect+json")
-            .body(body);
-        async move {
-            let response = request.send().await.expect("envd answers");
-            (
-                response.status().as_u16(),
-                response.text().await.unwrap_or_default(),
-            )
-        }
-    };
     let echo = json!({"process": {"cmd": "echo", "args": ["hi"]}, "stdin": false});
-    // base64(":"): an empty user, as `RUN [command, ""]` made the builder send.
-    let empty_user = start("Og==", echo.clone()).await;
-    // base64("root:").
-    let root = start("cm9vdDo=", echo.clone()).await;
-    let pty = start(
-        "cm9vdDo=",
-        json!({"process": {"cmd": "echo"}, "pty": {"size": {"cols": 80, "rows": 24}}}),
-    )
-    .await;
-    let (timeout_status, timeout) = call(
-        reqwest::Method::POST,
-        format!("{api}/sandboxes/{id}/timeout"),
-        Some(json!({"timeout": 60})),
-    )
-    .await;
-    let _ = call(
-        reqwest::Method::DELETE,
-        format!("{api}/sandboxes/{id}"),
-        None,
-    )
-    .await;
-    emulator.stop();
-    emulator.cleanup().await;
+    // An empty user, as `RUN [command, ""]` made the builder send.
+    let empty_user = raw.process(&sandbox, "", echo.clone()).await;
+    let root = raw.process(&sandbox, "root", echo.clone()).await;
+    let pty = raw
+        .process(
+            &sandbox,
+            "root",
+            json!({"process": {"cmd": "echo"}, "pty": {"size": {"cols": 80, "rows": 24}}}),
+        )
+        .await;
+    let (timeout_status, timeout) = raw
+        .call(
+            reqwest::Method::POST,
+            &format!("/sandboxes/{}/timeout", sandbox.id),
+            Some(json!({"timeout": 60})),
+        )
+        .await;
+    raw.stop(Some(&sandbox)).await;
     assert_eq!(
         status, 502,
         "the code channel of a template without a start command answered"
@@ -212,5 +285,115 @@ pub async fn without_a_start_command_the_code_channel_does_not_answer() {
     assert!(
         timeout.to_string().contains("POST /sandboxes/"),
         "{timeout}"
+    );
+}
+
+/// The emulator builds the steps it is sent, as E2B's builder runs them (e2b-dev/infra
+/// 54693ff, `packages/orchestrator/pkg/template/build/`): the user phase creates E2B's
+/// build user `user` and the steps start as it, in its home; `USER` creates a missing
+/// user; a RUN goes as its named user; a COPY's gzipped upload lands, owned by its owner.
+/// A RUN as a user who does not exist fails the build, and envd refuses a process start
+/// as one (`invalid username`).
+pub async fn the_e2b_emulator_builds_the_steps_it_is_sent_as_e2bs_builder_runs_them() {
+    let raw = RawE2b::start().await;
+    let run_id = sandbox_matrix::run::runner::new_run_id();
+    let base = sandbox_providers::docker::base::BASE_IMAGE;
+    let (tid, bid) = raw.template(&run_id).await;
+    let upload = {
+        let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(
+            Vec::new(),
+            flate2::Compression::default(),
+        ));
+        let mut header = tar::Header::new_gnu();
+        header.set_size(6);
+        header.set_mode(0o644);
+        header.set_cksum();
+        tar.append_data(&mut header, "copied.txt", &b"copied"[..])
+            .expect("an entry");
+        tar.into_inner().expect("tar").finish().expect("gzip")
+    };
+    let (status, link) = raw
+        .call(
+            reqwest::Method::GET,
+            &format!("/templates/{tid}/files/h1"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 201, "{link}");
+    let put = raw
+        .http
+        .put(link["url"].as_str().expect("an upload url"))
+        .body(upload)
+        .send()
+        .await
+        .expect("the upload is taken");
+    assert!(put.status().is_success(), "{put:?}");
+    let steps = json!([
+        {"type": "RUN", "args": ["id -un > who-default && pwd >> who-default && mv who-default /tmp/"]},
+        {"type": "USER", "args": ["builder2"]},
+        {"type": "RUN", "args": ["id -un > /tmp/who-after-user"]},
+        {"type": "RUN", "args": ["id -un > /tmp/who-named", "datalayer"]},
+        {"type": "COPY", "args": ["copied.txt", "/opt/copied.txt", "datalayer:users", ""], "filesHash": "h1"},
+        // A contract image's code channel runs as its user.
+        {"type": "USER", "args": ["datalayer"]},
+    ]);
+    let (status, answer) = raw
+        .call(
+            reqwest::Method::POST,
+            &format!("/v2/templates/{tid}/builds/{bid}"),
+            Some(json!({"fromImage": base, "steps": steps})),
+        )
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    let built = raw.wait_build(&tid, &bid).await;
+    assert_eq!(built["status"], "ready", "{built}");
+    let sandbox = raw.create(&format!("{tid}:{bid}"), &run_id).await;
+    let files = raw
+        .output(
+            &sandbox,
+            "cat /tmp/who-default /tmp/who-after-user /tmp/who-named /opt/copied.txt; echo; stat -c %U /opt/copied.txt",
+        )
+        .await;
+    let created_user = raw
+        .process(
+            &sandbox,
+            "builder2",
+            json!({"process": {"cmd": "id", "args": ["-un"]}}),
+        )
+        .await;
+    let ghost_start = raw
+        .process(&sandbox, "ghost", json!({"process": {"cmd": "id"}}))
+        .await;
+
+    let (tid2, bid2) = raw.template(&format!("{run_id}-ghost")).await;
+    let (status, _) = raw
+        .call(
+            reqwest::Method::POST,
+            &format!("/v2/templates/{tid2}/builds/{bid2}"),
+            Some(json!({"fromImage": base, "steps": [{"type": "RUN", "args": ["true", "ghost"]}]})),
+        )
+        .await;
+    assert_eq!(status, 202);
+    let ghost_build = raw.wait_build(&tid2, &bid2).await;
+    raw.stop(Some(&sandbox)).await;
+    assert!(common::left_by_run(&run_id).is_empty());
+
+    assert_eq!(
+        files, "user\n/home/user\nbuilder2\ndatalayer\ncopied\ndatalayer\n",
+        "who ran each step, where, and the COPY"
+    );
+    assert_eq!(
+        created_user.0, 200,
+        "the USER step's user exists: {created_user:?}"
+    );
+    assert_eq!(ghost_start.0, 401, "{ghost_start:?}");
+    assert!(
+        ghost_start.1.contains("invalid username: 'ghost'"),
+        "{ghost_start:?}"
+    );
+    assert_eq!(ghost_build["status"], "error", "{ghost_build}");
+    assert!(
+        ghost_build.to_string().contains("ghost"),
+        "the failed build names the user: {ghost_build}"
     );
 }

@@ -10,8 +10,10 @@ Intents, in order (the parity file says why the others are not applicable):
   create           create(CreateSandboxFromSnapshotParams(snapshot=<its id>, labels=...))
   run-1+1          code_interpreter.run_code("1+1")
   command-default  process.exec("id -un")
+  state            sandbox.refresh_data() (the sandbox's state)
   list             list(ListSandboxesQuery(labels=...))
   delete           delete(sandbox)
+  state-deleted    get(<its id>) once deleted: destroyed, or not found
 
 Environment: SANDBOX_MATRIX_PARITY, a JSON object: url (the API URL), ca_file,
 environment (the folder), base (its BASE_IMAGE), name, resources, labels, target,
@@ -35,6 +37,7 @@ from daytona import (  # noqa: E402  (after SSL_CERT_FILE)
     CreateSnapshotParams,
     Daytona,
     DaytonaConfig,
+    DaytonaNotFoundError,
     Image,
     ListSandboxesQuery,
     Resources,
@@ -86,6 +89,23 @@ def command():
     return {"result": r.result}
 
 
+def sandbox_state():
+    state["sandbox"].refresh_data()
+    if state["sandbox"].state != "started":
+        raise RuntimeError(f"a running sandbox said {state['sandbox'].state}")
+    return {"state": str(state["sandbox"].state)}
+
+
+def state_deleted():
+    try:
+        gone = daytona.get(state["sandbox"].id)
+    except DaytonaNotFoundError:
+        return {"found": False}
+    if gone.state not in ("destroyed", "destroying"):
+        raise RuntimeError(f"a deleted sandbox said {gone.state}")
+    return {"state": str(gone.state)}
+
+
 def listed():
     found = [s.id for s in daytona.list(ListSandboxesQuery(labels=given["labels"]))]
     if state["sandbox"].id not in found:
@@ -103,7 +123,9 @@ intent("daytona", "create", create)
 try:
     intent("daytona", "run-1+1", run_code)
     intent("daytona", "command-default", command)
+    intent("daytona", "state", sandbox_state)
     intent("daytona", "list", listed)
 finally:
     if "sandbox" in state:
         intent("daytona", "delete", delete)
+intent("daytona", "state-deleted", state_deleted)

@@ -8,8 +8,10 @@ Intents, in order (the parity file says why the others are not applicable):
   create           Sandbox.create(template=<name>, ...)
   command-root     commands.run("id -un", user="root")
   command-default  commands.run("id -un")
+  state            get_info() (the sandbox's state)
   list             Sandbox.list(query=SandboxQuery(metadata=<labels>))
   delete           kill()
+  state-deleted    Sandbox.get_info(<its id>) once killed: not found
 
 Environment: SANDBOX_MATRIX_PARITY, a JSON object: url (https://<domain>:<port>), ca_file,
 environment (the folder), base (its BASE_IMAGE), name, cpu_count, memory_mb, timeout, metadata, envs,
@@ -30,7 +32,7 @@ os.environ["SSL_CERT_FILE"] = given["ca_file"]
 for name in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_DEBUG", "E2B_DOMAIN", "E2B_API_KEY"):
     os.environ.pop(name, None)
 
-from e2b import Sandbox, SandboxQuery, Template  # noqa: E402  (after SSL_CERT_FILE)
+from e2b import NotFoundException, Sandbox, SandboxQuery, Template  # noqa: E402  (after SSL_CERT_FILE)
 
 FAKE_API_KEY = "e2b_fake_parity_key_0000"  # Fake: the emulator checks only that one is sent.
 domain = urlparse(given["url"]).netloc
@@ -76,6 +78,21 @@ def command(user):
     return run
 
 
+def sandbox_state():
+    info = state["sandbox"].get_info()
+    if info.state != "running":
+        raise RuntimeError(f"a running sandbox said {info.state}")
+    return {"state": info.state}
+
+
+def state_deleted():
+    try:
+        info = Sandbox.get_info(state["sandbox"].sandbox_id, **connection)
+    except NotFoundException:
+        return {"found": False}
+    raise RuntimeError(f"a killed sandbox said {info.state}")
+
+
 def listed():
     paginator = Sandbox.list(query=SandboxQuery(metadata=given["metadata"]), **connection)
     found = [s.sandbox_id for s in paginator.next_items()]
@@ -95,7 +112,9 @@ intent("e2b", "create", create)
 try:
     intent("e2b", "command-root", command("root"))
     intent("e2b", "command-default", command(None))
+    intent("e2b", "state", sandbox_state)
     intent("e2b", "list", listed)
 finally:
     if "sandbox" in state:
         intent("e2b", "delete", delete)
+intent("e2b", "state-deleted", state_deleted)

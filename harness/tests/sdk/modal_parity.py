@@ -9,8 +9,10 @@ Intents, in order (the parity file says why the others are not applicable):
   create           Sandbox.create(app=, image=, timeout=, tags=, region=)
   command-root     exec("id", "-un"): Modal runs an exec as root
   command-default  exec("id", "-un") again: the client has no other default user
+  state            poll() (None: still running)
   list             Sandbox.list(app_id=, tags=)
   delete           terminate()
+  state-deleted    poll() once terminated: its exit code
 
 Environment: MODAL_SERVER_URL, MODAL_TOKEN_ID, MODAL_TOKEN_SECRET (the emulator's fakes),
 and SANDBOX_MATRIX_PARITY, a JSON object: environment (the folder), base (its
@@ -70,6 +72,20 @@ def command():
     return {"stdout": out}
 
 
+def sandbox_state():
+    code = state["sandbox"].poll()
+    if code is not None:
+        raise RuntimeError(f"a running sandbox had ended with {code}")
+    return {"returncode": None}
+
+
+def state_deleted():
+    code = state["sandbox"].poll()
+    if code is None:
+        raise RuntimeError("a terminated sandbox was still running")
+    return {"returncode": code}
+
+
 def listed():
     found = [s.object_id for s in modal.Sandbox.list(app_id=state["app"].app_id, tags=given["tags"])]
     if state["sandbox"].object_id not in found:
@@ -87,7 +103,9 @@ intent("modal", "create", create)
 try:
     intent("modal", "command-root", command)
     intent("modal", "command-default", command)
+    intent("modal", "state", sandbox_state)
     intent("modal", "list", listed)
 finally:
     if "sandbox" in state:
         intent("modal", "delete", delete)
+intent("modal", "state-deleted", state_deleted)

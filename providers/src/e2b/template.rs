@@ -4,10 +4,11 @@
 //!
 //! The steps run as a Docker build of the Dockerfile would run them. E2B's template
 //! builder runs a step as its own build user (`user`, which it creates) unless told
-//! otherwise, and ignores the image's `USER`, `WORKDIR` and `ENV`; a Docker build starts
-//! from the base image's, which the contract fixes. So the steps start by asserting the
-//! contract's identity (user, working directory, locale and time zone), as the base image
-//! has it, and end by asserting it again, for the launch. A `RUN` is `[command, user]`, the
+//! otherwise, in that user's home, and ignores the image's `USER` and `WORKDIR` (it keeps
+//! its `ENV`); a Docker build starts from the base image's, which the contract fixes. So
+//! the steps start by asserting the contract's identity (user, working directory, locale
+//! and time zone), as the base image has it, and end by asserting it again, for the
+//! launch. A `RUN` is `[command, user]`, the
 //! user a Docker build would run it as (the base's, or the Dockerfile's last `USER`): the
 //! builder takes the second argument as the user to run it as (`run.go`), and envd refuses
 //! an empty one. A `COPY` names `root` as its owner, as Docker's `COPY` without `--chown`

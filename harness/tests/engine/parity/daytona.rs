@@ -193,8 +193,10 @@ async fn theirs(emulator: &Emulator, python: &Path, environment: &Path, ours: &S
                 "create",
                 "run-1+1",
                 "command-default",
+                "state",
                 "list",
                 "delete",
+                "state-deleted",
             ],
         )
     })

@@ -44,7 +44,6 @@ pub async fn our_e2b_client_sends_what_the_e2b_sdk_sends_for_each_intent() {
             Options {
                 port: 0,
                 domain: DOMAIN.to_owned(),
-                environment: environment.clone(),
             },
         )
         .await
@@ -189,8 +188,10 @@ async fn theirs(emulator: &Emulator, python: &Path, environment: &Path, ours: &S
                 "create",
                 "command-root",
                 "command-default",
+                "state",
                 "list",
                 "delete",
+                "state-deleted",
             ],
         )
     })

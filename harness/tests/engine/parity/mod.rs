@@ -28,7 +28,7 @@ use std::path::Path;
 
 use crate::json_diff::{diff_values, looks_like_time};
 use sandbox_matrix::emulate::record::{Body, Exchange};
-use sandbox_providers::{Artifact, BaseImage, BuildRequest, Provider, RunLabels};
+use sandbox_providers::{Artifact, BaseImage, BuildRequest, Provider, RunLabels, SandboxState};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -159,11 +159,32 @@ pub async fn perform(
             .expect("our client runs a command");
         assert_eq!(out.stdout.trim(), user, "{name}: {out:?}");
     }
+    if plan.build.is_some() {
+        // Outside any intent: the parity environment's RUN wrote who ran it, which must be
+        // the base image's user, as a Docker build runs it.
+        let file = ["cat".to_owned(), "/home/datalayer/built-by".to_owned()];
+        let who = client
+            .exec(&sandbox, &file, false)
+            .await
+            .expect("our client reads who ran the RUN");
+        assert_eq!(
+            who.stdout.trim(),
+            sandbox_contract::IDENTITY.user,
+            "the parity environment's RUN did not run as a Docker build runs it: {who:?}"
+        );
+    }
     if client.capabilities().restart != sandbox_providers::RestartKind::Unsupported {
         intent(&mut w, "restart", client.restart(&sandbox))
             .await
             .expect("our client restarts the code channel");
     }
+    let running = intent(&mut w, "state", client.sandbox_state(&sandbox))
+        .await
+        .expect("our client asks for the sandbox's state");
+    assert!(
+        matches!(running, None | Some(SandboxState::Running)),
+        "a running sandbox said {running:?}"
+    );
     let listed = intent(&mut w, "list", client.list_resources(labels))
         .await
         .expect("our client lists by label");
@@ -175,6 +196,13 @@ pub async fn perform(
     intent(&mut w, "delete", client.delete_resource(&resource))
         .await
         .expect("our client deletes the sandbox");
+    let ended = intent(&mut w, "state-deleted", client.sandbox_state(&sandbox))
+        .await
+        .expect("our client asks for a deleted sandbox's state");
+    assert!(
+        matches!(ended, None | Some(SandboxState::Stopped { .. })),
+        "a deleted sandbox said {ended:?}"
+    );
     for left in client.list_resources(labels).await.unwrap_or_default() {
         let _ = client.delete_resource(&left).await;
     }

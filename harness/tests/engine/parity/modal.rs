@@ -277,8 +277,10 @@ async fn theirs(emulator: &Emulator, python: &Path, environment: &Path, ours: &S
                 "create",
                 "command-root",
                 "command-default",
+                "state",
                 "list",
                 "delete",
+                "state-deleted",
             ],
         )
     })

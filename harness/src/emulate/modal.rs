@@ -698,6 +698,27 @@ impl Emulator {
         });
     }
 
+    /// Ends `sandbox` at its `timeout_secs` unless it has ended by then, as Modal ends a
+    /// sandbox at its timeout (`GENERIC_STATUS_TIMEOUT`; api.proto's `Sandbox.timeout_secs`,
+    /// the official client's `Sandbox.create(timeout=)`).
+    fn end_at_timeout(&self, sandbox: Arc<SandboxEntry>, timeout_secs: u32) {
+        let emulator = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(timeout_secs.into())).await;
+            if emulator.inner.stopped.load(Ordering::SeqCst) {
+                return;
+            }
+            let timed_out = api::GenericResult {
+                status: GenericStatus::Timeout as i32,
+                exception: format!("the sandbox reached its timeout of {timeout_secs} s"),
+                ..Default::default()
+            };
+            if let Err(e) = emulator.end(&sandbox, timed_out).await {
+                eprintln!("emulate modal: ending a sandbox at its timeout: {e}");
+            }
+        });
+    }
+
     /// Ends `sandbox` with `result` unless it has ended already; returns the result it
     /// had then. An error when its container could not be removed: the sandbox is then not
     /// gone, and no answer says it is.
@@ -818,9 +839,27 @@ impl Emulator {
         };
         let keep_stdout = request.stdout_config() == router::TaskExecStdoutConfig::Pipe;
         let stderr_to = request.stderr_config();
+        // The router ends an exec at its `timeout_secs` (task_command_router.proto's
+        // TaskExecStartRequest; the official client's `exec(timeout=)`): killed, as a
+        // signal 9 shows in its exit code (128 + 9, `container_process.py`).
+        let deadline = request
+            .timeout_secs
+            .filter(|secs| *secs > 0)
+            .map(|secs| tokio::time::Instant::now() + Duration::from_secs(secs.into()));
         let engine = engine.clone();
         tokio::spawn(async move {
-            while let Some(Ok(chunk)) = output.next().await {
+            loop {
+                let next = match deadline {
+                    Some(at) => match tokio::time::timeout_at(at, output.next()).await {
+                        Ok(next) => next,
+                        Err(_) => {
+                            kill_exec(&engine, &created.id).await;
+                            break;
+                        }
+                    },
+                    None => output.next().await,
+                };
+                let Some(Ok(chunk)) = next else { break };
                 match chunk {
                     LogOutput::StdOut { message } if keep_stdout => {
                         lock(&exec.stdout).extend_from_slice(&message);
@@ -837,15 +876,41 @@ impl Emulator {
                     _ => {}
                 }
             }
-            let code = engine
+            let mut code = engine
                 .inspect_exec(&created.id)
                 .await
                 .ok()
-                .and_then(|i| i.exit_code)
-                .unwrap_or(-1);
-            *lock(&exec.exit) = Some(i32::try_from(code).unwrap_or(-1));
+                .and_then(|i| i.exit_code);
+            for _ in 0..50 {
+                if code.is_some() {
+                    break;
+                }
+                // A killed exec's code comes once the engine has reaped it.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                code = engine
+                    .inspect_exec(&created.id)
+                    .await
+                    .ok()
+                    .and_then(|i| i.exit_code);
+            }
+            *lock(&exec.exit) = Some(i32::try_from(code.unwrap_or(-1)).unwrap_or(-1));
         });
         Ok(())
+    }
+}
+
+/// Kills exec `id`'s process (SIGKILL, by the host pid the engine reports): the router
+/// ending an exec at its timeout.
+async fn kill_exec(engine: &bollard::Docker, id: &str) {
+    let pid = engine.inspect_exec(id).await.ok().and_then(|i| i.pid);
+    let killed = pid
+        .and_then(|pid| libc::pid_t::try_from(pid).ok())
+        .filter(|pid| *pid > 0)
+        // SAFETY: kill(2) with a pid the engine reported and a signal number; no memory
+        // is passed.
+        .map(|pid| unsafe { libc::kill(pid, libc::SIGKILL) } == 0);
+    if killed != Some(true) {
+        eprintln!("emulate modal: the exec {id} reached its timeout but could not be killed");
     }
 }
 
@@ -1127,6 +1192,10 @@ impl ModalClient for Control {
                 world.labels.push(labels.clone());
             }
             world.sandboxes.insert(id.clone(), sandbox.clone());
+        }
+        if definition.timeout_secs > 0 {
+            self.emulator
+                .end_at_timeout(sandbox.clone(), definition.timeout_secs);
         }
         if !self.emulator.inner.no_task {
             self.emulator
@@ -1541,10 +1610,220 @@ where
     }
 }
 
+/// How the emulator implements a request field it has.
+#[derive(Debug, Clone, Copy)]
+enum Honoured {
+    /// As the service does, whatever its value.
+    Any,
+    /// For these values only (an enum's by name): what the emulator has no other form of.
+    Only(&'static [&'static str]),
+}
+
+/// The request fields each call's handler implements, by path from the request (a field
+/// inside one listed comes with it). Any other field a request sets is refused by name:
+/// a field the subset protos have is otherwise taken and dropped unseen.
+const HONOURED: &[(&str, &[(&str, Honoured)])] = &[
+    ("ClientHello", &[]),
+    ("AuthTokenGet", &[]),
+    (
+        "EnvironmentGetOrCreate",
+        &[
+            ("deployment_name", Honoured::Any),
+            (
+                "object_creation_type",
+                Honoured::Only(&["OBJECT_CREATION_TYPE_CREATE_IF_MISSING"]),
+            ),
+        ],
+    ),
+    (
+        "AppGetOrCreate",
+        &[
+            ("app_name", Honoured::Any),
+            (
+                "object_creation_type",
+                Honoured::Only(&["OBJECT_CREATION_TYPE_CREATE_IF_MISSING"]),
+            ),
+        ],
+    ),
+    (
+        "ImageGetOrCreate",
+        &[
+            ("app_id", Honoured::Any),
+            ("image.dockerfile_commands", Honoured::Any),
+            ("image.context_files", Honoured::Any),
+            ("image.secret_ids", Honoured::Any),
+            ("image.image_registry_config.secret_id", Honoured::Any),
+            (
+                "image.image_registry_config.registry_auth_type",
+                Honoured::Only(&["REGISTRY_AUTH_TYPE_STATIC_CREDS"]),
+            ),
+            ("force_build", Honoured::Any),
+            (
+                "namespace",
+                Honoured::Only(&["DEPLOYMENT_NAMESPACE_WORKSPACE"]),
+            ),
+            ("builder_version", Honoured::Only(&[IMAGE_BUILDER_VERSION])),
+        ],
+    ),
+    (
+        "ImageJoinStreaming",
+        &[
+            ("image_id", Honoured::Any),
+            ("timeout", Honoured::Any),
+            ("last_entry_id", Honoured::Any),
+            // The emulator streams a finished build's log lines too.
+            ("include_logs_for_finished", Honoured::Only(&["true"])),
+        ],
+    ),
+    ("ImageDelete", &[("image_id", Honoured::Any)]),
+    (
+        "SecretGetOrCreate",
+        &[
+            ("deployment_name", Honoured::Any),
+            ("env_dict", Honoured::Any),
+            ("app_id", Honoured::Any),
+            (
+                "object_creation_type",
+                Honoured::Only(&[
+                    "OBJECT_CREATION_TYPE_EPHEMERAL",
+                    "OBJECT_CREATION_TYPE_CREATE_IF_MISSING",
+                ]),
+            ),
+        ],
+    ),
+    ("SecretDelete", &[("secret_id", Honoured::Any)]),
+    (
+        "SandboxCreate",
+        &[
+            ("app_id", Honoured::Any),
+            ("tags", Honoured::Any),
+            ("definition.image_id", Honoured::Any),
+            ("definition.entrypoint_args", Honoured::Any),
+            ("definition.timeout_secs", Honoured::Any),
+            ("definition.scheduler_placement.regions", Honoured::Any),
+            (
+                "definition.network_access.network_access_type",
+                Honoured::Only(&["OPEN"]),
+            ),
+        ],
+    ),
+    (
+        "SandboxGetTaskId",
+        &[("sandbox_id", Honoured::Any), ("timeout", Honoured::Any)],
+    ),
+    (
+        "SandboxList",
+        &[
+            ("app_id", Honoured::Any),
+            ("before_timestamp", Honoured::Any),
+            ("include_finished", Honoured::Any),
+            ("tags", Honoured::Any),
+        ],
+    ),
+    ("SandboxTerminate", &[("sandbox_id", Honoured::Any)]),
+    (
+        "SandboxWait",
+        &[("sandbox_id", Honoured::Any), ("timeout", Honoured::Any)],
+    ),
+    ("TaskGetCommandRouterAccess", &[("task_id", Honoured::Any)]),
+    (
+        "TaskExecStart",
+        &[
+            ("task_id", Honoured::Any),
+            ("exec_id", Honoured::Any),
+            ("command_args", Honoured::Any),
+            ("stdout_config", Honoured::Any),
+            ("stderr_config", Honoured::Any),
+            ("timeout_secs", Honoured::Any),
+            ("workdir", Honoured::Any),
+            ("env", Honoured::Any),
+        ],
+    ),
+    (
+        "TaskExecStdioRead",
+        &[
+            ("task_id", Honoured::Any),
+            ("exec_id", Honoured::Any),
+            ("offset", Honoured::Any),
+            ("file_descriptor", Honoured::Any),
+        ],
+    ),
+    (
+        "TaskExecPoll",
+        &[("task_id", Honoured::Any), ("exec_id", Honoured::Any)],
+    ),
+    (
+        "TaskExecWait",
+        &[("task_id", Honoured::Any), ("exec_id", Honoured::Any)],
+    ),
+];
+
+/// The fields a request to `method` sets that [`HONOURED`] does not list for it, each as
+/// `` `path` (set to value) ``; methods it does not list are not checked.
+fn unhonoured_fields(method: &str, message: &prost_reflect::DynamicMessage) -> Vec<String> {
+    let Some((_, honoured)) = HONOURED.iter().find(|(m, _)| *m == method) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    walk_set_fields(message, "", &mut |path, value| {
+        let rule = honoured
+            .iter()
+            .filter(|(at, _)| path == *at || path.starts_with(&format!("{at}.")))
+            .map(|(_, rule)| *rule)
+            .next();
+        match rule {
+            Some(Honoured::Any) => {}
+            Some(Honoured::Only(values)) if values.contains(&value.as_str()) => {}
+            _ => found.push(format!("`{path}` (set to {value})")),
+        }
+    });
+    found
+}
+
+/// Calls `leaf` with the path and value of every field `message` sets, messages
+/// descended into (an empty one sets nothing), lists and maps taken whole.
+fn walk_set_fields(
+    message: &prost_reflect::DynamicMessage,
+    prefix: &str,
+    leaf: &mut dyn FnMut(&str, String),
+) {
+    use prost_reflect::{Kind, Value};
+    for (field, value) in message.fields() {
+        let path = if prefix.is_empty() {
+            field.name().to_owned()
+        } else {
+            format!("{prefix}.{}", field.name())
+        };
+        match value {
+            Value::Message(inner) => walk_set_fields(inner, &path, leaf),
+            Value::List(items) if items.iter().all(|i| matches!(i, Value::Message(_))) => {
+                for item in items {
+                    if let Value::Message(inner) = item {
+                        walk_set_fields(inner, &path, leaf);
+                    }
+                }
+            }
+            Value::EnumNumber(n) => {
+                let name = match field.kind() {
+                    Kind::Enum(e) => e.get_value(*n).map(|v| v.name().to_owned()),
+                    _ => None,
+                };
+                leaf(&path, name.unwrap_or_else(|| n.to_string()));
+            }
+            Value::String(s) => leaf(&path, s.clone()),
+            Value::List(items) => leaf(&path, format!("{} items", items.len())),
+            Value::Map(entries) => leaf(&path, format!("{} entries", entries.len())),
+            Value::Bytes(b) => leaf(&path, format!("{} bytes", b.len())),
+            other => leaf(&path, other.to_string()),
+        }
+    }
+}
+
 /// Why the emulator refuses the call to `path` with `body`, if a message in it sets a field
-/// the emulator's protos do not have: the emulator would otherwise drop it unseen, as
-/// prost drops unknown fields. It names the message and the field's number (the subset
-/// protos, `providers/proto/modal/`, have no name for it).
+/// the emulator's protos do not have (named by message and number: the subset protos,
+/// `providers/proto/modal/`, have no name for it), or one they have that its handler does
+/// not implement ([`HONOURED`], named by path): the emulator would otherwise drop it
+/// unseen, as prost drops unknown fields.
 fn unknown_fields(path: &str, body: &[u8]) -> Option<String> {
     let (service, method) = path.trim_start_matches('/').split_once('/')?;
     let pool = sandbox_providers::modal::proto::descriptors();
@@ -1558,6 +1837,7 @@ fn unknown_fields(path: &str, body: &[u8]) -> Option<String> {
     for frame in frames {
         let message = prost_reflect::DynamicMessage::decode(input.clone(), frame).ok()?;
         collect_unknown(&message, &mut found);
+        found.extend(unhonoured_fields(method, &message));
     }
     (!found.is_empty()).then(|| {
         format!(
@@ -1737,6 +2017,84 @@ mod tests {
             unknown_fields(path, &framed(&empty, &request)),
             Some(
                 "ImageGetOrCreate: the emulator does not implement modal.client.GPUConfig field 2"
+                    .to_owned()
+            )
+        );
+    }
+
+    #[test]
+    fn a_field_the_emulator_has_but_does_not_implement_is_refused_by_path() {
+        let create = |definition: api::Sandbox| api::SandboxCreateRequest {
+            app_id: "ap-1".into(),
+            definition: Some(definition),
+            ..Default::default()
+        };
+        let path = "/modal.client.ModalClient/SandboxCreate";
+        let open = api::NetworkAccess {
+            network_access_type: api::network_access::NetworkAccessType::Open as i32,
+            ..Default::default()
+        };
+        let implemented = api::Sandbox {
+            image_id: "im-1".into(),
+            timeout_secs: 900,
+            network_access: Some(open.clone()),
+            // Present but empty: nothing asked of them.
+            resources: Some(api::Resources::default()),
+            open_ports: Some(api::PortSpecs {}),
+            ..Default::default()
+        };
+        assert_eq!(
+            unknown_fields(path, &framed(&create(implemented.clone()), &[])),
+            None
+        );
+        let memory = api::Sandbox {
+            resources: Some(api::Resources {
+                memory_mb: 512,
+                ..Default::default()
+            }),
+            ..implemented.clone()
+        };
+        assert_eq!(
+            unknown_fields(path, &framed(&create(memory), &[])),
+            Some(
+                "SandboxCreate: the emulator does not implement \
+                 `definition.resources.memory_mb` (set to 512)"
+                    .to_owned()
+            )
+        );
+        let blocked = api::Sandbox {
+            network_access: Some(api::NetworkAccess {
+                network_access_type: api::network_access::NetworkAccessType::Blocked as i32,
+                ..open
+            }),
+            idle_timeout_secs: Some(60),
+            ..implemented
+        };
+        assert_eq!(
+            unknown_fields(path, &framed(&create(blocked), &[])),
+            Some(
+                "SandboxCreate: the emulator does not implement \
+                 `definition.network_access.network_access_type` (set to BLOCKED), \
+                 `definition.idle_timeout_secs` (set to 60)"
+                    .to_owned()
+            )
+        );
+        let image = api::ImageGetOrCreateRequest {
+            image: Some(api::Image {
+                dockerfile_commands: vec!["FROM base:v1".into()],
+                ..Default::default()
+            }),
+            builder_version: "2024.10".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            unknown_fields(
+                "/modal.client.ModalClient/ImageGetOrCreate",
+                &framed(&image, &[])
+            ),
+            Some(
+                "ImageGetOrCreate: the emulator does not implement `builder_version` (set to \
+                 2024.10)"
                     .to_owned()
             )
         );

@@ -3,7 +3,9 @@
 //! front, whose test CA a client must trust), refuses bad requests by name, and runs a
 //! sandbox's exec through the task command router only with a JWT it issued for that task
 //! and that has not expired (`--router-jwt-ttl 2`: a client must fetch a fresh one, as on
-//! `Unauthenticated` it does). Terminate is idempotent, and nothing of the run is left.
+//! `Unauthenticated` it does). An exec and a sandbox end at their `timeout_secs`; a field
+//! the emulator has but does not implement is refused by its path. Terminate is
+//! idempotent, and nothing of the run is left.
 //!
 //! Its faults: `--unavailable-once SandboxCreate` answers the first create Unavailable and
 //! the next one normally; with `--no-task` a sandbox never gets a task (nor a result) until
@@ -226,6 +228,25 @@ pub async fn emulate_modal_checks_tokens_requests_and_router_jwts() {
         api::generic_result::GenericStatus::Success,
         "{result:?}"
     );
+    // A field the emulator has but does not implement is refused by its path.
+    let mut sized = sandbox(&image_id);
+    if let Some(definition) = sized.definition.as_mut() {
+        definition.resources = Some(api::Resources {
+            memory_mb: 512,
+            ..Default::default()
+        });
+    }
+    let sized = control
+        .sandbox_create(signed(sized, token))
+        .await
+        .expect_err("a sandbox with a memory size");
+    assert_eq!(sized.code(), Code::Unimplemented, "{sized:?}");
+    assert!(
+        sized
+            .message()
+            .contains("`definition.resources.memory_mb` (set to 512)"),
+        "{sized:?}"
+    );
     let sandbox_id = control
         .sandbox_create(signed(sandbox(&image_id), token))
         .await
@@ -326,11 +347,69 @@ pub async fn emulate_modal_checks_tokens_requests_and_router_jwts() {
         }
         assert_eq!(String::from_utf8_lossy(&data), expected, "{fd:?}");
     }
+    // An exec ends at its timeout_secs, killed (128 + 9).
+    let (jwt, _) = access(&mut control, token, &task_id).await;
+    let slow = router::TaskExecStartRequest {
+        timeout_secs: Some(1),
+        ..start(&task_id, "e3", "sleep 30")
+    };
+    let started = std::time::Instant::now();
+    tasks
+        .task_exec_start(bearer(slow, &jwt))
+        .await
+        .expect("an exec with a timeout");
+    let exit = tasks
+        .task_exec_wait(bearer(
+            router::TaskExecWaitRequest {
+                task_id: task_id.clone(),
+                exec_id: "e3".into(),
+            },
+            &jwt,
+        ))
+        .await
+        .expect("the timed-out exec's exit")
+        .into_inner()
+        .exit_status;
+    assert_eq!(
+        exit,
+        Some(router::task_exec_wait_response::ExitStatus::Code(137))
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the exec outlived its timeout: {:?}",
+        started.elapsed()
+    );
     let stdin = tasks
         .task_exec_stdin_write(bearer(router::TaskExecStdinWriteRequest::default(), &jwt))
         .await
         .expect_err("stdin is not emulated");
     assert_eq!(stdin.code(), Code::Unimplemented);
+
+    // A sandbox ends at its timeout_secs, with a timeout's result.
+    let mut brief = sandbox(&image_id);
+    if let Some(definition) = brief.definition.as_mut() {
+        definition.timeout_secs = 2;
+    }
+    let brief = control
+        .sandbox_create(signed(brief, token))
+        .await
+        .expect("a sandbox with a 2 s timeout")
+        .into_inner()
+        .sandbox_id;
+    let ended = control
+        .sandbox_wait(signed(
+            api::SandboxWaitRequest {
+                sandbox_id: brief,
+                timeout: 50.0,
+            },
+            token,
+        ))
+        .await
+        .expect("the brief sandbox's end")
+        .into_inner()
+        .result
+        .map(|r| r.status());
+    assert_eq!(ended, Some(api::generic_result::GenericStatus::Timeout));
 
     // Terminate ends it once; again, it says how it had ended.
     let terminate = api::SandboxTerminateRequest {

@@ -115,11 +115,17 @@ struct Template {
     outcome: Arc<Mutex<Option<std::result::Result<Artifact, String>>>>,
     /// The build's start command: what serves the code channel.
     start_cmd: Option<String>,
+    /// Its sandboxes' CPUs and memory (`cpuCount`, `memoryMB`), as the container's limits.
+    limits: sandbox_providers::docker::Limits,
 }
 
 struct Sandbox {
     inner: SandboxId,
     template: String,
+    /// Its size, its template's.
+    limits: sandbox_providers::docker::Limits,
+    /// `envVars` from its create: envd's environment for every process it starts.
+    env: BTreeMap<String, String>,
     metadata: BTreeMap<String, String>,
     /// Context ids; the first is the docker sandbox's own kernel.
     contexts: Vec<String>,
@@ -376,6 +382,16 @@ impl Emulator {
         let body: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
         match (r.method.as_str(), parts.as_slice()) {
             ("POST", ["v3", "templates"]) => {
+                if let Some(field) =
+                    set_field_outside(&body, &["name", "tags", "cpuCount", "memoryMB"])
+                {
+                    return unimplemented_field_answer("template create", &field);
+                }
+                let size = |key: &str| body[key].as_u64().and_then(|v| u32::try_from(v).ok());
+                let limits = sandbox_providers::docker::Limits {
+                    cpus: size("cpuCount"),
+                    memory_mb: size("memoryMB"),
+                };
                 let named = body["name"].as_str().unwrap_or_default();
                 let (name, tag) = named.split_once(':').unwrap_or((named, "default"));
                 let mut tags = vec![tag.to_owned()];
@@ -392,6 +408,7 @@ impl Emulator {
                     logs: Arc::default(),
                     outcome: Arc::default(),
                     start_cmd: None,
+                    limits,
                 });
                 Answer::json(
                     202,
@@ -418,26 +435,11 @@ impl Emulator {
             ("POST", ["sandboxes"] | ["v2", "sandboxes"]) => self.create(&body).await,
             ("GET", ["sandboxes", id]) => self.sandbox_detail(id).await,
             ("GET", ["v2", "sandboxes", id, "logs"]) => self.sandbox_logs(id, &r.query).await,
-            ("DELETE", ["sandboxes", id]) => {
-                let removed = self.world().sandboxes.remove(*id);
-                match removed {
-                    Some(s) => {
-                        let docker = &self.inner.docker;
-                        let _ = docker.shutdown(&s.inner, Duration::from_secs(10)).await;
-                        // A killed E2B sandbox is gone: its container goes too (the
-                        // docker variant's sandbox id is the container's).
-                        let container = sandbox_providers::Resource {
-                            kind: "container".into(),
-                            id: s.inner.0.clone(),
-                        };
-                        if let Err(e) = docker.delete_resource(&container).await {
-                            return Answer::error(500, &format!("removing the sandbox: {e}"));
-                        }
-                        Answer::empty(204)
-                    }
-                    None => Answer::error(404, "sandbox not found"),
-                }
-            }
+            ("DELETE", ["sandboxes", id]) => match self.kill(id).await {
+                Ok(true) => Answer::empty(204),
+                Ok(false) => Answer::error(404, "sandbox not found"),
+                Err(e) => Answer::error(500, &format!("removing the sandbox: {e}")),
+            },
             ("GET", ["v2", "sandboxes"]) => self.list_sandboxes(&r.query),
             ("GET", ["v2", "templates"]) => {
                 let world = self.world();
@@ -607,7 +609,38 @@ impl Emulator {
         Answer::json(200, info)
     }
 
+    /// Kills sandbox `id`: false when there is none. A killed E2B sandbox is gone: its
+    /// container goes too (the docker variant's sandbox id is the container's).
+    async fn kill(&self, id: &str) -> Result<bool, sandbox_providers::ProviderError> {
+        let Some(s) = self.world().sandboxes.remove(id) else {
+            return Ok(false);
+        };
+        let docker = &self.inner.docker;
+        let _ = docker.shutdown(&s.inner, Duration::from_secs(10)).await;
+        let container = sandbox_providers::Resource {
+            kind: "container".into(),
+            id: s.inner.0.clone(),
+        };
+        docker.delete_resource(&container).await?;
+        Ok(true)
+    }
+
+    /// Kills sandbox `id` once `timeout` seconds have passed, as E2B kills a sandbox at its
+    /// timeout (`NewSandbox.timeout`, spec/openapi.yml).
+    fn kill_at_timeout(&self, id: String, timeout: u64) {
+        let emulator = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(timeout)).await;
+            if let Err(e) = emulator.kill(&id).await {
+                eprintln!("emulate e2b: killing sandbox {id} at its timeout: {e}");
+            }
+        });
+    }
+
     async fn create(&self, body: &Value) -> Answer {
+        if let Some(refused) = create_refusal(body) {
+            return refused;
+        }
         let selector = body["templateID"].as_str().unwrap_or_default();
         let found = {
             let world = self.world();
@@ -616,11 +649,12 @@ impl Emulator {
                     t.id.clone(),
                     t.outcome.lock().expect("outcome").clone(),
                     CodeChannel::of(t.start_cmd.as_deref()),
+                    t.limits,
                 )
             })
         };
-        let (tid, artifact, channel) = match found {
-            Some((tid, Some(Ok(artifact)), channel)) => (tid, artifact, channel),
+        let (tid, artifact, channel, limits) = match found {
+            Some((tid, Some(Ok(artifact)), channel, limits)) => (tid, artifact, channel, limits),
             Some(_) => return Answer::error(400, &format!("template {selector} is not ready")),
             None => return Answer::error(404, &format!("template {selector} not found")),
         };
@@ -644,21 +678,31 @@ impl Emulator {
                 .unwrap_or_default(),
         };
         self.world().labels.push(labels.clone());
-        let inner = match self.inner.docker.launch(&artifact, &labels).await {
+        let launched = self
+            .inner
+            .docker
+            .launch_limited(&artifact, &labels, limits)
+            .await;
+        let inner = match launched {
             Ok((inner, _)) => inner,
             Err(e) => return Answer::error(500, &e.to_string()),
         };
+        let env = serde_json::from_value(body["envVars"].clone()).unwrap_or_default();
         self.world().sandboxes.insert(
             id.clone(),
             Sandbox {
                 inner,
                 template: tid.clone(),
+                limits,
+                env,
                 metadata,
                 contexts: Vec::new(),
                 channel,
                 traffic_token: traffic_token.clone(),
             },
         );
+        // E2B's default timeout is 15 s (NewSandbox.timeout, spec/openapi.yml).
+        self.kill_at_timeout(id.clone(), body["timeout"].as_u64().unwrap_or(15));
         Answer::json(
             201,
             json!({"templateID": tid, "sandboxID": id, "clientID": "emulator",
@@ -990,12 +1034,21 @@ impl Emulator {
                 }
                 let mut argv = vec![process["cmd"].as_str().unwrap_or_default().to_owned()];
                 argv.extend(strings(&process["args"]));
-                let env = process["envs"]
-                    .as_object()
-                    .into_iter()
-                    .flatten()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
-                    .collect();
+                // envd's environment: the sandbox's envVars, then the process's envs.
+                let mut env = self
+                    .world()
+                    .sandboxes
+                    .get(id)
+                    .map(|s| s.env.clone())
+                    .unwrap_or_default();
+                env.extend(
+                    process["envs"]
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned())),
+                );
+                let env = env.into_iter().collect();
                 // No user is envd's default, the build's last user: the image's USER
                 // (packages/orchestrator/pkg/sandbox/reboot.go, meta.Context.User).
                 let how = sandbox_providers::docker::Process {
@@ -1034,6 +1087,61 @@ impl Emulator {
             ),
         }
     }
+}
+
+/// The first field of `body` set (not null) that is not among `implemented`.
+fn set_field_outside(body: &Value, implemented: &[&str]) -> Option<String> {
+    body.as_object()
+        .into_iter()
+        .flatten()
+        .find(|(k, v)| !v.is_null() && !implemented.contains(&k.as_str()))
+        .map(|(k, _)| k.clone())
+}
+
+/// The 501 that names a request field the emulator does not implement.
+fn unimplemented_field_answer(request: &str, field: &str) -> Answer {
+    Answer::error(
+        501,
+        &format!(
+            "the e2b emulator does not implement the {request} field `{field}`; it refuses it rather than drop it"
+        ),
+    )
+}
+
+/// Why the emulator refuses a sandbox create (`NewSandbox`), if it sets a field the
+/// emulator does not implement, or one it implements for other values only: `secure`
+/// true (envd always wants its access token here), `autoPause` false, internet access on,
+/// and of `network` only `allowPublicTraffic`.
+fn create_refusal(body: &Value) -> Option<Answer> {
+    let implemented = [
+        "templateID",
+        "metadata",
+        "timeout",
+        "envVars",
+        "secure",
+        "autoPause",
+        "allow_internet_access",
+        "network",
+    ];
+    if let Some(field) = set_field_outside(body, &implemented) {
+        return Some(unimplemented_field_answer("sandbox create", &field));
+    }
+    if let Some(field) = set_field_outside(&body["network"], &["allowPublicTraffic"]) {
+        return Some(unimplemented_field_answer(
+            "sandbox create",
+            &format!("network.{field}"),
+        ));
+    }
+    let only = [
+        ("secure", json!(true)),
+        ("autoPause", json!(false)),
+        ("allow_internet_access", json!(true)),
+    ];
+    only.into_iter()
+        .find(|(field, value)| !body[*field].is_null() && body[*field] != *value)
+        .map(|(field, value)| {
+            unimplemented_field_answer("sandbox create", &format!("{field}` other than `{value}"))
+        })
 }
 
 /// Whether the engine refused an exec because its user is not in the container's passwd.
@@ -1137,7 +1245,8 @@ fn resolve<'a>(templates: &'a [Template], selector: &str) -> Option<&'a Template
 
 fn detail(id: &str, s: &Sandbox) -> Value {
     json!({"templateID": s.template, "sandboxID": id, "clientID": "emulator",
-           "startedAt": now(), "endAt": now(), "cpuCount": 2, "memoryMB": 1024,
+           "startedAt": now(), "endAt": now(),
+           "cpuCount": s.limits.cpus.unwrap_or(2), "memoryMB": s.limits.memory_mb.unwrap_or(1024),
            "diskSizeMB": 5120, "state": "running", "envdVersion": "0.1.3",
            "metadata": s.metadata})
 }
@@ -1350,6 +1459,40 @@ mod tests {
             logs: Arc::default(),
             outcome: Arc::default(),
             start_cmd: None,
+            limits: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_create_field_the_emulator_does_not_implement_is_refused_by_name() {
+        let refused = |body: Value| {
+            create_refusal(&body).map(|a| (a.status, String::from_utf8_lossy(&a.body).into_owned()))
+        };
+        let ok = json!({"templateID": "t", "timeout": 900, "secure": true, "metadata": {},
+                        "envVars": {"LANG": "C.UTF-8"}, "network": {"allowPublicTraffic": false},
+                        "autoPause": false, "mcp": null});
+        assert_eq!(refused(ok), None);
+        for (body, named) in [
+            (
+                json!({"templateID": "t", "volumeMounts": []}),
+                "`volumeMounts`",
+            ),
+            (
+                json!({"templateID": "t", "network": {"allowOut": ["1.1.1.1"]}}),
+                "`network.allowOut`",
+            ),
+            (
+                json!({"templateID": "t", "autoPause": true}),
+                "`autoPause` other than `false`",
+            ),
+            (
+                json!({"templateID": "t", "secure": false}),
+                "`secure` other than `true`",
+            ),
+        ] {
+            let (status, said) = refused(body).expect("refused");
+            assert_eq!(status, 501);
+            assert!(said.contains(named), "{said}");
         }
     }
 

@@ -131,15 +131,21 @@ impl RawE2b {
         panic!("the build did not end within 2 minutes");
     }
 
-    /// A sandbox of `template`, labelled with `run_id`.
+    /// A sandbox of `template`, labelled with `run_id`, for 300 s.
     async fn create(&self, template: &str, run_id: &str) -> RawSandbox {
+        self.create_with(template, run_id, json!({"timeout": 300}))
+            .await
+    }
+
+    /// A sandbox of `template`, labelled with `run_id`, the create's other fields `more`.
+    async fn create_with(&self, template: &str, run_id: &str, more: Value) -> RawSandbox {
+        let mut body = json!({"templateID": template,
+                              "metadata": {"sandbox-matrix.run": run_id, "sandbox-matrix.scenario": "raw"}});
+        for (k, v) in more.as_object().into_iter().flatten() {
+            body[k] = v.clone();
+        }
         let (status, sandbox) = self
-            .call(
-                reqwest::Method::POST,
-                "/sandboxes",
-                Some(json!({"templateID": template,
-                            "metadata": {"sandbox-matrix.run": run_id, "sandbox-matrix.scenario": "raw"}})),
-            )
+            .call(reqwest::Method::POST, "/sandboxes", Some(body))
             .await;
         assert_eq!(status, 201, "{sandbox}");
         let text = |key: &str| sandbox[key].as_str().expect(key).to_owned();
@@ -293,7 +299,8 @@ pub async fn without_a_start_command_the_code_channel_does_not_answer() {
 /// build user `user` and the steps start as it, in its home; `USER` creates a missing
 /// user; a RUN goes as its named user; a COPY's gzipped upload lands, owned by its owner.
 /// A RUN as a user who does not exist fails the build, and envd refuses a process start
-/// as one (`invalid username`).
+/// as one (`invalid username`). A create's `envVars` reach envd's processes, and a sandbox
+/// is killed at its `timeout`.
 pub async fn the_e2b_emulator_builds_the_steps_it_is_sent_as_e2bs_builder_runs_them() {
     let raw = RawE2b::start().await;
     let run_id = sandbox_matrix::run::runner::new_run_id();
@@ -347,7 +354,14 @@ pub async fn the_e2b_emulator_builds_the_steps_it_is_sent_as_e2bs_builder_runs_t
     assert_eq!(status, 202, "{answer}");
     let built = raw.wait_build(&tid, &bid).await;
     assert_eq!(built["status"], "ready", "{built}");
-    let sandbox = raw.create(&format!("{tid}:{bid}"), &run_id).await;
+    let sandbox = raw
+        .create_with(
+            &format!("{tid}:{bid}"),
+            &run_id,
+            json!({"timeout": 300, "envVars": {"FROM_CREATE": "envd's"}}),
+        )
+        .await;
+    let env = raw.output(&sandbox, "echo \"$FROM_CREATE\"").await;
     let files = raw
         .output(
             &sandbox,
@@ -375,12 +389,30 @@ pub async fn the_e2b_emulator_builds_the_steps_it_is_sent_as_e2bs_builder_runs_t
         .await;
     assert_eq!(status, 202);
     let ghost_build = raw.wait_build(&tid2, &bid2).await;
+    // A sandbox is killed at its timeout, and E2B then no longer has it.
+    let brief = raw
+        .create_with(&format!("{tid}:{bid}"), &run_id, json!({"timeout": 2}))
+        .await;
+    let mut brief_status = 0;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let path = format!("/sandboxes/{}", brief.id);
+        brief_status = raw.call(reqwest::Method::GET, &path, None).await.0;
+        if brief_status == 404 {
+            break;
+        }
+    }
     raw.stop(Some(&sandbox)).await;
     assert!(common::left_by_run(&run_id).is_empty());
 
     assert_eq!(
         files, "user\n/home/user\nbuilder2\ndatalayer\ncopied\ndatalayer\n",
         "who ran each step, where, and the COPY"
+    );
+    assert_eq!(env, "envd's\n", "the create's envVars reach a process");
+    assert_eq!(
+        brief_status, 404,
+        "a sandbox past its 2 s timeout was still there"
     );
     assert_eq!(
         created_user.0, 200,

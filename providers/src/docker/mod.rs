@@ -153,6 +153,16 @@ pub struct Process {
     pub cwd: Option<String>,
 }
 
+/// The CPUs and memory a sandbox's container may use; `None`: the engine's default (no
+/// limit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// CPUs.
+    pub cpus: Option<u32>,
+    /// Memory in MiB.
+    pub memory_mb: Option<u32>,
+}
+
 /// A kernel socket several tasks may take turns on.
 type SharedSocket = Arc<tokio::sync::Mutex<KernelSocket>>;
 
@@ -260,6 +270,105 @@ impl DockerProvider {
             })
             .await
             .copied()
+    }
+
+    /// Launches `artifact` as [`Provider::launch`] does, its container given at most
+    /// `limits`: a cloud sandbox's size, as an emulator launches one.
+    pub async fn launch_limited(
+        &self,
+        artifact: &Artifact,
+        labels: &RunLabels,
+        limits: Limits,
+    ) -> Result<(SandboxId, Vec<Timing>)> {
+        let token = random_hex(24);
+        let port = format!("{JUPYTER_PORT}/tcp");
+        let config = ContainerCreateBody {
+            image: Some(artifact.id.clone()),
+            cmd: Some(jupyter_command()),
+            env: Some(vec![format!("JUPYTER_TOKEN={token}")]),
+            labels: Some(labels.to_map().into_iter().collect()),
+            exposed_ports: Some(vec![port.clone()]),
+            host_config: Some(HostConfig {
+                port_bindings: Some(HashMap::from([(
+                    port.clone(),
+                    Some(vec![PortBinding {
+                        host_ip: Some("127.0.0.1".into()),
+                        host_port: Some(String::new()),
+                    }]),
+                )])),
+                nano_cpus: limits.cpus.map(|c| i64::from(c) * 1_000_000_000),
+                memory: limits.memory_mb.map(|m| i64::from(m) * 1024 * 1024),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let created = self
+            .docker
+            .create_container(None::<CreateContainerOptions>, config)
+            .await
+            .map_err(|e| engine_error(e).context("creating the sandbox container"))?;
+        let id = created.id;
+        self.docker
+            .start_container(&id, None)
+            .await
+            .map_err(|e| engine_error(e).context("starting the sandbox container"))?;
+        let inspect = self
+            .docker
+            .inspect_container(&id, None)
+            .await
+            .map_err(|e| engine_error(e).context("inspecting the sandbox container"))?;
+        let running = inspect.state.as_ref().and_then(|s| s.running) == Some(true);
+        let host_port = inspect
+            .network_settings
+            .and_then(|n| n.ports)
+            .and_then(|p| p.get(&port).cloned().flatten())
+            .and_then(|b| b.into_iter().find_map(|b| b.host_port));
+        let host_port = match host_port {
+            Some(port) => port,
+            // Exited already: its ports are unpublished.
+            None if !running => return Err(self.exited(&id).await),
+            None => {
+                return Err(ProviderError::new(
+                    ErrorKind::Protocol,
+                    "the engine published no host port for Jupyter Server",
+                ));
+            }
+        };
+        let server = JupyterServer::new(&format!("http://127.0.0.1:{host_port}"), &token);
+        let started = Instant::now();
+        // The engine's log stream says when the server has started; a poll or two confirms
+        // it listens (it binds a moment after that line). A server that never prints the
+        // line is polled from SERVER_LINE_WAIT on. Watched while it starts: a container
+        // that exits fails launch at once, with its exit code and last log lines, instead
+        // of being polled as `connection refused`.
+        let heard = async {
+            tokio::select! {
+                () = self.server_line(&id) => {}
+                () = tokio::time::sleep(SERVER_LINE_WAIT) => {}
+            }
+            server.wait_ready(READY_DEADLINE).await
+        };
+        let resolution = tokio::select! {
+            ready = heard => {
+                ready.map_err(|e| e.context("waiting for Jupyter Server"))?
+            }
+            exited = self.exited(&id) => return Err(exited),
+        };
+        let timing = Timing {
+            name: "jupyter-server-ready".into(),
+            duration: started.elapsed(),
+            resolution: Some(resolution),
+        };
+        let sandbox = Sandbox {
+            container_id: id.clone(),
+            server: Arc::new(server),
+            kernel: tokio::sync::Mutex::default(),
+        };
+        self.sandboxes
+            .lock()
+            .expect("sandbox table lock")
+            .insert(id.clone(), Arc::new(sandbox));
+        Ok((SandboxId(id), vec![timing]))
     }
 
     /// Builds an environment with [`DockerProvider::builder`], saying which in the log.
@@ -924,93 +1033,8 @@ impl Provider for DockerProvider {
         artifact: &Artifact,
         labels: &RunLabels,
     ) -> Result<(SandboxId, Vec<Timing>)> {
-        let token = random_hex(24);
-        let port = format!("{JUPYTER_PORT}/tcp");
-        let config = ContainerCreateBody {
-            image: Some(artifact.id.clone()),
-            cmd: Some(jupyter_command()),
-            env: Some(vec![format!("JUPYTER_TOKEN={token}")]),
-            labels: Some(labels.to_map().into_iter().collect()),
-            exposed_ports: Some(vec![port.clone()]),
-            host_config: Some(HostConfig {
-                port_bindings: Some(HashMap::from([(
-                    port.clone(),
-                    Some(vec![PortBinding {
-                        host_ip: Some("127.0.0.1".into()),
-                        host_port: Some(String::new()),
-                    }]),
-                )])),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let created = self
-            .docker
-            .create_container(None::<CreateContainerOptions>, config)
+        self.launch_limited(artifact, labels, Limits::default())
             .await
-            .map_err(|e| engine_error(e).context("creating the sandbox container"))?;
-        let id = created.id;
-        self.docker
-            .start_container(&id, None)
-            .await
-            .map_err(|e| engine_error(e).context("starting the sandbox container"))?;
-        let inspect = self
-            .docker
-            .inspect_container(&id, None)
-            .await
-            .map_err(|e| engine_error(e).context("inspecting the sandbox container"))?;
-        let running = inspect.state.as_ref().and_then(|s| s.running) == Some(true);
-        let host_port = inspect
-            .network_settings
-            .and_then(|n| n.ports)
-            .and_then(|p| p.get(&port).cloned().flatten())
-            .and_then(|b| b.into_iter().find_map(|b| b.host_port));
-        let host_port = match host_port {
-            Some(port) => port,
-            // Exited already: its ports are unpublished.
-            None if !running => return Err(self.exited(&id).await),
-            None => {
-                return Err(ProviderError::new(
-                    ErrorKind::Protocol,
-                    "the engine published no host port for Jupyter Server",
-                ));
-            }
-        };
-        let server = JupyterServer::new(&format!("http://127.0.0.1:{host_port}"), &token);
-        let started = Instant::now();
-        // The engine's log stream says when the server has started; a poll or two confirms
-        // it listens (it binds a moment after that line). A server that never prints the
-        // line is polled from SERVER_LINE_WAIT on. Watched while it starts: a container
-        // that exits fails launch at once, with its exit code and last log lines, instead
-        // of being polled as `connection refused`.
-        let heard = async {
-            tokio::select! {
-                () = self.server_line(&id) => {}
-                () = tokio::time::sleep(SERVER_LINE_WAIT) => {}
-            }
-            server.wait_ready(READY_DEADLINE).await
-        };
-        let resolution = tokio::select! {
-            ready = heard => {
-                ready.map_err(|e| e.context("waiting for Jupyter Server"))?
-            }
-            exited = self.exited(&id) => return Err(exited),
-        };
-        let timing = Timing {
-            name: "jupyter-server-ready".into(),
-            duration: started.elapsed(),
-            resolution: Some(resolution),
-        };
-        let sandbox = Sandbox {
-            container_id: id.clone(),
-            server: Arc::new(server),
-            kernel: tokio::sync::Mutex::default(),
-        };
-        self.sandboxes
-            .lock()
-            .expect("sandbox table lock")
-            .insert(id.clone(), Arc::new(sandbox));
-        Ok((SandboxId(id), vec![timing]))
     }
 
     async fn run_code(&self, sandbox: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)> {

@@ -134,7 +134,9 @@ pub async fn run(
             // Decided before the check runs, by `conformance::nothing_to_test`.
             None => Verdict::skip("no cold-start budget (`within:`)", json!({})),
         },
-        Check::ConcurrentKernels => concurrent(target, params.kernels.unwrap_or(4)).await,
+        Check::ConcurrentKernels => {
+            concurrent(target, params.kernels.unwrap_or(4), CONTEXT_ANSWER_DEADLINE).await
+        }
     })
 }
 
@@ -167,29 +169,55 @@ async fn restart(target: &impl CheckTarget) -> Result<Verdict, StepEnd> {
 /// overlap in time by a margin no scheduling jitter closes.
 const OVERLAP_HOLD_SECONDS: f64 = 1.0;
 
+/// How long one context of check 14 may take to answer, a kernel's start included: long
+/// for a loaded machine, and short enough that a context that hangs is named within the
+/// step's budget rather than the whole step timing out.
+const CONTEXT_ANSWER_DEADLINE: Duration = Duration::from_secs(50);
+
+/// Runs `code` in context `name`, as `target` does, within `deadline`; an error names the
+/// context.
+async fn answer_in(
+    target: &impl CheckTarget,
+    name: &str,
+    code: &str,
+    deadline: Duration,
+) -> Result<CodeOutput, String> {
+    match tokio::time::timeout(deadline, target.run_code_in(name, code)).await {
+        Ok(answer) => answer.map_err(|e| format!("{name}: {e}")),
+        Err(_) => Err(format!(
+            "{name} did not answer within {}",
+            sandbox_providers::for_people(deadline)
+        )),
+    }
+}
+
 /// Check 14: `kernels` contexts each answer `1+1` at once, and prove they are separate
 /// kernels running side by side: once every context has answered (each kernel started),
 /// each reports its process id and the wall-clock times around a hold of
 /// [`OVERLAP_HOLD_SECONDS`]. The ids must all differ and every hold must share an instant
 /// (the latest start before the earliest end), which contexts served one at a time never do.
-async fn concurrent(target: &impl CheckTarget, kernels: u32) -> Verdict {
+/// A context that does not answer within `deadline` is named.
+async fn concurrent(target: &impl CheckTarget, kernels: u32, deadline: Duration) -> Verdict {
     let names: Vec<String> = (0..kernels).map(|i| format!("sm-context-{i}")).collect();
-    let answers =
-        futures_util::future::join_all(names.iter().map(|name| target.run_code_in(name, "1+1")))
-            .await;
+    let answers = futures_util::future::join_all(
+        names
+            .iter()
+            .map(|name| answer_in(target, name, "1+1", deadline)),
+    )
+    .await;
     let (mut answered, mut errors) = (0u32, Vec::new());
-    for answer in answers {
+    for (name, answer) in names.iter().zip(answers) {
         match answer {
             Ok(output) if output.result.as_deref() == Some("2") => answered += 1,
-            Ok(output) => errors.push(describe(&output)),
-            Err(e) => errors.push(e.to_string()),
+            Ok(output) => errors.push(format!("{name}: {}", describe(&output))),
+            Err(e) => errors.push(e),
         }
     }
     if answered != kernels {
         return Verdict::new(
             vec![format!(
-                "{answered} of {kernels} contexts answered{}",
-                errors.first().map(|e| format!(": {e}")).unwrap_or_default()
+                "{answered} of {kernels} contexts answered: {}",
+                errors.join("; ")
             )],
             json!({ "answered": answered, "kernels": kernels }),
         );
@@ -197,13 +225,16 @@ async fn concurrent(target: &impl CheckTarget, kernels: u32) -> Verdict {
     let probe = format!(
         "import os as _sm_os, time as _sm_time\n_sm_t0 = _sm_time.time()\n_sm_time.sleep({OVERLAP_HOLD_SECONDS})\nprint(_sm_os.getpid(), repr(_sm_t0), repr(_sm_time.time()))\ndel _sm_os, _sm_time, _sm_t0"
     );
-    let held =
-        futures_util::future::join_all(names.iter().map(|name| target.run_code_in(name, &probe)))
-            .await;
+    let held = futures_util::future::join_all(
+        names
+            .iter()
+            .map(|name| answer_in(target, name, &probe, deadline)),
+    )
+    .await;
     let mut spans: Vec<(u64, f64, f64)> = Vec::new();
     let mut problems = Vec::new();
     for (name, answer) in names.iter().zip(held) {
-        let parsed = answer.map_err(|e| e.to_string()).and_then(|output| {
+        let parsed = answer.and_then(|output| {
             let fields: Vec<&str> = output.stdout.split_whitespace().collect();
             match fields[..] {
                 [pid, start, end] => Ok((
@@ -220,6 +251,7 @@ async fn concurrent(target: &impl CheckTarget, kernels: u32) -> Verdict {
         });
         match parsed {
             Ok(span) => spans.push(span),
+            Err(e) if e.starts_with(name.as_str()) => problems.push(e),
             Err(e) => problems.push(format!("{name}: {e}")),
         }
     }
@@ -283,9 +315,11 @@ pub(crate) fn describe(output: &CodeOutput) -> String {
 mod tests {
     use super::*;
 
-    /// Contexts that answer `1+1`, then report the pid and times `span` gives context `i`.
+    /// Contexts that answer `1+1`, then report the pid and times `span` gives context `i`;
+    /// context `hangs`, if any, never answers.
     struct Contexts {
         span: fn(usize) -> (u64, f64, f64),
+        hangs: Option<usize>,
     }
 
     impl CheckTarget for Contexts {
@@ -307,6 +341,9 @@ mod tests {
                 .trim_start_matches("sm-context-")
                 .parse()
                 .expect("an index");
+            if self.hangs == Some(i) {
+                std::future::pending::<()>().await;
+            }
             Ok(if code == "1+1" {
                 CodeOutput {
                     result: Some("2".to_owned()),
@@ -335,16 +372,18 @@ mod tests {
     async fn check_14_passes_only_on_separate_kernels_running_at_once() {
         let together = Contexts {
             span: |i| (100 + i as u64, 10.0 + 0.1 * i as f64, 11.0 + 0.1 * i as f64),
+            hangs: None,
         };
-        let verdict = concurrent(&together, 4).await;
+        let verdict = concurrent(&together, 4, DEADLINE).await;
         assert!(verdict.passed, "{verdict:?}");
         assert_eq!(verdict.data["pids"], json!([100, 101, 102, 103]));
 
         // One kernel serving every context in turn: one pid, holds one after another.
         let one_at_a_time = Contexts {
             span: |i| (42, 10.0 + i as f64 * 1.01, 11.0 + i as f64 * 1.01),
+            hangs: None,
         };
-        let verdict = concurrent(&one_at_a_time, 4).await;
+        let verdict = concurrent(&one_at_a_time, 4, DEADLINE).await;
         assert!(!verdict.passed);
         assert_eq!(
             verdict.detail.as_deref(),
@@ -355,11 +394,29 @@ mod tests {
         // Separate kernels served one at a time.
         let queued = Contexts {
             span: |i| (100 + i as u64, 10.0 + i as f64 * 1.5, 11.0 + i as f64 * 1.5),
+            hangs: None,
         };
-        let verdict = concurrent(&queued, 2).await;
+        let verdict = concurrent(&queued, 2, DEADLINE).await;
         assert_eq!(
             verdict.detail.as_deref(),
             Some("the contexts did not run at once: the last started 0.50 s after the first ended")
+        );
+    }
+
+    /// A short deadline for the tests' contexts, which answer at once or never.
+    const DEADLINE: Duration = Duration::from_millis(200);
+
+    #[tokio::test]
+    async fn check_14_names_the_context_that_does_not_answer() {
+        let one_hangs = Contexts {
+            span: |i| (100 + i as u64, 10.0, 11.0),
+            hangs: Some(2),
+        };
+        let verdict = concurrent(&one_hangs, 4, DEADLINE).await;
+        assert!(!verdict.passed);
+        assert_eq!(
+            verdict.detail.as_deref(),
+            Some("3 of 4 contexts answered: sm-context-2 did not answer within 200ms")
         );
     }
 }

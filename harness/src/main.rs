@@ -1062,12 +1062,7 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
                 port,
                 domain.unwrap_or_else(|| emulate::daytona::DEFAULT_DOMAIN.to_owned()),
             );
-            let emulator = match emulate::daytona::Emulator::start(
-                docker as Arc<dyn sandbox_providers::Provider>,
-                options,
-            )
-            .await
-            {
+            let emulator = match emulate::daytona::Emulator::start(docker, options).await {
                 Ok(e) => e,
                 Err(e) => {
                     eprintln!("error: cannot start the daytona emulator: {e}");

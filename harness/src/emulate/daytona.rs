@@ -22,7 +22,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bollard::Docker;
 use bollard::query_parameters::StopContainerOptionsBuilder;
@@ -117,6 +117,9 @@ pub struct Seeded {
 /// An emulated snapshot.
 struct Snapshot {
     name: String,
+    /// Its size as asked (`cpu`, `memory` in GiB, `disk` in GiB): the first two are its
+    /// sandboxes' container limits; the disk is not enforced (see the module's docs).
+    size: Size,
     /// The region asked for (`regionId`), or the organization's default.
     region: String,
     state: String,
@@ -128,6 +131,10 @@ struct Snapshot {
 /// An emulated sandbox and the container behind it.
 struct Sandbox {
     snapshot: String,
+    /// Its snapshot's size.
+    size: Size,
+    /// The user its commands run as (`user`), or the image's.
+    user: Option<String>,
     /// The region asked for (`target`), or the organization's default.
     target: String,
     labels: BTreeMap<String, String>,
@@ -135,6 +142,24 @@ struct Sandbox {
     /// Why it is in state `error`.
     error_reason: Option<String>,
     container: Option<String>,
+}
+
+/// A snapshot's size as its create asked it (Daytona's defaults where it did not).
+#[derive(Debug, Clone, Copy)]
+struct Size {
+    cpu: u32,
+    memory_gib: u32,
+    disk_gib: u32,
+}
+
+impl Size {
+    /// The container limits of the CPUs and memory.
+    fn limits(self) -> sandbox_providers::docker::Limits {
+        sandbox_providers::docker::Limits {
+            cpus: Some(self.cpu),
+            memory_mb: Some(self.memory_gib * 1024),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -165,7 +190,7 @@ pub struct Emulator {
 
 struct Inner {
     site: Arc<Site>,
-    docker: Arc<dyn Provider>,
+    docker: Arc<sandbox_providers::docker::DockerProvider>,
     engine: Docker,
     labels: RunLabels,
     /// Whether `labels` go on everything (given by the options).
@@ -186,6 +211,25 @@ impl std::fmt::Debug for Emulator {
 }
 
 /// Daytona's error shape.
+/// The first field of `body` set (not null) that is not among `implemented`.
+fn set_field_outside(body: &Value, implemented: &[&str]) -> Option<String> {
+    body.as_object()
+        .into_iter()
+        .flatten()
+        .find(|(k, v)| !v.is_null() && !implemented.contains(&k.as_str()))
+        .map(|(k, _)| k.clone())
+}
+
+/// The 501 that names a request field the emulator does not implement.
+fn unimplemented_field(request: &str, field: &str) -> Answer {
+    error(
+        501,
+        &format!(
+            "the daytona emulator does not implement the {request} field `{field}`; it refuses it rather than drop it"
+        ),
+    )
+}
+
 fn error(status: u16, message: &str) -> Answer {
     Answer::json(
         status,
@@ -217,7 +261,10 @@ fn query_pairs(query: &str) -> BTreeMap<String, String> {
 
 impl Emulator {
     /// Serves Daytona's API over HTTPS on 127.0.0.1 with `docker` behind it.
-    pub async fn start(docker: Arc<dyn Provider>, options: Options) -> Result<Self, EmulateError> {
+    pub async fn start(
+        docker: Arc<sandbox_providers::docker::DockerProvider>,
+        options: Options,
+    ) -> Result<Self, EmulateError> {
         let domain = Site::normalise(&options.domain);
         let engine = Docker::connect_with_local_defaults()
             .map_err(|e| EmulateError::Backend(format!("cannot reach the Docker engine: {e}")))?;
@@ -451,8 +498,8 @@ impl Emulator {
     fn snapshot_dto(id: &str, s: &Snapshot) -> Value {
         json!({
             "id": id, "organizationId": ORGANIZATION, "general": false, "name": s.name,
-            "state": s.state, "size": null, "entrypoint": null, "cpu": 1, "gpu": 0, "mem": 1,
-            "disk": 3, "errorReason": s.error, "createdAt": STAMP, "updatedAt": STAMP,
+            "state": s.state, "size": null, "entrypoint": null, "cpu": s.size.cpu, "gpu": 0,
+            "mem": s.size.memory_gib, "disk": s.size.disk_gib, "errorReason": s.error, "createdAt": STAMP, "updatedAt": STAMP,
             "lastUsedAt": null, "regionIds": [s.region],
         })
     }
@@ -460,9 +507,10 @@ impl Emulator {
     fn sandbox_dto(id: &str, s: &Sandbox, proxy: &str) -> Value {
         let mut dto = json!({
             "id": id, "organizationId": ORGANIZATION, "name": id, "snapshot": s.snapshot,
-            "user": "datalayer", "env": {}, "labels": s.labels, "public": false,
-            "networkBlockAll": false, "kvm": false, "target": s.target, "cpu": 1, "gpu": 0, "memory": 1,
-            "disk": 3, "state": s.state, "createdAt": STAMP, "updatedAt": STAMP,
+            "user": s.user.as_deref().unwrap_or("datalayer"), "env": {}, "labels": s.labels,
+            "public": false, "networkBlockAll": false, "kvm": false, "target": s.target,
+            "cpu": s.size.cpu, "gpu": 0, "memory": s.size.memory_gib, "disk": s.size.disk_gib,
+            "state": s.state, "createdAt": STAMP, "updatedAt": STAMP,
             "toolboxProxyUrl": format!("{proxy}/toolbox"),
         });
         if let Some(reason) = &s.error_reason {
@@ -689,6 +737,33 @@ impl Emulator {
     }
 
     fn create_snapshot(&self, body: &Value) -> Answer {
+        let implemented = ["name", "buildInfo", "cpu", "memory", "disk", "regionId"];
+        if let Some(field) = set_field_outside(body, &implemented)
+            .or_else(|| {
+                set_field_outside(&body["buildInfo"], &["dockerfileContent", "contextHashes"])
+                    .map(|f| format!("buildInfo.{f}"))
+            })
+            .or_else(|| {
+                (body["buildInfo"]["contextHashes"]
+                    .as_array()
+                    .is_some_and(|h| !h.is_empty()))
+                .then(|| "buildInfo.contextHashes` other than `[]".to_owned())
+            })
+        {
+            return unimplemented_field("snapshot create", &field);
+        }
+        // Daytona's defaults for a snapshot that names no size (CreateSnapshot, openapi.yaml).
+        let size_of = |key: &str, default: u32| {
+            body[key]
+                .as_u64()
+                .and_then(|v| u32::try_from(v).ok())
+                .unwrap_or(default)
+        };
+        let size = Size {
+            cpu: size_of("cpu", 1),
+            memory_gib: size_of("memory", 1),
+            disk_gib: size_of("disk", 3),
+        };
         let dockerfile = body["buildInfo"]["dockerfileContent"]
             .as_str()
             .unwrap_or_default()
@@ -697,10 +772,15 @@ impl Emulator {
         let id = state.id();
         let snapshot = Snapshot {
             name: body["name"].as_str().unwrap_or_default().to_owned(),
+            size,
             region: region_asked(&body["regionId"]),
             state: "pending".into(),
             image: None,
-            logs: Vec::new(),
+            // Said where a user reads it: the size the emulator does not enforce.
+            logs: vec![format!(
+                "emulate daytona: {} GiB of disk asked; the local engine limits no container's disk, so it is not enforced",
+                size.disk_gib
+            )],
             error: None,
         };
         let dto = Self::snapshot_dto(&id, &snapshot);
@@ -836,6 +916,20 @@ impl Emulator {
     }
 
     fn create_sandbox(&self, body: &Value, proxy: &str) -> Answer {
+        let implemented = ["snapshot", "labels", "target", "user", "env", "volumes"];
+        let empty = |key: &str| {
+            body[key].is_null()
+                || body[key].as_object().is_some_and(serde_json::Map::is_empty)
+                || body[key].as_array().is_some_and(Vec::is_empty)
+        };
+        if let Some(field) = set_field_outside(body, &implemented).or_else(|| {
+            ["env", "volumes"]
+                .into_iter()
+                .find(|k| !empty(k))
+                .map(|k| format!("{k}` other than empty"))
+        }) {
+            return unimplemented_field("sandbox create", &field);
+        }
         let wanted = body["snapshot"].as_str().unwrap_or_default().to_owned();
         let mut state = self.state();
         // Daytona takes a snapshot's id or its name.
@@ -843,8 +937,8 @@ impl Emulator {
             .snapshots
             .iter()
             .find(|(id, s)| **id == wanted || s.name == wanted)
-            .and_then(|(_, s)| s.image.clone());
-        let Some(image) = found else {
+            .and_then(|(_, s)| s.image.clone().map(|image| (image, s.size)));
+        let Some((image, size)) = found else {
             return error(400, &format!("snapshot {wanted} is not active"));
         };
         let id = state.id();
@@ -852,6 +946,8 @@ impl Emulator {
             serde_json::from_value(body["labels"].clone()).unwrap_or_default();
         let sandbox = Sandbox {
             snapshot: wanted,
+            size,
+            user: body["user"].as_str().map(str::to_owned),
             target: region_asked(&body["target"]),
             labels,
             state: "creating".into(),
@@ -867,12 +963,13 @@ impl Emulator {
             let launched = this
                 .inner
                 .docker
-                .launch(
+                .launch_limited(
                     &Artifact {
                         id: image,
                         kind: "image-id".into(),
                     },
                     &container_labels,
+                    size.limits(),
                 )
                 .await;
             let orphan = {
@@ -1028,13 +1125,69 @@ impl Emulator {
         }
     }
 
+    /// `process/execute` as the toolbox runs it (daytonaio/daytona v0.190.0,
+    /// apps/daemon/pkg/toolbox/process/execute.go): the command by the shell, as the
+    /// sandbox's user, in `cwd` with `envs` when given; past `timeout` seconds (none when
+    /// absent or 0) it is killed and the answer is 408 `command execution timeout`.
     async fn execute_command(&self, id: &str, body: &Value) -> Answer {
-        let Some(container) = self.container(id) else {
+        if let Some(field) = set_field_outside(body, &["command", "timeout", "cwd", "envs"]) {
+            return unimplemented_field("process/execute", &field);
+        }
+        let (Some(container), user) = (self.container(id), self.sandbox_user(id)) else {
             return not_found("sandbox");
         };
         let command = body["command"].as_str().unwrap_or_default();
-        let argv = vec!["sh".into(), "-c".into(), command.to_owned()];
-        self.exec(container, &argv).await
+        if command.trim().is_empty() {
+            return error(400, "command cannot be empty or whitespace-only");
+        }
+        let timeout = body["timeout"].as_u64().filter(|t| *t > 0);
+        let mut argv: Vec<String> = Vec::new();
+        if let Some(secs) = timeout {
+            argv.extend([
+                "timeout".into(),
+                "-s".into(),
+                "KILL".into(),
+                secs.to_string(),
+            ]);
+        }
+        argv.extend(["sh".into(), "-c".into(), command.to_owned()]);
+        let how = sandbox_providers::docker::Process {
+            user,
+            env: body["envs"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                .collect(),
+            cwd: body["cwd"].as_str().map(str::to_owned),
+        };
+        let started = Instant::now();
+        match self
+            .inner
+            .docker
+            .exec_process(&SandboxId(container), &argv, &how)
+            .await
+        {
+            Ok(out)
+                if out.exit_code == Some(137)
+                    && timeout.is_some_and(|t| started.elapsed() >= Duration::from_secs(t)) =>
+            {
+                error(408, "command execution timeout")
+            }
+            Ok(out) => Answer::json(
+                200,
+                json!({
+                    "exitCode": out.exit_code,
+                    "result": format!("{}{}", out.stdout, out.stderr),
+                }),
+            ),
+            Err(e) => error(500, &e.to_string()),
+        }
+    }
+
+    /// The user sandbox `id`'s commands run as, if its create named one.
+    fn sandbox_user(&self, id: &str) -> Option<String> {
+        self.state().sandboxes.get(id).and_then(|s| s.user.clone())
     }
 
     /// `process/code-run`: runs `{code, language, argv, envs}` as a script of its language

@@ -98,9 +98,11 @@ pub async fn record(dir: &Path, scenarios: &[&str]) -> (Vec<ScenarioResult>, Vec
     let root = common::root();
     let mut results = Vec::new();
     let mut secrets = Vec::new();
-    let docker = variants::connect_docker(&root, Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")))
-        .await
-        .expect("the docker variant connects");
+    let docker = Arc::new(
+        variants::docker_provider(&root, Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")))
+            .await
+            .expect("the docker variant connects"),
+    );
     for &name in scenarios {
         let scenario = Scenario::load(&root.join(format!("scenarios/{name}.yaml")))
             .expect("the scenario loads");
@@ -123,7 +125,7 @@ pub async fn record(dir: &Path, scenarios: &[&str]) -> (Vec<ScenarioResult>, Vec
         let recorder = Arc::new(Recorder::new(&path, ORIGIN, "daytona", name));
         let provider = client(&emulator, Mode::Record(recorder.clone()), volatiles);
         runner
-            .prepare(&docker)
+            .prepare(&(docker.clone() as Arc<dyn Provider>))
             .await
             .expect("the docker variant's base image is ready");
         let result = runner
@@ -153,11 +155,13 @@ pub async fn record(dir: &Path, scenarios: &[&str]) -> (Vec<ScenarioResult>, Vec
 /// the docker-registry entry's create and its delete by id. Returns the fake secrets used.
 pub async fn record_builds(dir: &Path) -> Vec<Secret> {
     let root = common::root();
-    let docker = variants::connect_docker(&root, Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")))
-        .await
-        .expect("the docker variant connects");
+    let docker = Arc::new(
+        variants::docker_provider(&root, Path::new(env!("CARGO_BIN_EXE_sandbox-matrix")))
+            .await
+            .expect("the docker variant connects"),
+    );
     common::quiet_runner()
-        .prepare(&docker)
+        .prepare(&(docker.clone() as Arc<dyn Provider>))
         .await
         .expect("the docker variant's base image is ready");
     let accepted = registry_credential(FAKE_LOGIN_TOKEN);
@@ -243,7 +247,7 @@ pub async fn record_builds(dir: &Path) -> Vec<Secret> {
 /// The emulator on a free port, its docker resources labelled `labels`, registering what
 /// varies in `volatiles`.
 async fn start(
-    docker: &Arc<dyn Provider>,
+    docker: &Arc<sandbox_providers::docker::DockerProvider>,
     labels: RunLabels,
     volatiles: Arc<Volatiles>,
     bases: Vec<StandInBase>,

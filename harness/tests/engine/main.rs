@@ -113,6 +113,7 @@ fn main() {
             sync sandbox_state::a_cloud_sandbox_killed_during_a_step_is_said_ended_by_its_provider,
             sync sandbox_state::a_sandbox_stopped_during_restart_or_the_secrets_scan_is_said_so,
             async(2) server_rules::daytona_answers_404_for_the_build_logs_of_a_snapshot_no_runner_holds,
+            async(2) server_rules::daytona_runs_process_execute_as_its_toolbox_does,
             sync shared_build::scenarios_of_one_environment_build_once_and_the_last_removes_it,
             async(2) violations::each_violating_image_fails_what_it_breaks_and_nothing_else,
         ];

@@ -43,7 +43,7 @@ pub async fn daytona_answers_404_for_the_build_logs_of_a_snapshot_no_runner_hold
         scenario: "server-rules".into(),
     };
     let emulator = Emulator::start(
-        docker.clone() as Arc<dyn Provider>,
+        docker.clone(),
         Options {
             labels: Some(labels.clone()),
             queued: Duration::from_secs(32),
@@ -137,5 +137,112 @@ pub async fn daytona_answers_404_for_the_build_logs_of_a_snapshot_no_runner_hold
     assert!(
         common::left_by_run(&labels.run_id).is_empty(),
         "the test's builds left images"
+    );
+}
+
+/// `process/execute` as Daytona's toolbox runs it (daytonaio/daytona v0.190.0,
+/// apps/daemon/pkg/toolbox/process/execute.go): as the sandbox's user, in `cwd`, with
+/// `envs`, killed past `timeout` with a 408; and a create field the emulator does not
+/// implement is refused by name rather than dropped.
+pub async fn daytona_runs_process_execute_as_its_toolbox_does() {
+    let root = common::root();
+    let docker = common::prepared_docker(&root).await;
+    let labels = RunLabels {
+        run_id: sandbox_matrix::run::runner::new_run_id(),
+        variant: "daytona".into(),
+        scenario: "server-rules".into(),
+    };
+    let emulator = Emulator::start(
+        docker.clone(),
+        Options {
+            labels: Some(labels.clone()),
+            ..Options::new(0, DEFAULT_DOMAIN)
+        },
+    )
+    .await
+    .expect("the daytona emulator starts");
+    let client =
+        DaytonaProvider::with_network(settings(&emulator), None, None, &emulator.network())
+            .expect("a daytona client");
+    let raw =
+        ApiClient::with_network(settings(&emulator), &emulator.network()).expect("an API client");
+    let bearer = ("Authorization", format!("Bearer {FAKE_KEY}"));
+    let request = BuildRequest {
+        environment_dir: root.join("fixtures/environments/reference"),
+        base: sandbox_providers::BaseImage::local(sandbox_providers::docker::base::BASE_IMAGE),
+        registry_credential: None,
+        build_secrets: Vec::new(),
+        labels: labels.clone(),
+    };
+    let artifact = client
+        .build(&request, &|_: &str| {})
+        .await
+        .expect("the reference environment builds");
+    let refused = raw
+        .call(
+            ApiRequest::post(Target::Api, "/sandbox")
+                .header(bearer.0, bearer.1.clone())
+                .json(serde_json::json!({"snapshot": artifact.id, "autoStopInterval": 15})),
+        )
+        .await
+        .map(|_| ());
+    let (sandbox, _) = client.launch(&artifact, &labels).await.expect("a sandbox");
+    let proxy: serde_json::Value = raw
+        .call(
+            ApiRequest::get(
+                Target::Api,
+                format!("/sandbox/{}/toolbox-proxy-url", sandbox.0),
+            )
+            .header(bearer.0, bearer.1.clone()),
+        )
+        .await
+        .expect("the toolbox URL")
+        .json()
+        .expect("JSON");
+    let execute = format!(
+        "{}/{}/process/execute",
+        proxy["url"].as_str().expect("a URL").trim_end_matches('/'),
+        sandbox.0
+    );
+    let run = |body: serde_json::Value| {
+        raw.call(
+            ApiRequest::post(Target::Absolute(execute.clone()), "")
+                .header(bearer.0, bearer.1.clone())
+                .json(body),
+        )
+    };
+    let ran: serde_json::Value = run(serde_json::json!({
+        "command": "id -un; pwd; echo \"$FROM_ENVS\"",
+        "cwd": "/tmp",
+        "envs": {"FROM_ENVS": "given"},
+    }))
+    .await
+    .expect("a command")
+    .json()
+    .expect("JSON");
+    let asked = Instant::now();
+    let timed_out = run(serde_json::json!({"command": "sleep 30", "timeout": 1}))
+        .await
+        .map(|_| ());
+    let waited = asked.elapsed();
+    for resource in client.list_resources(&labels).await.unwrap_or_default() {
+        let _ = client.delete_resource(&resource).await;
+    }
+    emulator.stop();
+    emulator.cleanup().await;
+
+    let refused = refused.expect_err("a create with autoStopInterval");
+    assert!(refused.message.contains("`autoStopInterval`"), "{refused}");
+    assert_eq!(ran["exitCode"], 0, "{ran}");
+    assert_eq!(ran["result"], "datalayer\n/tmp\ngiven\n", "{ran}");
+    let timed_out = timed_out.expect_err("a command past its timeout");
+    assert!(
+        timed_out.message.contains("command execution timeout"),
+        "{timed_out}"
+    );
+    assert!(waited < Duration::from_secs(20), "{waited:?}");
+    assert!(
+        common::left_by_run(&labels.run_id).is_empty(),
+        "the test left resources"
     );
 }

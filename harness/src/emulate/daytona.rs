@@ -33,7 +33,7 @@ use sandbox_providers::{Artifact, BuildRequest, Provider, Resource, RunLabels, S
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
-use super::{Answer, EmulateError, Front, HttpRequest, Site, lock};
+use super::{Answer, EmulateError, Front, HttpRequest, Site, lock, set_field_outside};
 
 /// The domain the daytona emulator serves when none is given.
 pub const DEFAULT_DOMAIN: &str = "daytona.test";
@@ -211,13 +211,15 @@ impl std::fmt::Debug for Emulator {
 }
 
 /// Daytona's error shape.
-/// The first field of `body` set (not null) that is not among `implemented`.
-fn set_field_outside(body: &Value, implemented: &[&str]) -> Option<String> {
-    body.as_object()
-        .into_iter()
-        .flatten()
-        .find(|(k, v)| !v.is_null() && !implemented.contains(&k.as_str()))
-        .map(|(k, _)| k.clone())
+/// `{exitCode, result}` of a finished command, as the toolbox answers it.
+fn ran(out: &sandbox_providers::CommandOutput) -> Answer {
+    Answer::json(
+        200,
+        json!({
+            "exitCode": out.exit_code,
+            "result": format!("{}{}", out.stdout, out.stderr),
+        }),
+    )
 }
 
 /// The 501 that names a request field the emulator does not implement.
@@ -1107,22 +1109,18 @@ impl Emulator {
 
     /// Runs `argv` in `container` and answers as the toolbox's `process/*` calls do:
     /// `{exitCode, result}`, the result being stdout then stderr.
-    async fn exec(&self, container: String, argv: &[String]) -> Answer {
-        match self
-            .inner
+    /// Runs `argv` in `container` as `how` says: its output, or the 500 that says why not.
+    async fn exec(
+        &self,
+        container: String,
+        argv: &[String],
+        how: &sandbox_providers::docker::Process,
+    ) -> Result<sandbox_providers::CommandOutput, Answer> {
+        self.inner
             .docker
-            .exec(&SandboxId(container), argv, false)
+            .exec_process(&SandboxId(container), argv, how)
             .await
-        {
-            Ok(out) => Answer::json(
-                200,
-                json!({
-                    "exitCode": out.exit_code,
-                    "result": format!("{}{}", out.stdout, out.stderr),
-                }),
-            ),
-            Err(e) => error(500, &e.to_string()),
-        }
+            .map_err(|e| error(500, &e.to_string()))
     }
 
     /// `process/execute` as the toolbox runs it (daytonaio/daytona v0.190.0,
@@ -1162,26 +1160,15 @@ impl Emulator {
             cwd: body["cwd"].as_str().map(str::to_owned),
         };
         let started = Instant::now();
-        match self
-            .inner
-            .docker
-            .exec_process(&SandboxId(container), &argv, &how)
-            .await
-        {
+        match self.exec(container, &argv, &how).await {
             Ok(out)
                 if out.exit_code == Some(137)
                     && timeout.is_some_and(|t| started.elapsed() >= Duration::from_secs(t)) =>
             {
                 error(408, "command execution timeout")
             }
-            Ok(out) => Answer::json(
-                200,
-                json!({
-                    "exitCode": out.exit_code,
-                    "result": format!("{}{}", out.stdout, out.stderr),
-                }),
-            ),
-            Err(e) => error(500, &e.to_string()),
+            Ok(out) => ran(&out),
+            Err(refused) => refused,
         }
     }
 
@@ -1194,7 +1181,7 @@ impl Emulator {
     /// (`python3 -c`, the one language the reference environment carries) and answers
     /// `{exitCode, result}`, the result being what it printed.
     async fn code_run(&self, id: &str, body: &Value) -> Answer {
-        let Some(container) = self.container(id) else {
+        let (Some(container), user) = (self.container(id), self.sandbox_user(id)) else {
             return not_found("sandbox");
         };
         let language = body["language"].as_str().unwrap_or("python");
@@ -1215,7 +1202,14 @@ impl Emulator {
         if let Some(args) = body["argv"].as_array() {
             argv.extend(args.iter().filter_map(|a| a.as_str()).map(str::to_owned));
         }
-        self.exec(container, &argv).await
+        let how = sandbox_providers::docker::Process {
+            user,
+            ..Default::default()
+        };
+        match self.exec(container, &argv, &how).await {
+            Ok(out) => ran(&out),
+            Err(refused) => refused,
+        }
     }
 
     /// Runs `code` in `context`'s kernel, or with none in the sandbox's default kernel (the

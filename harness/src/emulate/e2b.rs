@@ -58,7 +58,7 @@ use sandbox_providers::api::ws::{Rewound, accept, split_upgrades};
 use sandbox_providers::docker::DockerProvider;
 use tokio_tungstenite::tungstenite;
 
-use super::{Answer, EmulateError, Front, HttpRequest, Site, lock};
+use super::{Answer, EmulateError, Front, HttpRequest, Site, lock, set_field_outside};
 
 pub mod template;
 
@@ -1087,15 +1087,6 @@ impl Emulator {
             ),
         }
     }
-}
-
-/// The first field of `body` set (not null) that is not among `implemented`.
-fn set_field_outside(body: &Value, implemented: &[&str]) -> Option<String> {
-    body.as_object()
-        .into_iter()
-        .flatten()
-        .find(|(k, v)| !v.is_null() && !implemented.contains(&k.as_str()))
-        .map(|(k, _)| k.clone())
 }
 
 /// The 501 that names a request field the emulator does not implement.

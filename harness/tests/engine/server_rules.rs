@@ -31,27 +31,34 @@ fn settings(emulator: &Emulator) -> ApiSettings {
     }
 }
 
-/// A snapshot queued longer than the service waits for a runner: asking its build-logs
-/// URL at once, as the client did, is held 30 s and answered 404; the client, which now
-/// asks once the snapshot has left `pending`, builds it.
-pub async fn daytona_answers_404_for_the_build_logs_of_a_snapshot_no_runner_holds() {
-    let root = common::root();
-    let docker = common::prepared_docker(&root).await;
+/// A daytona emulator whose snapshots wait `queued` for a runner, its resources labelled
+/// with a new run's labels.
+async fn daytona(queued: Duration) -> (RunLabels, Emulator) {
+    let docker = common::prepared_docker(&common::root()).await;
     let labels = RunLabels {
         run_id: sandbox_matrix::run::runner::new_run_id(),
         variant: "daytona".into(),
         scenario: "server-rules".into(),
     };
     let emulator = Emulator::start(
-        docker.clone(),
+        docker,
         Options {
             labels: Some(labels.clone()),
-            queued: Duration::from_secs(32),
+            queued,
             ..Options::new(0, DEFAULT_DOMAIN)
         },
     )
     .await
     .expect("the daytona emulator starts");
+    (labels, emulator)
+}
+
+/// A snapshot queued longer than the service waits for a runner: asking its build-logs
+/// URL at once, as the client did, is held 30 s and answered 404; the client, which now
+/// asks once the snapshot has left `pending`, builds it.
+pub async fn daytona_answers_404_for_the_build_logs_of_a_snapshot_no_runner_holds() {
+    let root = common::root();
+    let (labels, emulator) = daytona(Duration::from_secs(32)).await;
     let raw =
         ApiClient::with_network(settings(&emulator), &emulator.network()).expect("an API client");
     let bearer = ("Authorization", format!("Bearer {FAKE_KEY}"));
@@ -146,21 +153,7 @@ pub async fn daytona_answers_404_for_the_build_logs_of_a_snapshot_no_runner_hold
 /// implement is refused by name rather than dropped.
 pub async fn daytona_runs_process_execute_as_its_toolbox_does() {
     let root = common::root();
-    let docker = common::prepared_docker(&root).await;
-    let labels = RunLabels {
-        run_id: sandbox_matrix::run::runner::new_run_id(),
-        variant: "daytona".into(),
-        scenario: "server-rules".into(),
-    };
-    let emulator = Emulator::start(
-        docker.clone(),
-        Options {
-            labels: Some(labels.clone()),
-            ..Options::new(0, DEFAULT_DOMAIN)
-        },
-    )
-    .await
-    .expect("the daytona emulator starts");
+    let (labels, emulator) = daytona(Duration::ZERO).await;
     let client =
         DaytonaProvider::with_network(settings(&emulator), None, None, &emulator.network())
             .expect("a daytona client");

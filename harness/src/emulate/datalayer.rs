@@ -30,7 +30,7 @@ use sandbox_providers::{Artifact, Provider, Resource, RunLabels, SandboxId};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite;
 
-use super::{Answer, EmulateError, Front, HttpRequest, Site, lock};
+use super::{Answer, EmulateError, Front, HttpRequest, Site, lock, set_field_outside};
 
 /// The domain the emulator serves when none is given: the API at `r1.<domain>`.
 pub const DEFAULT_DOMAIN: &str = "datalayer.test";
@@ -44,8 +44,6 @@ const API_LABEL: &str = "r1";
 const INGRESS_PREFIX: &str = "/jupyter/server/";
 /// The variant label of the docker sandboxes and builds it makes.
 const EMULATOR_VARIANT: &str = "datalayer-emulator";
-/// How long a runtime's reservation lasts.
-const RESERVATION: Duration = Duration::from_secs(600);
 
 /// Where and as what the emulator serves.
 #[derive(Debug, Clone)]
@@ -79,6 +77,9 @@ struct Runtime {
     token: String,
     inner: SandboxId,
     started_at: SystemTime,
+    /// How long its credits last: `credits_limit` at the burning rate. The platform ends
+    /// it then.
+    lifetime: Duration,
     /// 503s its ingress still gives.
     warming: u32,
 }
@@ -346,7 +347,7 @@ impl Emulator {
             "reservation_id": format!("reservation-{}", r.uid),
             "burning_rate": BURNING_RATE,
             "started_at": time(r.started_at),
-            "expired_at": time(r.started_at + RESERVATION),
+            "expired_at": time(r.started_at + r.lifetime),
         })
     }
 
@@ -361,8 +362,30 @@ impl Emulator {
             .to_owned();
         let given_name = body["given_name"].as_str().unwrap_or_default().to_owned();
         let credits = body["credits_limit"].as_f64();
-        if body["type"].as_str().is_none() {
-            return refused(400, "`type` is required (such as \"notebook\")");
+        let implemented = [
+            "type",
+            "environment_name",
+            "environment",
+            "given_name",
+            "credits_limit",
+        ];
+        if let Some(field) = set_field_outside(body, &implemented) {
+            return refused(
+                501,
+                &format!(
+                    "the datalayer emulator does not implement the runtime field `{field}`; it refuses it rather than drop it"
+                ),
+            );
+        }
+        match body["type"].as_str() {
+            None => return refused(400, "`type` is required (such as \"notebook\")"),
+            Some("notebook") => {}
+            Some(other) => {
+                return refused(
+                    501,
+                    &format!("the datalayer emulator runs notebook runtimes only, not `{other}`"),
+                );
+            }
         }
         if environment != self.inner.options.environment_name {
             return Answer::json(
@@ -401,7 +424,13 @@ impl Emulator {
             Ok((inner, _)) => inner,
             Err(e) => return refused(500, &format!("starting the runtime: {e}")),
         };
+        // The platform ends a runtime once its credits are spent (credits per second).
+        // A month at most: what a user could ask more of is not waited for here.
+        let lifetime = Duration::try_from_secs_f64(credits.unwrap_or_default() / BURNING_RATE)
+            .unwrap_or(Duration::MAX)
+            .min(Duration::from_secs(30 * 24 * 3600));
         let runtime = Runtime {
+            lifetime,
             uid: format!("01JDEMU{n:019}"),
             pod_name,
             given_name,
@@ -413,7 +442,14 @@ impl Emulator {
             warming: self.inner.options.faults.warm_up,
         };
         let described = self.describe(&runtime, origin);
+        let pod = runtime.pod_name.clone();
         self.world().runtimes.push(runtime);
+        let emulator = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(lifetime).await;
+            // Already deleted: nothing to end.
+            let _ = emulator.delete(&pod).await;
+        });
         Answer::json(
             201,
             json!({ "success": true, "message": "Runtime created.", "runtime": described }),

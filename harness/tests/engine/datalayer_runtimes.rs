@@ -305,3 +305,50 @@ pub async fn record_faults(dir: &Path) {
     warming.stop();
     warming.cleanup().await;
 }
+
+/// The platform ends a runtime once its `credits_limit` is spent at the burning rate; a
+/// create field the emulator does not implement is refused by name, not dropped.
+pub async fn a_runtime_ends_when_its_credits_are_spent_and_an_unknown_field_is_refused() {
+    let emulator = emulator(Faults::default()).await;
+    let http = reqwest::Client::new();
+    let create = |body: serde_json::Value| {
+        http.post(format!("{}/api/runtimes/v1/runtimes", emulator.plain_url()))
+            .bearer_auth(FAKE_KEY)
+            .json(&body)
+            .send()
+    };
+    let refused = create(serde_json::json!({
+        "type": "notebook", "environment_name": DEFAULT_ENVIRONMENT, "given_name": "sm-refused",
+        "credits_limit": 1.0, "capabilities": ["gpu"],
+    }))
+    .await
+    .expect("the emulator answers");
+    let refused = (
+        refused.status().as_u16(),
+        refused.text().await.unwrap_or_default(),
+    );
+    // Three seconds of credits at the emulator's burning rate.
+    let rate = sandbox_matrix::emulate::datalayer::BURNING_RATE;
+    let created = create(serde_json::json!({
+        "type": "notebook", "environment_name": DEFAULT_ENVIRONMENT, "given_name": "sm-brief",
+        "credits_limit": 3.0 * rate,
+    }))
+    .await
+    .expect("the emulator answers");
+    let status = created.status().as_u16();
+    let created: serde_json::Value = created.json().await.unwrap_or_default();
+    let mut left = emulator.runtimes();
+    for _ in 0..40 {
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        left = emulator.runtimes();
+    }
+    emulator.stop();
+    emulator.cleanup().await;
+    assert_eq!(refused.0, 501, "{refused:?}");
+    assert!(refused.1.contains("`capabilities`"), "{refused:?}");
+    assert_eq!(status, 201, "{created}");
+    assert!(left.is_empty(), "a runtime outlived its credits: {left:?}");
+}

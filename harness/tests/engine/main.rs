@@ -88,6 +88,7 @@ fn main() {
             async(2) datalayer_runtimes::author_datalayer_runtimes_cassettes @ignored,
             async(2) datalayer_runtimes::the_lifecycle_passes_leaves_no_runtime_and_writes_no_credential,
             async(2) datalayer_runtimes::runtimes_are_deleted_by_pod_name_and_a_uid_finds_nothing,
+            async(2) datalayer_runtimes::a_runtime_ends_when_its_credits_are_spent_and_an_unknown_field_is_refused,
             async(2) datalayer_runtimes::a_refused_create_fails_launch_and_a_warming_ingress_is_waited_for,
             async(2) drift::e2b,
             async(4) drift::daytona,

@@ -6,8 +6,10 @@ for each intent beside those the project's client sent.
 Intents, in order (the parity file says why the others are not applicable):
   create   create_runtime(name, environment, time_reservation)
   run-1+1  start() (a kernel at the runtime's ingress), execute("1+1")
+  state    get_runtime(<its pod_name>)
   list     list_runtimes()
   delete   stop() (the kernel, then the runtime)
+  state-deleted  get_runtime(<its pod_name>) once stopped: not found
 
 Environment: SANDBOX_MATRIX_PARITY, a JSON object: url (the emulator's plain address, the
 client's run, IAM and runtimes URL), name, environment, time_reservation; each intent's
@@ -59,6 +61,21 @@ def run_code():
     return {"results": results}
 
 
+def runtime_state():
+    found = client.get_runtime(state["runtime"].pod_name)
+    return {"pod_name": found.pod_name}
+
+
+def state_deleted():
+    try:
+        client.get_runtime(state["runtime"].pod_name)
+    except RuntimeError as e:
+        if "404" in str(e):
+            return {"found": False}
+        raise
+    raise RuntimeError("a stopped runtime is still there")
+
+
 def listed():
     found = [r.pod_name for r in client.list_runtimes()]
     if state["runtime"].pod_name not in found:
@@ -74,7 +91,9 @@ def delete():
 intent("datalayer", "create", create)
 try:
     intent("datalayer", "run-1+1", run_code)
+    intent("datalayer", "state", runtime_state)
     intent("datalayer", "list", listed)
 finally:
     if "runtime" in state:
         intent("datalayer", "delete", delete)
+intent("datalayer", "state-deleted", state_deleted)

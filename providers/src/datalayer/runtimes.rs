@@ -770,6 +770,27 @@ impl Provider for RuntimesProvider {
         ))
     }
 
+    /// `GET /runtimes/{pod_name}`, as datalayer-core's `get_runtime` asks: a runtime the
+    /// platform still has is running (its API says no more); one it no longer has was
+    /// stopped, or its credits ran out.
+    async fn sandbox_state(&self, sandbox: &SandboxId) -> Result<Option<crate::SandboxState>> {
+        let path = format!("/runtimes/{}", sandbox.0);
+        match self
+            .client
+            .call(self.api(Method::GET, &path).what("get runtime"))
+            .await
+        {
+            Ok(_) => Ok(Some(crate::SandboxState::Running)),
+            Err(e) if e.kind == ErrorKind::NotFound => Ok(Some(crate::SandboxState::Stopped {
+                ending: "Datalayer no longer has it (it was stopped, or its credits ran out)"
+                    .to_owned(),
+                exit_code: None,
+                last_log_lines: Vec::new(),
+            })),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>> {
         let name = given_name(labels);
         Ok(self

@@ -168,7 +168,14 @@ async fn theirs(emulator: &Emulator, python: &Path, ours: &Side) -> Side {
                 "DATALAYER_EXTERNAL_TOKEN",
             ],
             "datalayer parity",
-            &["create", "run-1+1", "list", "delete"],
+            &[
+                "create",
+                "run-1+1",
+                "state",
+                "list",
+                "delete",
+                "state-deleted",
+            ],
         )
     })
     .await

@@ -5,6 +5,9 @@
 //! `SANDBOX_MATRIX_BLESS=1 cargo test -p sandbox-matrix --test performance_doc` writes
 //! them after a new measurement.
 
+#[path = "common/generated_section.rs"]
+mod generated_section;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -377,25 +380,13 @@ fn generated() -> String {
 
 #[test]
 fn the_performance_tables_are_what_the_committed_measurements_render_to() {
-    let path = root().join("docs/performance.md");
-    let doc = std::fs::read_to_string(&path).expect("docs/performance.md");
-    let (before, rest) = doc
-        .split_once(&format!("{BEGIN}\n"))
-        .expect("docs/performance.md marks the generated part's start");
-    let (shown, after) = rest
-        .split_once(&format!("\n{END}"))
-        .expect("docs/performance.md marks the generated part's end");
-    let wanted = generated();
-    if shown != wanted {
-        if std::env::var("SANDBOX_MATRIX_BLESS").as_deref() == Ok("1") {
-            std::fs::write(&path, format!("{before}{BEGIN}\n{wanted}\n{END}{after}"))
-                .expect("docs/performance.md is writable");
-        } else {
-            panic!(
-                "docs/performance.md is not what docs/performance-runs/ renders to; rerun with SANDBOX_MATRIX_BLESS=1\n--- document\n{shown}\n--- rendered\n{wanted}"
-            );
-        }
-    }
+    generated_section::check(
+        &root().join("docs/performance.md"),
+        BEGIN,
+        END,
+        &generated(),
+        "docs/performance-runs/",
+    );
 }
 
 #[test]

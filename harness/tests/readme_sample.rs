@@ -4,6 +4,9 @@
 //! the comparison table. `SANDBOX_MATRIX_BLESS=1 cargo test -p sandbox-matrix --test
 //! readme_sample` writes it into README.md after the folder is replaced by a new run's.
 
+#[path = "common/generated_section.rs"]
+mod generated_section;
+
 use std::path::PathBuf;
 
 use sandbox_matrix::report::{results, table};
@@ -36,25 +39,13 @@ fn generated() -> String {
 
 #[test]
 fn the_readme_sample_is_what_the_renderers_make_of_the_committed_run() {
-    let path = root().join("README.md");
-    let readme = std::fs::read_to_string(&path).expect("README.md");
-    let (before, rest) = readme
-        .split_once(&format!("{BEGIN}\n"))
-        .expect("README.md marks the sample's start");
-    let (shown, after) = rest
-        .split_once(&format!("\n{END}"))
-        .expect("README.md marks the sample's end");
-    let wanted = generated();
-    if shown != wanted {
-        if std::env::var("SANDBOX_MATRIX_BLESS").as_deref() == Ok("1") {
-            std::fs::write(&path, format!("{before}{BEGIN}\n{wanted}\n{END}{after}"))
-                .expect("README.md is writable");
-        } else {
-            panic!(
-                "README.md's sample is not what docs/sample-run/ renders to; rerun with SANDBOX_MATRIX_BLESS=1\n--- README\n{shown}\n--- rendered\n{wanted}"
-            );
-        }
-    }
+    generated_section::check(
+        &root().join("README.md"),
+        BEGIN,
+        END,
+        &generated(),
+        "docs/sample-run/",
+    );
 }
 
 #[test]

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::checks::conformance::{self, Check, CheckParams};
 use crate::checks::secrets;
-use crate::checks::suite::{self, CheckTarget, check_answer, describe};
+use crate::checks::suite::{self, CheckTarget, StepEnd, check_answer, describe};
 use crate::report::results::{
     ReusedArtifact, Sample, ScanCoverage, ScenarioResult, Source, StepResult, StepStatus,
 };
@@ -61,32 +61,6 @@ pub struct SessionCheck {
     pub name: &'static str,
     /// The check; `Ok` carries a line for the step's log.
     pub check: Box<dyn FnOnce() -> Result<String, String> + Send>,
-}
-
-/// Why a step did not pass: it failed, or it had nothing to test.
-#[derive(Debug)]
-pub enum StepEnd {
-    /// It ran and did not meet its expectation, for this reason.
-    Failed(String),
-    /// It had nothing to test, for this reason; never counted as a pass.
-    Skipped(String),
-}
-
-impl From<String> for StepEnd {
-    fn from(reason: String) -> Self {
-        StepEnd::Failed(reason)
-    }
-}
-
-impl From<ProviderError> for StepEnd {
-    /// A call the variant cannot serve makes the step a skip naming it; any other error
-    /// fails the step.
-    fn from(error: ProviderError) -> Self {
-        match error.kind {
-            ErrorKind::Unsupported => StepEnd::Skipped(error.message),
-            _ => StepEnd::Failed(error.to_string()),
-        }
-    }
 }
 
 /// Makes a run id: UTC time to the second and six random hex digits.

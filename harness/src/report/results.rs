@@ -6,6 +6,9 @@ use std::time::Duration;
 use sandbox_providers::{Timing, duration_ms};
 use serde::{Deserialize, Serialize};
 
+/// The key of a build step's data that holds its artifact's compressed size in bytes.
+pub const COMPRESSED_BYTES: &str = "compressed_bytes";
+
 /// Version of the `results.json` schema; bump it on any incompatible change.
 pub const RESULTS_SCHEMA_VERSION: &str = "sandbox-matrix/results/v2";
 

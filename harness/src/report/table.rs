@@ -8,9 +8,8 @@ use sandbox_providers::{BuildLogMode, Timing};
 
 use crate::analyze::stats;
 use crate::report::results::{
-    Modes, ReplayPace, RunResults, ScenarioResult, StepResult, StepStatus,
+    COMPRESSED_BYTES, Modes, ReplayPace, RunResults, ScenarioResult, StepResult, StepStatus,
 };
-use crate::run::runner::COMPRESSED_BYTES;
 
 /// The build step's timing of a push to a registry, and the launch step's of the pull.
 const PUSH: &str = sandbox_providers::datalayer::PUSH_TIMING;

@@ -17,7 +17,8 @@ use crate::checks::conformance::{self, Check, CheckParams};
 use crate::checks::secrets;
 use crate::checks::suite::{self, CheckTarget, StepEnd, check_answer, describe};
 use crate::report::results::{
-    ReusedArtifact, Sample, ScanCoverage, ScenarioResult, Source, StepResult, StepStatus,
+    COMPRESSED_BYTES, ReusedArtifact, Sample, ScanCoverage, ScenarioResult, Source, StepResult,
+    StepStatus,
 };
 use crate::run::base::RunBase;
 use crate::run::events::{EventSink, RunEvent};
@@ -29,8 +30,6 @@ use crate::run::shared::{AtCleanup, SharedArtifact, SharedBuilds};
 pub const IMPLICIT_CLEANUP_BUDGET: Duration = Duration::from_secs(120);
 /// Budget of a variant's preparation (the docker base image bootstrap takes minutes).
 pub const PREPARE_BUDGET: Duration = Duration::from_secs(30 * 60);
-/// The key of a build step's data that holds its artifact's compressed size in bytes.
-pub const COMPRESSED_BYTES: &str = "compressed_bytes";
 
 /// Budget of the floor measurement that follows a first result.
 const FLOOR_BUDGET: Duration = Duration::from_secs(120);

@@ -200,10 +200,34 @@ pub fn dockerfile(steps: &Value) -> Result<String, Refusal> {
                 "the e2b emulator does not implement {what} (step {i}); it refuses it rather than build something else"
             )))
         };
+        // Every name and path below goes into the Dockerfile: one that would end its line
+        // or split its word is refused by name, never written.
+        if let Some(arg) = args.iter().find(|a| a.contains(['\n', '\r']))
+            && (kind != "RUN" || args.first() != Some(arg))
+        {
+            return unimplemented(&format!(
+                "a line break in the argument `{}`",
+                arg.escape_debug()
+            ));
+        }
+        let name = |what: &str, value: &str| {
+            if is_plain_name(value) {
+                Ok(())
+            } else {
+                Err(Refusal::Fails(format!(
+                    "{kind} (step {i}): {what} `{value}` is not a user or group name useradd takes"
+                )))
+            }
+        };
         match kind {
             "ENV" => {
                 if args.is_empty() || !args.len().is_multiple_of(2) {
                     return fails("ENV requires key value pairs");
+                }
+                if let Some(key) = args.iter().step_by(2).find(|k| !is_env_key(k)) {
+                    return unimplemented(&format!(
+                        "the ENV key `{key}` (only letters, digits and `_`, not starting with a digit)"
+                    ));
                 }
                 let pairs: Vec<String> = args
                     .chunks(2)
@@ -219,14 +243,15 @@ pub fn dockerfile(steps: &Value) -> Result<String, Refusal> {
                 out.workdir = Some((*dir).to_owned());
             }
             "USER" => {
-                let Some(name) = args.first().filter(|n| !n.is_empty()) else {
+                let Some(user) = args.first().filter(|n| !n.is_empty()) else {
                     return fails("USER requires a username argument");
                 };
                 if args.get(1) == Some(&"true") {
                     return unimplemented("USER's sudo argument");
                 }
-                out.user = (*name).to_owned();
-                out.pending.push((*name).to_owned());
+                name("the user", user)?;
+                out.user = (*user).to_owned();
+                out.pending.push((*user).to_owned());
             }
             "RUN" => {
                 let Some(command) = args.first() else {
@@ -234,6 +259,7 @@ pub fn dockerfile(steps: &Value) -> Result<String, Refusal> {
                 };
                 out.ensure_users();
                 let user = args.get(1).map_or(out.user.clone(), |u| (*u).to_owned());
+                name("the user", &user)?;
                 out.as_user(&user);
                 let cwd = if out.workdir.is_some() {
                     ""
@@ -273,6 +299,9 @@ pub fn dockerfile(steps: &Value) -> Result<String, Refusal> {
                     Some(o) => format!("{o}:{o}"),
                     None => format!("{0}:{0}", out.user),
                 };
+                for part in owner.split(':') {
+                    name("the owner", part)?;
+                }
                 out.ensure_users();
                 out.line(&format!(
                     "COPY --chown={owner} [{}, {}]",
@@ -287,6 +316,25 @@ pub fn dockerfile(steps: &Value) -> Result<String, Refusal> {
     let user = out.user.clone();
     out.as_user(&user);
     Ok(out.text)
+}
+
+/// Whether `value` is a name `useradd` takes (Debian's default NAME_REGEX, upper case
+/// allowed as with `--badname`): it also cannot end or split a Dockerfile word.
+fn is_plain_name(value: &str) -> bool {
+    let mut chars = value.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// Whether `key` is an environment variable name a shell can export.
+fn is_env_key(key: &str) -> bool {
+    let mut chars = key.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// A command on one Dockerfile line: continuations already joined, newlines escaped.
@@ -405,6 +453,45 @@ mod tests {
             Err(Refusal::Fails(
                 "COPY (step 0): the source path is not inside the uploaded files".into()
             ))
+        );
+    }
+
+    #[test]
+    fn a_name_or_path_that_would_break_the_dockerfile_is_never_written() {
+        let refusal = |v: Value| dockerfile(&v).expect_err("refused");
+        let fails = |v: Value| match refusal(v) {
+            Refusal::Fails(m) => m,
+            other => panic!("{other:?}"),
+        };
+        let unimplemented = |v: Value| match refusal(v) {
+            Refusal::Unimplemented(m) => m,
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            fails(json!([{"type": "USER", "args": ["a b"]}]))
+                .contains("the user `a b` is not a user or group name")
+        );
+        assert!(fails(json!([{"type": "RUN", "args": ["true", "x;y"]}])).contains("`x;y`"));
+        assert!(
+            fails(json!([{"type": "COPY", "args": ["a", "/x", "u:g g"]}]))
+                .contains("the owner `g g`")
+        );
+        assert!(
+            unimplemented(json!([{"type": "WORKDIR", "args": ["/a\nRUN rm -rf /"]}]))
+                .contains("a line break in the argument")
+        );
+        assert!(
+            unimplemented(json!([{"type": "ENV", "args": ["A", "1\nUSER root"]}]))
+                .contains("a line break")
+        );
+        assert!(
+            unimplemented(json!([{"type": "ENV", "args": ["A=B", "1"]}]))
+                .contains("the ENV key `A=B`")
+        );
+        // A RUN's command may span lines: it is joined, not refused.
+        assert!(
+            steps(json!([{"type": "RUN", "args": ["true &&\nfalse"]}]))
+                .contains("true && \\\nfalse")
         );
     }
 

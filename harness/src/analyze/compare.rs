@@ -20,7 +20,9 @@
 //! timings are the cassette's, or the harness's own at instant pace. Nor are replays at
 //! two paces compared: an instant-pace replay times the harness, a recorded-pace one the
 //! recording. An instant-pace (or fixed-pace) replay shows no number: its medians read
-//! `replayed` and it is not judged.
+//! `replayed` and it is not judged. An emulated metric (`run --emulated`, measured against
+//! sandbox-matrix's emulator over the local engine) is compared only with an emulated one,
+//! and judged as a measurement of the emulator.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -73,7 +75,7 @@ pub struct Row {
     pub scenario: String,
     /// Metric name, as [`crate::analyze::stats::metrics`] names it.
     pub metric: String,
-    /// How both runs obtained it: measured, or replayed.
+    /// How both runs obtained it: measured, replayed or emulated.
     pub modes: Modes,
     /// The pace of both runs' replays, when it was replayed.
     pub pace: Option<ReplayPace>,
@@ -104,7 +106,7 @@ pub struct Comparison {
 /// How a run obtained a metric: its modes and, for replays, their paces.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Obtained {
-    /// Live, record, replay.
+    /// Live, record, replay, emulated.
     pub modes: Modes,
     /// The paces of its replays.
     pub paces: BTreeSet<ReplayPace>,
@@ -122,11 +124,12 @@ impl fmt::Display for Obtained {
     }
 }
 
-/// A metric measured in one run and replayed in the other, or replayed at two paces, which
-/// [`compare`] refuses.
+/// A metric measured in one run and replayed or emulated in the other, or replayed at two
+/// paces, which [`compare`] refuses.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error(
-    "cannot compare {variant} × {scenario} × {metric}: it is {baseline} in the baseline and {current} in the current run; a replayed timing is not a measurement of the provider, and replays at two paces are two measurements (compare live with live, replay with replay at one pace)"
+    "cannot compare {variant} × {scenario} × {metric}: it is {baseline} in the baseline and {current} in the current run; {}",
+    why_not(.baseline, .current)
 )]
 pub struct MixedModes {
     /// Variant name.
@@ -141,8 +144,25 @@ pub struct MixedModes {
     pub current: Box<Obtained>,
 }
 
+/// Why a metric obtained as `baseline` and as `current` cannot be compared.
+fn why_not(baseline: &Obtained, current: &Obtained) -> &'static str {
+    if baseline.modes.any_emulated() != current.modes.any_emulated() {
+        "an emulated timing is of sandbox-matrix's emulator over the local engine, not a measurement of the provider (compare live with live, emulated with emulated)"
+    } else {
+        "a replayed timing is not a measurement of the provider, and replays at two paces are two measurements (compare live with live, replay with replay at one pace)"
+    }
+}
+
+/// Whether `a` and `b` were obtained the same way: both measured, both emulated, or both
+/// replayed at one pace.
+fn same_class(a: &Metric, b: &Metric) -> bool {
+    a.modes.any_replayed() == b.modes.any_replayed()
+        && a.modes.any_emulated() == b.modes.any_emulated()
+        && a.pace == b.pace
+}
+
 /// Compares every metric `baseline` and `current` share; refuses, naming the first, when a
-/// metric is measured in one and replayed in the other.
+/// metric is measured in one and replayed or emulated in the other.
 pub fn compare(baseline: &RunResults, current: &RunResults) -> Result<Comparison, MixedModes> {
     let before = metrics(baseline);
     let now = metrics(current);
@@ -163,6 +183,7 @@ pub fn compare(baseline: &RunResults, current: &RunResults) -> Result<Comparison
             let (bm, cm) = (&b.modes, &c.modes);
             if bm.any_replayed() != cm.any_replayed()
                 || bm.any_measured() != cm.any_measured()
+                || bm.any_emulated() != cm.any_emulated()
                 || b.paces != c.paces
             {
                 return Err(MixedModes {
@@ -175,9 +196,7 @@ pub fn compare(baseline: &RunResults, current: &RunResults) -> Result<Comparison
             }
         }
     }
-    let same = |a: &Metric, b: &Metric| {
-        same_name(a, b) && a.modes.any_replayed() == b.modes.any_replayed() && a.pace == b.pace
-    };
+    let same = |a: &Metric, b: &Metric| same_name(a, b) && same_class(a, b);
     let rows = now
         .iter()
         .filter_map(|current| {
@@ -451,10 +470,12 @@ pub fn render(comparison: &Comparison) -> String {
     lines.join("\n")
 }
 
-/// The variant, followed by ` · replay (<pace>)` when its metric was replayed in both runs.
+/// The variant, followed by ` · replay (<pace>)` when its metric was replayed in both runs,
+/// or ` · emulated` when it was measured against the emulator in both.
 fn variant_cell(row: &Row) -> String {
     match row.pace {
         Some(pace) => format!("{} · {} ({pace})", row.variant, row.modes),
+        None if row.modes.any_emulated() => format!("{} · {}", row.variant, row.modes),
         None => row.variant.clone(),
     }
 }
@@ -732,6 +753,46 @@ pub(crate) mod tests {
         let text = render(&both);
         assert!(
             text.contains("| docker · replay (recorded) | lifecycle | create-to-first-result | 5 → 5 | 2.00 s · 5/5 ok | 4.00 s · 5/5 ok | ×2.00 | **slower** |"),
+            "{text}"
+        );
+    }
+
+    /// [`five`] with every repetition run against the e2b emulator.
+    fn emulated(mut results: RunResults) -> RunResults {
+        for s in &mut results.scenarios {
+            s.source = crate::report::fixture::emulated_source();
+        }
+        results
+    }
+
+    #[test]
+    fn an_emulated_metric_is_compared_only_with_an_emulated_one() {
+        use crate::report::results::ReplayPace;
+        let live = five(60.0, 2.0);
+        let refused =
+            compare(&live, &emulated(five(60.0, 2.0))).expect_err("live against emulated");
+        assert_eq!(
+            refused.to_string(),
+            "cannot compare docker × lifecycle × step:build: it is live in the baseline and emulated in the current run; an emulated timing is of sandbox-matrix's emulator over the local engine, not a measurement of the provider (compare live with live, emulated with emulated)"
+        );
+        let replay = replayed(five(60.0, 2.0), ReplayPace::Recorded);
+        let refused =
+            compare(&emulated(five(60.0, 2.0)), &replay).expect_err("emulated against replay");
+        assert_eq!(
+            (refused.baseline.to_string(), refused.current.to_string()),
+            ("emulated".to_owned(), "replay at recorded pace".to_owned())
+        );
+        let mut merged = five(60.0, 2.0);
+        merged.scenarios[4].source = crate::report::fixture::emulated_source();
+        let mixed = compare(&live, &merged).expect_err("live against live+emulated");
+        assert_eq!(mixed.current.to_string(), "live+emulated");
+
+        let both = compare(&emulated(five(60.0, 2.0)), &emulated(five(60.0, 4.0)))
+            .expect("emulated against emulated");
+        assert_eq!(both.rows.len(), 2);
+        let text = render(&both);
+        assert!(
+            text.contains("| docker · emulated | lifecycle | create-to-first-result | 5 → 5 | 2.00 s · 5/5 ok | 4.00 s · 5/5 ok | ×2.00 | **slower** |"),
             "{text}"
         );
     }

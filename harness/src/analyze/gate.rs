@@ -11,12 +11,15 @@
 //!
 //! Every rule judges live results only (live or recorded runs: the service answered). A
 //! replay proves one thing, that the client still speaks the recorded protocol, and a
-//! recording of an emulator says nothing of the service: a variant with no live result
-//! holds with `no live result for <variant>`, and the replayed repetitions of a variant
-//! that has live ones are left out (a note says how many). A policy may set
-//! `allow_replay: true` (the local replay of the nightly, tests of the gate itself): every
-//! result is then judged, and a variant that ships on replays alone reads
-//! `ship (replay only)`.
+//! recording of an emulator says nothing of the service; an emulated result (`run
+//! --emulated`) measured sandbox-matrix's own emulator of the provider over the local
+//! engine, not the provider. A variant with no live result holds with `no live result for
+//! <variant>`, and the replayed or emulated repetitions of a variant that has live ones are
+//! left out (a note says how many). A policy may set `allow_replay: true` (the local replay
+//! of the nightly, tests of the gate itself): replayed results are then judged too, and a
+//! variant that ships on replays alone reads `ship (replay only)`. Likewise
+//! `allow_emulated: true` (which `allow_replay` does not imply) judges emulated results,
+//! and a variant that ships on them alone reads `ship (emulated only)`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,7 +30,7 @@ use serde_saphyr::Spanned;
 
 use crate::analyze::compare::{self, Change};
 use crate::analyze::stats::{self, Value};
-use crate::report::results::{RunResults, ScenarioResult, StepStatus};
+use crate::report::results::{Class, RunResults, ScenarioResult, Source, StepStatus};
 
 /// What a policy file holds, as written.
 #[derive(Debug, Deserialize)]
@@ -43,6 +46,8 @@ struct PolicyFile {
     regression: Option<RegressionFile>,
     #[serde(default)]
     allow_replay: bool,
+    #[serde(default)]
+    allow_emulated: bool,
     #[serde(default)]
     ship_partial_scans: bool,
     /// The key `allow_replay` replaced, refused with a message saying so.
@@ -72,6 +77,9 @@ pub struct Policy {
     /// Whether replayed results are judged too; when not, only live ones are, and a
     /// variant without one holds.
     pub allow_replay: bool,
+    /// Whether emulated results (against sandbox-matrix's emulator) are judged too; when
+    /// not, they are left out like unjudged replays. `allow_replay` does not imply it.
+    pub allow_emulated: bool,
     /// Whether a secrets scan that passed as partial (run as non-root, or with unreadable
     /// files, accepted by its scenario) ships, with a note; when not, it holds.
     pub ship_partial_scans: bool,
@@ -134,6 +142,26 @@ pub enum PolicyError {
 }
 
 impl Policy {
+    /// Whether the rules judge a result from `source`: always when it was measured against
+    /// the provider, a replay under `allow_replay`, an emulated one under `allow_emulated`.
+    pub fn judges(&self, source: &Source) -> bool {
+        match source.class() {
+            Class::Measured => true,
+            Class::Replayed => self.allow_replay,
+            Class::Emulated => self.allow_emulated,
+        }
+    }
+
+    /// What the rules judge, for notes on what they left out: `only live results are`.
+    fn judged_results(&self) -> &'static str {
+        match (self.allow_replay, self.allow_emulated) {
+            (false, false) => "only live results are",
+            (true, false) => "only live and replayed results are",
+            (false, true) => "only live and emulated results are",
+            (true, true) => "every result is",
+        }
+    }
+
     /// Reads and validates a policy file.
     pub fn load(path: &Path) -> Result<Policy, PolicyError> {
         let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
@@ -248,6 +276,7 @@ impl Policy {
             p90_budgets,
             regression_tolerance: file.regression.map(|r| r.tolerance.value),
             allow_replay: file.allow_replay,
+            allow_emulated: file.allow_emulated,
             ship_partial_scans: file.ship_partial_scans,
         })
     }
@@ -262,8 +291,12 @@ pub struct Verdict {
     pub reasons: Vec<String>,
     /// What was not checked, and why; notes never hold a variant.
     pub notes: Vec<String>,
-    /// Whether it was judged on replayed results alone (only under `allow_replay`).
+    /// Whether it was judged on replayed results alone (only under `allow_replay`); with
+    /// `emulated_only`, on replayed and emulated results alone.
     pub replay_only: bool,
+    /// Whether it was judged on emulated results alone (only under `allow_emulated`); with
+    /// `replay_only`, on replayed and emulated results alone.
+    pub emulated_only: bool,
 }
 
 impl Verdict {
@@ -287,53 +320,72 @@ pub fn gate(policy: &Policy, results: &RunResults, baseline: Option<&RunResults>
             variants.push(name);
         }
     }
-    // Unless the policy allows replays, the rules see live results only.
-    let judged = if policy.allow_replay {
-        results.clone()
-    } else {
-        measured(results)
-    };
+    // Unless the policy allows replayed or emulated results, the rules see live ones only.
+    let judged = only_judged(policy, results);
     let metrics = stats::metrics(&judged);
-    let comparison = baseline.map(|b| {
-        if policy.allow_replay {
-            compare::compare(b, &judged)
-        } else {
-            compare::compare(&measured(b), &judged)
-        }
-    });
+    let comparison = baseline.map(|b| compare::compare(&only_judged(policy, b), &judged));
     variants
         .into_iter()
         .map(|variant| {
-            let all = results.scenarios.iter().filter(|s| s.variant == variant);
+            let all: Vec<&ScenarioResult> = results
+                .scenarios
+                .iter()
+                .filter(|s| s.variant == variant)
+                .collect();
             let scenarios: Vec<&ScenarioResult> = judged
                 .scenarios
                 .iter()
                 .filter(|s| s.variant == variant)
                 .collect();
-            let replayed = all.clone().filter(|s| !s.source.is_measured()).count();
+            let count = |of: &[&ScenarioResult], class: Class| {
+                of.iter().filter(|s| s.source.class() == class).count()
+            };
+            let no_live = count(&scenarios, Class::Measured) == 0;
             let mut verdict = Verdict {
                 variant: variant.to_owned(),
                 reasons: Vec::new(),
                 notes: Vec::new(),
-                replay_only: replayed > 0 && replayed == all.clone().count(),
+                replay_only: no_live && count(&scenarios, Class::Replayed) > 0,
+                emulated_only: no_live && count(&scenarios, Class::Emulated) > 0,
             };
-            if all.count() == 0 {
+            if all.is_empty() {
                 verdict
                     .reasons
                     .push("the policy requires it and the results have none".to_owned());
                 return verdict;
             }
+            let (replayed, emulated) = (count(&all, Class::Replayed), count(&all, Class::Emulated));
             if scenarios.is_empty() {
-                verdict.reasons.push(format!(
-                    "no live result for {variant}: its {replayed} scenario result(s) are \
-                     replayed from cassettes, which show only that the client still speaks the \
-                     recorded protocol (allow_replay: true judges them)"
-                ));
+                let mut why = Vec::new();
+                if replayed > 0 {
+                    why.push(format!(
+                        "its {replayed} scenario result(s) are replayed from cassettes, which show \
+                         only that the client still speaks the recorded protocol (allow_replay: \
+                         true judges them)"
+                    ));
+                }
+                if emulated > 0 {
+                    why.push(format!(
+                        "its {emulated} scenario result(s) ran against sandbox-matrix's emulator, \
+                         not the provider (allow_emulated: true judges them)"
+                    ));
+                }
+                verdict
+                    .reasons
+                    .push(format!("no live result for {variant}: {}", why.join("; ")));
                 return verdict;
             }
             if !policy.allow_replay && replayed > 0 {
                 verdict.notes.push(format!(
-                    "{replayed} replayed scenario result(s) not judged: only live results are"
+                    "{replayed} replayed scenario result(s) not judged: {}",
+                    policy.judged_results()
+                ));
+            }
+            if !policy.allow_emulated && emulated > 0 {
+                verdict.notes.push(format!(
+                    "{emulated} emulated scenario result(s) not judged: they ran against \
+                     sandbox-matrix's emulator, not the provider; {}",
+                    policy.judged_results()
                 ));
             }
             leaks_and_secrets(&scenarios, &mut verdict.reasons);
@@ -437,13 +489,13 @@ fn built_where(budget: &Budget, scenarios: &[&ScenarioResult]) -> Built {
     }
 }
 
-/// `results` with only its measured (live or recorded) scenario results.
-fn measured(results: &RunResults) -> RunResults {
+/// `results` with only the scenario results `policy` judges ([`Policy::judges`]).
+fn only_judged(policy: &Policy, results: &RunResults) -> RunResults {
     RunResults {
         scenarios: results
             .scenarios
             .iter()
-            .filter(|s| s.source.is_measured())
+            .filter(|s| policy.judges(&s.source))
             .cloned()
             .collect(),
         ..results.clone()
@@ -591,14 +643,17 @@ fn regressions(
 }
 
 /// One line per variant, `<variant>: ship` or `<variant>: hold`, each followed by its
-/// reasons and notes as indented bullets.
+/// reasons and notes as indented bullets. A variant shipped on no live result says on what:
+/// `ship (replay only)`, `ship (emulated only)` or `ship (replay and emulated only)`.
 pub fn render(verdicts: &[Verdict]) -> String {
     let mut lines = Vec::new();
     for verdict in verdicts {
-        let word = match (verdict.ships(), verdict.replay_only) {
-            (true, true) => "ship (replay only)",
-            (true, false) => "ship",
-            (false, _) => "hold",
+        let word = match (verdict.ships(), verdict.replay_only, verdict.emulated_only) {
+            (false, _, _) => "hold",
+            (true, true, true) => "ship (replay and emulated only)",
+            (true, true, false) => "ship (replay only)",
+            (true, false, true) => "ship (emulated only)",
+            (true, false, false) => "ship",
         };
         let count = match verdict.reasons.len() {
             0 => String::new(),
@@ -971,6 +1026,137 @@ mod tests {
             old.starts_with("policy.yaml:2:") && old.contains("is now `allow_replay`"),
             "{old}"
         );
+    }
+
+    /// `results` as e2b's, every scenario result run against sandbox-matrix's e2b emulator.
+    fn emulated(mut results: RunResults) -> RunResults {
+        for s in &mut results.scenarios {
+            s.variant = "e2b".to_owned();
+            s.source = crate::report::fixture::emulated_source();
+        }
+        results
+    }
+
+    #[test]
+    fn a_variant_with_emulated_results_alone_holds_unless_the_policy_allows_emulated() {
+        let rules = "required:\n  - lifecycle/*\n";
+        let only = emulated(lifecycle(0));
+        let held = "no live result for e2b: its 10 scenario result(s) ran against sandbox-matrix's emulator, not the provider (allow_emulated: true judges them)";
+        let strict = policy(rules).expect("parses");
+        assert!(!strict.allow_emulated);
+        let verdicts = gate(&strict, &only, None);
+        assert_eq!(verdicts[0].reasons, [held]);
+        assert_eq!(
+            render(&verdicts),
+            format!("e2b: hold (1 reason)\n  - {held}\n")
+        );
+
+        // allow_replay does not cover emulated results.
+        let replays = policy(&format!("{rules}allow_replay: true\n")).expect("parses");
+        let verdicts = gate(&replays, &only, None);
+        assert_eq!(verdicts[0].reasons, [held]);
+        assert!(!verdicts[0].ships());
+
+        let allowing = policy(&format!("{rules}allow_emulated: true\n")).expect("parses");
+        assert!(allowing.allow_emulated && !allowing.allow_replay);
+        let verdicts = gate(&allowing, &only, Some(&only));
+        assert!(
+            verdicts[0].ships() && verdicts[0].emulated_only && !verdicts[0].replay_only,
+            "{verdicts:?}"
+        );
+        assert_eq!(render(&verdicts), "e2b: ship (emulated only)\n");
+
+        // Allowed, emulated results meet every rule.
+        let floor = policy("success_rate: 0.9\nallow_emulated: true\n").expect("parses");
+        let verdicts = gate(&floor, &emulated(seventy_percent()), None);
+        assert_eq!(
+            verdicts[0].reasons,
+            [
+                "lifecycle/step:first-result succeeded 7/10 (70%), under the floor of 90%",
+                "lifecycle/create-to-first-result succeeded 7/10 (70%), under the floor of 90%",
+            ]
+        );
+        assert_eq!(
+            render(&verdicts).lines().next(),
+            Some("e2b: hold (2 reasons)")
+        );
+    }
+
+    #[test]
+    fn emulated_results_of_a_live_variant_are_left_out_with_a_note() {
+        let budget =
+            policy("p90_budgets:\n  lifecycle/create-to-first-result: 1500ms\n").expect("parses");
+        // Emulated repetitions over the budget do not count against the live ones.
+        let mut merged = emulated(lifecycle(0));
+        for s in &mut merged.scenarios {
+            s.timings[0].duration *= 10;
+        }
+        merged.scenarios.extend(
+            emulated(lifecycle(0))
+                .scenarios
+                .into_iter()
+                .take(4)
+                .map(|s| ScenarioResult {
+                    source: crate::report::results::Source::Live,
+                    ..s
+                }),
+        );
+        let verdicts = gate(&budget, &merged, None);
+        assert!(
+            verdicts[0].ships() && !verdicts[0].emulated_only,
+            "{verdicts:?}"
+        );
+        assert_eq!(
+            verdicts[0].notes,
+            [
+                "10 emulated scenario result(s) not judged: they ran against sandbox-matrix's emulator, not the provider; only live results are"
+            ]
+        );
+        assert_eq!(render(&verdicts).lines().next(), Some("e2b: ship"));
+        // Judged, the emulated repetitions hold it.
+        let judging = policy(
+            "p90_budgets:\n  lifecycle/create-to-first-result: 1500ms\nallow_emulated: true\n",
+        )
+        .expect("parses");
+        let verdicts = gate(&judging, &merged, None);
+        assert_eq!(
+            verdicts[0].reasons,
+            [
+                "p90 of lifecycle/create-to-first-result is 18.01 s (10/10 ok), over its budget of 1s 500ms"
+            ]
+        );
+    }
+
+    #[test]
+    fn replayed_and_emulated_results_without_a_live_one_hold_on_both_counts() {
+        let mut results = emulated(lifecycle(0));
+        for s in results.scenarios.iter_mut().take(4) {
+            s.source = replay_source(ReplayPace::Instant);
+        }
+        let strict = policy("required:\n  - lifecycle/*\n").expect("parses");
+        assert_eq!(
+            gate(&strict, &results, None)[0].reasons,
+            [
+                "no live result for e2b: its 4 scenario result(s) are replayed from cassettes, which show only that the client still speaks the recorded protocol (allow_replay: true judges them); its 6 scenario result(s) ran against sandbox-matrix's emulator, not the provider (allow_emulated: true judges them)"
+            ]
+        );
+        let replays = policy("required:\n  - lifecycle/*\nallow_replay: true\n").expect("parses");
+        let verdicts = gate(&replays, &results, None);
+        assert_eq!(
+            verdicts[0].notes,
+            [
+                "6 emulated scenario result(s) not judged: they ran against sandbox-matrix's emulator, not the provider; only live and replayed results are"
+            ]
+        );
+        assert_eq!(
+            render(&verdicts).lines().next(),
+            Some("e2b: ship (replay only)")
+        );
+        let both = policy("required:\n  - lifecycle/*\nallow_replay: true\nallow_emulated: true\n")
+            .expect("parses");
+        let verdicts = gate(&both, &results, None);
+        assert!(verdicts[0].notes.is_empty(), "{verdicts:?}");
+        assert_eq!(render(&verdicts), "e2b: ship (replay and emulated only)\n");
     }
 
     #[test]

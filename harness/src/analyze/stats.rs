@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use crate::report::results::{Modes, ReplayPace, RunResults, ScenarioResult, StepStatus};
+use crate::report::results::{Class, Modes, ReplayPace, RunResults, ScenarioResult, StepStatus};
 
 /// Significant decimal digits the histogram keeps.
 pub const SIGNIFICANT_DIGITS: u8 = 3;
@@ -120,7 +120,7 @@ fn micros(value: Duration) -> u64 {
     u64::try_from((value.as_nanos() + 500) / 1_000).unwrap_or(u64::MAX)
 }
 
-/// Every attempt at one metric of one variant × scenario, measured or replayed.
+/// Every attempt at one metric of one variant × scenario, measured, replayed or emulated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Metric {
     /// Variant name.
@@ -129,7 +129,8 @@ pub struct Metric {
     pub scenario: String,
     /// A cross-step timing or sample name, or `step:<name>` for a step's duration.
     pub name: String,
-    /// How the attempts were obtained: measured (live, record) or replayed, never both.
+    /// How the attempts were obtained: measured (live, record), replayed or emulated, never
+    /// two of these.
     pub modes: Modes,
     /// The pace of the replay, when the attempts were replayed (all at one pace).
     pub pace: Option<ReplayPace>,
@@ -145,22 +146,24 @@ impl Metric {
 }
 
 /// Every metric of `results`, grouped by variant × scenario in order of first appearance,
-/// each group's repetitions pooled; a group's measured repetitions and its replays at each
-/// pace are separate groups, so that replayed timings never mix with measured ones, nor
-/// instant-pace ones with recorded-pace ones.
+/// each group's repetitions pooled; a group's measured repetitions, its replays at each
+/// pace and its emulated repetitions are separate groups, so that replayed or emulated
+/// timings never mix with measured ones, nor instant-pace ones with recorded-pace ones.
 ///
 /// A group's metrics are, in order: `step:<name>` for each step that passed or failed in
 /// some repetition (a repetition where it did not pass has a failed attempt), then each name
 /// recorded as a cross-step timing or a sample. For those, a repetition contributes its
 /// timing and its samples of that name, or one failed attempt when it recorded neither.
 pub fn metrics(results: &RunResults) -> Vec<Metric> {
-    // Measured repetitions are one group, and replayed ones one group per pace.
-    type Key<'a> = (&'a str, &'a str, Option<ReplayPace>);
+    // Measured repetitions are one group, replayed ones one group per pace, emulated ones
+    // one group.
+    type Key<'a> = (&'a str, &'a str, Class, Option<ReplayPace>);
     let mut groups: Vec<(Key, Vec<&ScenarioResult>)> = Vec::new();
     for result in &results.scenarios {
         let key = (
             result.variant.as_str(),
             result.scenario.as_str(),
+            result.source.class(),
             result.source.pace(),
         );
         match groups.iter_mut().find(|(k, _)| *k == key) {
@@ -169,7 +172,7 @@ pub fn metrics(results: &RunResults) -> Vec<Metric> {
         }
     }
     let mut metrics = Vec::new();
-    for ((variant, scenario, pace), reps) in groups {
+    for ((variant, scenario, _, pace), reps) in groups {
         let modes = Modes::of(reps.iter().map(|rep| &rep.source));
         let mut names: Vec<String> = Vec::new();
         let mut named: Vec<String> = Vec::new();
@@ -483,6 +486,32 @@ mod tests {
             metrics
                 .iter()
                 .all(|m| m.variant == "docker" && m.scenario == "lifecycle")
+        );
+    }
+
+    #[test]
+    fn emulated_repetitions_are_never_pooled_with_live_ones() {
+        let live = rep(
+            1,
+            vec![step("first-result", StepStatus::Passed, 1_000)],
+            None,
+        );
+        let emulated = ScenarioResult {
+            source: crate::report::fixture::emulated_source(),
+            repetition: 2,
+            ..rep(2, vec![step("first-result", StepStatus::Passed, 100)], None)
+        };
+        let results = crate::report::fixture::run(vec![live, emulated]);
+        let got: Vec<(String, Vec<Option<Duration>>)> = metrics(&results)
+            .into_iter()
+            .map(|m| (m.modes.to_string(), m.attempts))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("live".to_owned(), vec![ms(1_000)]),
+                ("emulated".to_owned(), vec![ms(100)]),
+            ]
         );
     }
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::analyze::stats::{self, Summary, Value};
-use crate::report::results::{self, RunResults, ScenarioResult, StepStatus};
+use crate::report::results::{self, Class, RunResults, ScenarioResult, StepStatus};
 
 /// How many earlier runs the history shows at most.
 pub const HISTORY_RUNS: usize = 30;
@@ -134,6 +134,7 @@ table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: left; vertical-align: top; }
 th { background: #f3f3f3; }
 .replay { background: repeating-linear-gradient(135deg, #fafafa, #fafafa 6px, #f0f0f0 6px, #f0f0f0 12px); color: #555; font-style: italic; }
+.emulated { background: repeating-linear-gradient(45deg, #f6f9fd, #f6f9fd 6px, #e9f0f8 6px, #e9f0f8 12px); color: #345; font-style: italic; }
 dl { display: grid; grid-template-columns: max-content auto; gap: 0.1em 1em; font-size: 0.9em; }
 dt { font-weight: bold; } dd { margin: 0; }
 code { font-size: 0.95em; }
@@ -244,16 +245,21 @@ fn at_a_glance(page: &mut String, results: &RunResults) {
     }
     let grid = super::table::grid(results);
     page.push_str("<h2>At a glance</h2>\n<table>\n<tr><th></th>");
-    // A column of replays is set apart: what it shows is our client against a cassette.
-    let class = |replayed: bool| if replayed { " class=\"replay\"" } else { "" };
-    for (column, replayed) in grid.columns.iter().zip(&grid.replayed) {
-        let _ = write!(page, "<th{}>{}</th>", class(*replayed), esc(column));
+    // A column of replays is set apart: what it shows is our client against a cassette; so
+    // is a column of emulated results: what it shows is our emulator over the local engine.
+    let class = |class: Class| match class {
+        Class::Measured => "",
+        Class::Replayed => " class=\"replay\"",
+        Class::Emulated => " class=\"emulated\"",
+    };
+    for (column, of) in grid.columns.iter().zip(&grid.classes) {
+        let _ = write!(page, "<th{}>{}</th>", class(*of), esc(column));
     }
     page.push_str("</tr>\n");
     for (label, cells) in &grid.rows {
         let _ = write!(page, "<tr><th>{}</th>", esc(label));
-        for (cell, replayed) in cells.iter().zip(&grid.replayed) {
-            let _ = write!(page, "<td{}>{}</td>", class(*replayed), esc(cell));
+        for (cell, of) in cells.iter().zip(&grid.classes) {
+            let _ = write!(page, "<td{}>{}</td>", class(*of), esc(cell));
         }
         page.push_str("</tr>\n");
     }
@@ -264,8 +270,8 @@ fn at_a_glance(page: &mut String, results: &RunResults) {
             "<p class=\"note\">{}:</p>\n<ul class=\"note\">",
             esc(&note.heading)
         );
-        for cassette in &note.cassettes {
-            let _ = writeln!(page, "<li>{}</li>", esc(cassette));
+        for line in &note.lines {
+            let _ = writeln!(page, "<li>{}</li>", esc(line));
         }
         page.push_str("</ul>\n");
     }
@@ -330,7 +336,7 @@ fn distributions(page: &mut String, results: &RunResults) {
     if metrics.is_empty() {
         return;
     }
-    page.push_str("<h2>Distributions</h2>\n<p class=\"note\">Every attempt is a dot; the solid mark is p50, the dashed one p90. Failed attempts count as +∞ and sit in the failed column. A row marked <code>replay</code> timed the harness against a cassette, not the provider.</p>\n");
+    page.push_str("<h2>Distributions</h2>\n<p class=\"note\">Every attempt is a dot; the solid mark is p50, the dashed one p90. Failed attempts count as +∞ and sit in the failed column. A row marked <code>replay</code> timed the harness against a cassette, and one marked <code>emulated</code> sandbox-matrix's emulator over the local engine, not the provider.</p>\n");
     let mut scenario = None;
     for (key, rows) in by_scenario_metric(&metrics) {
         if scenario != Some(key.0) {
@@ -1150,6 +1156,41 @@ mod tests {
         assert!(
             page.contains("text-anchor=\"end\">e2b · replay</text>"),
             "the strip plots name the replayed row"
+        );
+    }
+
+    #[test]
+    fn an_emulated_column_has_its_own_class_and_note() {
+        use crate::report::fixture::{EMULATOR, emulated_source};
+        let mut results = two_variants();
+        let mut emulated = results.scenarios[0].clone();
+        emulated.variant = "e2b".to_owned();
+        emulated.source = emulated_source();
+        results.scenarios.push(emulated);
+        let page = render(&results, &History::default());
+        assert!(
+            page.contains(
+                "<tr><th></th><th>docker · live</th><th class=\"replay\">e2b · replay</th><th class=\"emulated\">e2b · emulated</th></tr>"
+            ),
+            "{page}"
+        );
+        assert!(
+            page.contains(
+                "<tr><th>Build</th><td>12.3 s</td><td class=\"replay\">replayed</td><td class=\"emulated\">emulated: 12.3 s</td></tr>"
+            ),
+            "{page}"
+        );
+        assert!(
+            page.contains(&format!(
+                "<p class=\"note\">e2b · emulated: measured against sandbox-matrix&#39;s emulator over the local engine, not against the provider:</p>\n<ul class=\"note\">\n<li>{}</li>",
+                esc(EMULATOR)
+            )),
+            "{page}"
+        );
+        assert!(STYLE.contains("\n.emulated {"), "the class has a style");
+        assert!(
+            page.contains("text-anchor=\"end\">e2b · emulated</text>"),
+            "the strip plots name the emulated row apart"
         );
     }
 

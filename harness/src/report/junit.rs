@@ -18,18 +18,20 @@ pub const FAILURE_TYPE: &str = "step-failed";
 /// Renders `results` as a JUnit XML document.
 ///
 /// Each variant × mode is a `<testsuite>` named `<variant> · <mode>` (`e2b · replay`,
-/// `docker · live`), in order of first appearance, so that a dashboard never counts a
-/// replay (our client against a recording) as a provider's passing tests, nor merges live
-/// and replayed results of one variant; each step of each of its scenarios is a
+/// `e2b · emulated`, `docker · live`), in order of first appearance, so that a dashboard
+/// never counts a replay (our client against a recording) or an emulated run (against
+/// sandbox-matrix's emulator) as a provider's passing tests, nor merges them with live
+/// results of one variant; each step of each of its scenarios is a
 /// `<testcase>` named after the step with classname `<variant>.<scenario>`, in input order.
 /// A scenario that ran more than once has one case per step per repetition,
 /// named `<step> (repetition <k>)`: repetitions are separate measurements, not
 /// retries, so they are not written as reruns.
-/// A variant's measured and replayed results are two suites. Suite properties hold the
-/// provenance, `mode` (the suite's modes: `live`, `replay`, `live+record`…) and, per scenario (`<scenario>`, or `<scenario>[<k>]` for repetition k of
-/// a repeated one), `<scenario>.mode`, for a replay `<scenario>.cassette`,
+/// A variant's measured, replayed and emulated results are separate suites. Suite
+/// properties hold the provenance, `mode` (the suite's modes: `live`, `replay`, `emulated`,
+/// `live+record`…) and, per scenario (`<scenario>`, or `<scenario>[<k>]` for repetition k
+/// of a repeated one), `<scenario>.mode`, for a replay `<scenario>.cassette`,
 /// `<scenario>.cassette-origin`, `<scenario>.cassette-written` (when known) and
-/// `<scenario>.pace`, then `<scenario>.scenario_hash`,
+/// `<scenario>.pace`, for an emulated result `<scenario>.emulator`, then `<scenario>.scenario_hash`,
 /// `<scenario>.artifact_id`, `<scenario>.provider_version` and `<scenario>.region`
 /// (when known) and the cross-step timings as `<scenario>.timing.<name>_ms`. Case
 /// properties hold `budget_ms`, `duration_ms` and the step's timings as
@@ -110,6 +112,9 @@ fn suite(results: &RunResults, name: &str, scenarios: &[&ScenarioResult]) -> Tes
                 format!("{name}.pace"),
                 replay.pace.to_string(),
             ));
+        }
+        if let Some(emulator) = scenario.source.emulator() {
+            suite.add_property(Property::new(format!("{name}.emulator"), emulator));
         }
         suite.add_property(Property::new(
             format!("{name}.scenario_hash"),
@@ -441,6 +446,40 @@ mod tests {
         assert_eq!(property(suites[2], "mode"), Some("live"));
         assert_eq!(property(suites[2], "lifecycle.mode"), Some("live"));
         assert_eq!(property(suites[2], "lifecycle.cassette"), None);
+    }
+
+    #[test]
+    fn an_emulated_result_is_its_own_suite_naming_the_emulator() {
+        use crate::report::fixture::{EMULATOR, emulated_source};
+        let mut results = two_variants();
+        let mut emulated = results.scenarios[1].clone();
+        emulated.source = emulated_source();
+        let mut live = results.scenarios[1].clone();
+        live.source = crate::report::results::Source::Live;
+        results.scenarios.push(emulated);
+        results.scenarios.push(live);
+        let xml = render(&results);
+        let document = Document::parse(&xml).expect("well-formed XML");
+        let suites = elements(document.root_element(), "testsuite");
+        let names: Vec<_> = suites.iter().map(|suite| suite.attribute("name")).collect();
+        assert_eq!(
+            names,
+            [
+                Some("docker · live"),
+                Some("e2b · replay"),
+                Some("e2b · emulated"),
+                Some("e2b · live")
+            ]
+        );
+        let emulated = suites[2];
+        assert_eq!(property(emulated, "mode"), Some("emulated"));
+        assert_eq!(property(emulated, "lifecycle.mode"), Some("emulated"));
+        assert_eq!(property(emulated, "lifecycle.emulator"), Some(EMULATOR));
+        assert_eq!(property(emulated, "lifecycle.cassette"), None);
+        assert_eq!(elements(emulated, "testcase").len(), 7);
+        for other in [suites[0], suites[1], suites[3]] {
+            assert_eq!(property(other, "lifecycle.emulator"), None);
+        }
     }
 
     #[test]

@@ -11,22 +11,22 @@ pub mod run_folder;
 pub mod self_scan;
 pub mod table;
 
-use crate::report::results::{RunResults, ScenarioResult};
+use crate::report::results::{Class, RunResults, ScenarioResult};
 
-/// The scenarios of a run grouped by variant, a variant's measured (live, recorded) and
-/// replayed results apart, so that a replay never shares a column, suite or verdict with
-/// a measurement: groups in order of first appearance, each group's scenarios in input
-/// order.
+/// The scenarios of a run grouped by variant, a variant's measured (live, recorded),
+/// replayed and emulated results apart ([`Class`]), so that neither a replay nor a run
+/// against our emulator ever shares a column, suite or verdict with a measurement of the
+/// provider: groups in order of first appearance, each group's scenarios in input order.
 fn by_variant(results: &RunResults) -> Vec<(&str, Vec<&ScenarioResult>)> {
-    let mut groups: Vec<(&str, bool, Vec<&ScenarioResult>)> = Vec::new();
+    let mut groups: Vec<(&str, Class, Vec<&ScenarioResult>)> = Vec::new();
     for scenario in &results.scenarios {
-        let measured = scenario.source.is_measured();
+        let class = scenario.source.class();
         match groups
             .iter_mut()
-            .find(|(variant, m, _)| *variant == scenario.variant && *m == measured)
+            .find(|(variant, c, _)| *variant == scenario.variant && *c == class)
         {
             Some((_, _, scenarios)) => scenarios.push(scenario),
-            None => groups.push((&scenario.variant, measured, vec![scenario])),
+            None => groups.push((&scenario.variant, class, vec![scenario])),
         }
     }
     groups
@@ -125,6 +125,17 @@ pub(crate) mod fixture {
                 written: Some("2026-11-29".to_owned()),
                 pace,
             },
+        }
+    }
+
+    /// How `run --emulated` describes the e2b emulator.
+    pub(crate) const EMULATOR: &str =
+        "sandbox-matrix 0.x's e2b emulator over the local Docker engine (20.10.24)";
+
+    /// The source of a result measured against the e2b emulator ([`EMULATOR`]).
+    pub(crate) fn emulated_source() -> Source {
+        Source::Emulated {
+            emulator: EMULATOR.to_owned(),
         }
     }
 

@@ -145,8 +145,8 @@ pub struct ScenarioResult {
     pub variant: String,
     /// Scenario name, such as `lifecycle`.
     pub scenario: String,
-    /// Where its numbers come from: `mode` (`live`, `record`, `replay`) and, for a replay,
-    /// the cassette.
+    /// Where its numbers come from: `mode` (`live`, `record`, `replay`, `emulated`) and, for
+    /// a replay, the cassette, for an emulated result, the emulator.
     #[serde(flatten)]
     pub source: Source,
     /// sha256 of the scenario file's bytes.
@@ -232,6 +232,13 @@ pub enum Source {
         /// The cassette and how it was paced.
         replay: Replay,
     },
+    /// Measured against sandbox-matrix's own emulator of the provider over the local
+    /// engine (`run --emulated`): its timings are real, but of the emulator, not the provider.
+    Emulated {
+        /// What answered, such as `sandbox-matrix 0.x's e2b emulator over the local Docker
+        /// engine (20.10.24)`.
+        emulator: String,
+    },
 }
 
 impl Source {
@@ -241,12 +248,23 @@ impl Source {
             Source::Live => Mode::Live,
             Source::Record => Mode::Record,
             Source::Replay { .. } => Mode::Replay,
+            Source::Emulated { .. } => Mode::Emulated,
         }
+    }
+
+    /// Whose numbers these are: the provider's, a cassette's or the emulator's.
+    pub fn class(&self) -> Class {
+        self.mode().class()
     }
 
     /// True when the numbers were measured against the provider: live or recording.
     pub fn is_measured(&self) -> bool {
-        !matches!(self, Source::Replay { .. })
+        self.class() == Class::Measured
+    }
+
+    /// True when the numbers were measured against sandbox-matrix's emulator.
+    pub fn is_emulated(&self) -> bool {
+        self.class() == Class::Emulated
     }
 
     /// The pace of the replay, when the result was replayed: replays at different paces
@@ -259,7 +277,15 @@ impl Source {
     pub fn replay(&self) -> Option<&Replay> {
         match self {
             Source::Replay { replay } => Some(replay),
-            Source::Live | Source::Record => None,
+            Source::Live | Source::Record | Source::Emulated { .. } => None,
+        }
+    }
+
+    /// What answered, when the result was emulated.
+    pub fn emulator(&self) -> Option<&str> {
+        match self {
+            Source::Emulated { emulator } => Some(emulator),
+            Source::Live | Source::Record | Source::Replay { .. } => None,
         }
     }
 }
@@ -273,17 +299,43 @@ pub enum Mode {
     Record,
     /// Served from a cassette.
     Replay,
+    /// Measured against sandbox-matrix's emulator of the provider.
+    Emulated,
+}
+
+impl Mode {
+    /// Whose numbers a result of this mode holds.
+    pub fn class(self) -> Class {
+        match self {
+            Mode::Live | Mode::Record => Class::Measured,
+            Mode::Replay => Class::Replayed,
+            Mode::Emulated => Class::Emulated,
+        }
+    }
 }
 
 impl std::fmt::Display for Mode {
-    /// `live`, `record` or `replay`, as `results.json` names it.
+    /// `live`, `record`, `replay` or `emulated`, as `results.json` names it.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Mode::Live => "live",
             Mode::Record => "record",
             Mode::Replay => "replay",
+            Mode::Emulated => "emulated",
         })
     }
+}
+
+/// Whose numbers a result holds. Results of different classes are never pooled in one
+/// column, suite, statistic or verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Class {
+    /// The provider's: live or recording.
+    Measured,
+    /// A cassette's: replayed.
+    Replayed,
+    /// sandbox-matrix's emulator's, over the local engine.
+    Emulated,
 }
 
 /// The modes of several results pooled together, shown as `live`, `replay` or
@@ -297,7 +349,7 @@ impl Modes {
         sources.into_iter().map(Source::mode).collect()
     }
 
-    /// Each mode, in the order live, record, replay.
+    /// Each mode, in the order live, record, replay, emulated.
     pub fn iter(&self) -> impl Iterator<Item = Mode> + '_ {
         self.0.iter().copied()
     }
@@ -307,9 +359,14 @@ impl Modes {
         self.0.contains(&Mode::Replay)
     }
 
-    /// True when some result was measured (live or recording).
+    /// True when some result was measured against the provider (live or recording).
     pub fn any_measured(&self) -> bool {
-        self.0.iter().any(|mode| *mode != Mode::Replay)
+        self.0.iter().any(|mode| mode.class() == Class::Measured)
+    }
+
+    /// True when some result was measured against sandbox-matrix's emulator.
+    pub fn any_emulated(&self) -> bool {
+        self.0.contains(&Mode::Emulated)
     }
 }
 
@@ -320,7 +377,7 @@ impl FromIterator<Mode> for Modes {
 }
 
 impl std::fmt::Display for Modes {
-    /// The modes in the order live, record, replay, joined by `+`.
+    /// The modes in the order live, record, replay, emulated, joined by `+`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let names: Vec<String> = self.0.iter().map(Mode::to_string).collect();
         f.write_str(&names.join("+"))
@@ -489,7 +546,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::report::fixture::{scenario, two_variants};
+    use crate::report::fixture::{EMULATOR, emulated_source, scenario, two_variants};
 
     const SCHEMA: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -518,7 +575,8 @@ mod tests {
 
     /// The fixture run (docker live, e2b replayed), with what it lacks: a merged provenance
     /// with the base it built from, a region, a secrets scan's coverage, a second repetition with samples (one failed), a replay at recorded pace
-    /// from a cassette with no date, a recording, and a variant the runner could not reach.
+    /// from a cassette with no date, a recording, an emulated result, and a variant the
+    /// runner could not reach.
     fn everything() -> RunResults {
         let mut results = two_variants();
         results.provenance.base = Some(
@@ -567,6 +625,10 @@ mod tests {
         recorded.variant = "daytona".to_owned();
         recorded.source = Source::Record;
         results.scenarios.push(recorded);
+        let mut emulated = results.scenarios[1].clone();
+        emulated.variant = "modal".to_owned();
+        emulated.source = emulated_source();
+        results.scenarios.push(emulated);
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/t.yaml");
         let text = "name: t\nenvironment: ../fixtures/environments/reference\nsteps:\n  - step: build\n    budget: 5s\n  - step: launch\n    budget: 5s\n";
         let parsed = crate::run::scenario::Scenario::parse(&path, text).expect("scenario parses");
@@ -671,6 +733,54 @@ mod tests {
             violations(&no_reason).is_some(),
             "a failed step needs its reason"
         );
+    }
+
+    #[test]
+    fn an_emulated_result_round_trips_through_results_json() {
+        let mut results = two_variants();
+        results.scenarios[1].source = emulated_source();
+        let value = serde_json::to_value(&results).expect("serializes");
+        assert_eq!(value["scenarios"][1]["mode"], "emulated");
+        assert_eq!(value["scenarios"][1]["emulator"], EMULATOR);
+        assert!(value["scenarios"][1].get("replay").is_none(), "{value}");
+        let text = serde_json::to_string_pretty(&results).expect("serializes");
+        let back: RunResults = serde_json::from_str(&text).expect("reads back");
+        assert_eq!(back, results);
+
+        let out = std::env::temp_dir().join(format!("sm-results-emulated-{}", std::process::id()));
+        let dir = crate::report::run_folder::write(&out, &results, &[])
+            .expect("writes")
+            .dir;
+        let loaded = load(&dir.join("results.json"));
+        let _ = std::fs::remove_dir_all(&out);
+        assert_eq!(loaded.expect("loads"), results);
+    }
+
+    #[test]
+    fn an_emulated_result_is_not_measured_and_has_its_own_mode() {
+        let emulated = emulated_source();
+        assert_eq!(emulated.mode(), Mode::Emulated);
+        assert_eq!(emulated.mode().to_string(), "emulated");
+        assert_eq!(emulated.class(), Class::Emulated);
+        assert!(!emulated.is_measured());
+        assert!(emulated.is_emulated());
+        assert_eq!(emulated.emulator(), Some(EMULATOR));
+        assert_eq!(emulated.replay(), None);
+        assert_eq!(emulated.pace(), None);
+        for measured in [Source::Live, Source::Record] {
+            assert!(measured.is_measured() && !measured.is_emulated());
+            assert_eq!(measured.emulator(), None);
+        }
+        let replayed = crate::report::fixture::replay_source(ReplayPace::Instant);
+        assert!(!replayed.is_measured() && !replayed.is_emulated());
+
+        let only = Modes::of([&emulated]);
+        assert_eq!(only.to_string(), "emulated");
+        assert!(only.any_emulated() && !only.any_measured() && !only.any_replayed());
+        let all = Modes::of([&emulated, &replayed, &Source::Live]);
+        assert_eq!(all.to_string(), "live+replay+emulated");
+        assert!(all.any_emulated() && all.any_measured() && all.any_replayed());
+        assert!(!Modes::of([&Source::Live, &replayed]).any_emulated());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use sandbox_providers::{BuildLogMode, Timing};
 
 use crate::analyze::stats;
 use crate::report::results::{
-    COMPRESSED_BYTES, Modes, ReplayPace, RunResults, ScenarioResult, StepResult, StepStatus,
+    COMPRESSED_BYTES, Class, Modes, ReplayPace, RunResults, ScenarioResult, StepResult, StepStatus,
 };
 
 /// The build step's timing of a push to a registry, and the launch step's of the pull.
@@ -117,7 +117,8 @@ const ROWS: [(&str, Fill); 17] = [
 
 /// Renders a markdown table with one column per variant, in order of first
 /// appearance, headed `variant · mode`, and one row per measurement, then a note for each
-/// column with replayed results naming their cassettes.
+/// column with replayed results naming their cassettes, and for each column of emulated
+/// results naming the emulators.
 ///
 /// Where a variant ran several scenarios, each cell comes from the first of
 /// them that has the step or timing the row shows; "Secrets found",
@@ -130,7 +131,10 @@ const ROWS: [(&str, Fill); 17] = [
 /// A replayed timing is never shown as the provider's: at instant pace it reads
 /// `replayed`, at recorded pace it is marked `(recorded <date>)`; every other cell of a
 /// column of replays reads `replayed: …`, its Scenario row `replayed: client matches
-/// cassette`. A variant's measured and replayed results (a merge of both) are two columns.
+/// cassette`. An emulated column's timings are real measurements, but of sandbox-matrix's
+/// emulator over the local engine, not of the provider: every cell of it reads
+/// `emulated: …`. A variant's measured, replayed and emulated results (a merge of them) are
+/// separate columns.
 pub fn render(results: &RunResults) -> String {
     let grid = grid(results);
     let mut table = Table::new();
@@ -142,8 +146,8 @@ pub fn render(results: &RunResults) -> String {
     let mut text = table.to_string();
     for note in &grid.notes {
         text.push_str(&format!("\n\n{}:", note.heading));
-        for cassette in &note.cassettes {
-            text.push_str(&format!("\n- {}", one_line(cassette)));
+        for line in &note.lines {
+            text.push_str(&format!("\n- {}", one_line(line)));
         }
     }
     text
@@ -155,42 +159,49 @@ pub(crate) struct Grid {
     pub(crate) columns: Vec<String>,
     /// Each row's label with one cell per column, as plain text.
     pub(crate) rows: Vec<(&'static str, Vec<String>)>,
-    /// A note per column with replayed results.
+    /// A note per column with replayed or emulated results.
     pub(crate) notes: Vec<Note>,
-    /// Per column: whether it holds only replays (every cell then carries the mark).
-    pub(crate) replayed: Vec<bool>,
+    /// Per column: whose numbers it holds; every cell of a replayed or emulated column
+    /// carries the mark.
+    pub(crate) classes: Vec<Class>,
 }
 
-/// What a column's replayed results were replayed from.
+/// What a column's replayed results were replayed from, or what its emulated results ran
+/// against.
 pub(crate) struct Note {
-    /// Such as `e2b · replay: replayed from cassettes, not measured`.
+    /// Such as `e2b · replay: replayed, not measured, from`.
     pub(crate) heading: String,
-    /// Each distinct cassette: path, date, pace and origin.
-    pub(crate) cassettes: Vec<String>,
+    /// Each distinct cassette (path, date, pace and origin) or emulator.
+    pub(crate) lines: Vec<String>,
 }
 
 /// The table of `results` as plain text: headers, rows and notes.
 pub(crate) fn grid(results: &RunResults) -> Grid {
     let variants = super::by_variant(results);
-    let replayed: Vec<bool> = variants
+    // A column holds results of one class (see `by_variant`).
+    let classes: Vec<Class> = variants
         .iter()
-        .map(|(_, scenarios)| scenarios.iter().all(|s| !s.source.is_measured()))
+        .map(|(_, scenarios)| {
+            scenarios
+                .first()
+                .map_or(Class::Measured, |s| s.source.class())
+        })
         .collect();
     let rows = ROWS
         .iter()
         .map(|(label, fill)| {
             let cells = variants
                 .iter()
-                .zip(&replayed)
-                .map(|((_, scenarios), replayed)| {
+                .zip(&classes)
+                .map(|((_, scenarios), class)| {
                     let cell = match fill {
                         Fill::Plain(fill) => fill(scenarios),
                         Fill::Timed(fill) => fill(scenarios).show(),
                     };
-                    if *replayed {
-                        replay_cell(label, cell)
-                    } else {
-                        cell
+                    match class {
+                        Class::Measured => cell,
+                        Class::Replayed => replay_cell(label, cell),
+                        Class::Emulated => emulated_cell(cell),
                     }
                 })
                 .collect();
@@ -207,7 +218,7 @@ pub(crate) fn grid(results: &RunResults) -> Grid {
         columns,
         rows,
         notes,
-        replayed,
+        classes,
     }
 }
 
@@ -222,6 +233,17 @@ fn replay_cell(label: &str, cell: String) -> String {
         "replayed: client matches cassette".to_owned()
     } else {
         format!("replayed: {cell}")
+    }
+}
+
+/// A cell of a column of emulated results, marked so that no reader takes it for the
+/// provider's answer: `emulated: 2.31 s`, `emulated: pass`. Its timings are real
+/// measurements, of sandbox-matrix's emulator over the local engine.
+fn emulated_cell(cell: String) -> String {
+    if cell == NOTHING {
+        cell
+    } else {
+        format!("emulated: {cell}")
     }
 }
 
@@ -265,8 +287,8 @@ fn column(variant: &str, scenarios: &[&ScenarioResult]) -> String {
     )
 }
 
-/// The note of the column headed `header` with replayed results: what they were
-/// replayed from.
+/// The note of the column headed `header`: for replayed results what they were replayed
+/// from, for emulated ones what they ran against; `None` for a column of measurements.
 fn note(header: &str, scenarios: &[&ScenarioResult]) -> Option<Note> {
     let mut cassettes: Vec<String> = Vec::new();
     for replay in scenarios.iter().filter_map(|s| s.source.replay()) {
@@ -288,20 +310,35 @@ fn note(header: &str, scenarios: &[&ScenarioResult]) -> Option<Note> {
             cassettes.push(line);
         }
     }
-    if cassettes.is_empty() {
-        return None;
+    if !cassettes.is_empty() {
+        return Some(Note {
+            heading: format!("{header}: replayed, not measured, from"),
+            lines: cassettes,
+        });
     }
-    Some(Note {
-        heading: format!("{header}: replayed, not measured, from"),
-        cassettes,
-    })
+    let mut emulators: Vec<String> = Vec::new();
+    for emulator in scenarios.iter().filter_map(|s| s.source.emulator()) {
+        if !emulators.iter().any(|e| e == emulator) {
+            emulators.push(emulator.to_owned());
+        }
+    }
+    if !emulators.is_empty() {
+        return Some(Note {
+            heading: format!(
+                "{header}: measured against sandbox-matrix's emulator over the local engine, \
+                 not against the provider"
+            ),
+            lines: emulators,
+        });
+    }
+    None
 }
 
 /// Renders a markdown document: a title naming the run, its provenance, the
 /// [`render`] table, then for each variant × scenario (× repetition, when it ran more than
 /// once) its failed and skipped
-/// steps with their reasons (or "all steps passed"), secrets found and
-/// resources leaked.
+/// steps with their reasons (or "all steps passed", said against the emulator for an
+/// emulated result), secrets found and resources leaked.
 pub fn render_summary(results: &RunResults) -> String {
     let provenance = &results.provenance;
     let mut lines = vec![
@@ -357,6 +394,8 @@ fn scenario_bullets(scenario: &ScenarioResult) -> Vec<String> {
         .collect();
     if scenario.steps.is_empty() {
         bullets.push("- no steps ran".to_owned());
+    } else if bullets.is_empty() && scenario.source.is_emulated() {
+        bullets.push("- all steps passed against the emulator (not the provider)".to_owned());
     } else if bullets.is_empty() && !scenario.source.is_measured() {
         bullets.push(
             "- every step went as recorded: our client matches the cassette (a replay tests \
@@ -573,15 +612,17 @@ fn create_to_first_result<'a>(scenarios: &[&'a ScenarioResult]) -> Timed<'a> {
 
 /// ` · ×1.21 the kernel's floor`: create-to-first over the kernel floor (container create
 /// to a bare kernel's first answer) of the same scenario, else of another of `scenarios`
-/// that launched the same artifact (the floor is measured once per artifact and run),
-/// which it then names (` · ×1.21 the kernel's floor, measured in `lifecycle``), or
-/// nothing without one.
+/// of the same class that launched the same artifact (the floor is measured once per
+/// artifact and run), which it then names (` · ×1.21 the kernel's floor, measured in
+/// `lifecycle``), or nothing without one. A replay has none: its timings are not
+/// measurements. An emulated result has one, a real ratio of timings of the emulator,
+/// which its column marks.
 fn floor_ratio(
     scenarios: &[&ScenarioResult],
     scenario: &ScenarioResult,
     create_to_first: &Timing,
 ) -> String {
-    if !scenario.source.is_measured() {
+    if scenario.source.class() == Class::Replayed {
         return String::new();
     }
     let kernel_floor = |s: &&ScenarioResult| {
@@ -593,7 +634,7 @@ fn floor_ratio(
             .cloned()
     };
     let same_artifact = |s: &&&ScenarioResult| {
-        s.source.is_measured()
+        s.source.class() == scenario.source.class()
             && scenario.artifact_id.is_some()
             && s.artifact_id == scenario.artifact_id
     };
@@ -1508,6 +1549,110 @@ mod tests {
                 "e2b · replay: replayed, not measured, from:\n- `fixtures/cassettes/e2b/lifecycle.yaml`"
             ),
             "{table}"
+        );
+    }
+
+    #[test]
+    fn an_emulated_column_is_apart_and_every_cell_of_it_is_marked() {
+        use crate::report::fixture::{EMULATOR, emulated_source};
+        let mut live = lifecycle("e2b", Source::Live);
+        live.steps[0].duration = Duration::from_millis(61_000);
+        let mut other = lifecycle("e2b", emulated_source());
+        other.scenario = "burst".to_owned();
+        if let Source::Emulated { emulator } = &mut other.source {
+            *emulator = emulator.replace("20.10.24", "28.3.2");
+        }
+        let table = render(&run(vec![
+            lifecycle("e2b", emulated_source()),
+            live,
+            lifecycle("e2b", replay_source(ReplayPace::Instant)),
+            other,
+        ]));
+        assert_eq!(
+            cells(table.lines().next().expect("a header")),
+            ["", "e2b · emulated", "e2b · live", "e2b · replay"]
+        );
+        assert_eq!(
+            row(&table, "Build"),
+            ["emulated: 30.0 s", "61.0 s", "replayed"]
+        );
+        assert_eq!(
+            row(&table, "Create to first 1+1"),
+            [
+                "emulated: 4.50 s (polled every 250 ms) · ×3.00 the kernel's floor",
+                "4.50 s (polled every 250 ms) · ×3.00 the kernel's floor",
+                "replayed"
+            ]
+        );
+        assert_eq!(
+            row(&table, "Shutdown")[0],
+            "emulated: 1.10 s, exited on SIGTERM, exit code 0"
+        );
+        assert_eq!(
+            row(&table, "Artifact launched")[0],
+            "—",
+            "nothing is not marked"
+        );
+        assert_eq!(
+            row(&table, "Scenario"),
+            [
+                "emulated: pass",
+                "pass",
+                "replayed: client matches cassette"
+            ]
+        );
+        let (_, notes) = table.split_once("\n\n").expect("notes under the table");
+        let emulated_note = notes
+            .split("\n\n")
+            .find(|note| note.starts_with("e2b · emulated"))
+            .expect("a note on the emulated column");
+        assert_eq!(
+            emulated_note,
+            format!(
+                "e2b · emulated: measured against sandbox-matrix's emulator over the local engine, not against the provider:\n- {EMULATOR}\n- {}",
+                EMULATOR.replace("20.10.24", "28.3.2")
+            )
+        );
+        assert!(
+            notes.contains("e2b · replay: replayed, not measured, from:"),
+            "{notes}"
+        );
+        assert!(!notes.contains("e2b · live"), "{notes}");
+        let grid = grid(&run(vec![
+            lifecycle("e2b", emulated_source()),
+            lifecycle("e2b", Source::Live),
+            lifecycle("e2b", replay_source(ReplayPace::Instant)),
+        ]));
+        assert_eq!(
+            grid.classes,
+            [Class::Emulated, Class::Measured, Class::Replayed]
+        );
+    }
+
+    #[test]
+    fn the_summary_says_an_emulated_pass_was_against_the_emulator() {
+        let emulated = lifecycle("e2b", crate::report::fixture::emulated_source());
+        let mut failing = emulated.clone();
+        failing.repetition = 2;
+        failing.steps[3].status = failed("no answer");
+        let summary = render_summary(&run(vec![emulated, failing]));
+        let section = |heading: &str| {
+            summary
+                .split_once(&format!("{heading}\n\n"))
+                .unwrap_or_else(|| panic!("no {heading} in {summary}"))
+                .1
+                .lines()
+                .next()
+                .expect("a bullet")
+                .to_owned()
+        };
+        assert_eq!(
+            section("## e2b / lifecycle · emulated (repetition 1)"),
+            "- all steps passed against the emulator (not the provider)"
+        );
+        assert_eq!(
+            section("## e2b / lifecycle · emulated (repetition 2)"),
+            "- `restart` failed: no answer"
         );
     }
 

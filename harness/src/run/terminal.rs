@@ -170,6 +170,7 @@ fn scenario_line(variant: &str, scenario: &str, source: &Source) -> String {
         Source::Replay { replay } => {
             format!("{variant} · {scenario} · replay of {}", replay.cassette)
         }
+        Source::Emulated { .. } => format!("{variant} · {scenario} · emulated"),
     }
 }
 
@@ -262,6 +263,20 @@ mod tests {
         assert_eq!(
             scenario_line("docker", "lifecycle", &Source::Live),
             "docker · lifecycle"
+        );
+    }
+
+    #[test]
+    fn an_emulated_scenario_says_so_and_its_steps_show_their_durations() {
+        let emulated = crate::report::fixture::emulated_source();
+        assert_eq!(
+            scenario_line("e2b", "lifecycle", &emulated),
+            "e2b · lifecycle · emulated"
+        );
+        let launch = step("launch", StepStatus::Passed, 640, 30, vec![], &[]);
+        assert_eq!(
+            step_line(&launch, &emulated),
+            format!("  ✓ {:<32}   0.64 s", "launch")
         );
     }
 }

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use clap::{Args, Parser, Subcommand};
 use sandbox_matrix::checks::approved::APPROVED_BASES_FILE;
+use sandbox_matrix::emulate;
 use sandbox_matrix::report::results::{
     Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, Source,
 };
@@ -19,6 +20,8 @@ use sandbox_matrix::run::terminal::Terminal;
 use sandbox_matrix::run::variants;
 use sandbox_matrix::run::variants::CloudMode;
 use sandbox_providers::api::replay::Pace;
+use sandbox_providers::api::settings::Settings;
+use sandbox_providers::docker::DockerProvider;
 use tokio_util::sync::CancellationToken;
 
 /// Exit code when every step passed.
@@ -147,7 +150,10 @@ enum Command {
     /// Every rule judges live results only: a variant with none holds with `no live result
     /// for <variant>`, and a variant's replayed repetitions beside live ones are left out.
     /// `allow_replay: true` in the policy judges replays too; a variant shipped on them alone
-    /// reads `ship (replay only)`. A budget of `<scenario>/step:build` judges the build that
+    /// reads `ship (replay only)`. Emulated results (`run --emulated`, or a run whose
+    /// answers came from sandbox-matrix's emulator) are judged only under
+    /// `allow_emulated: true`, which `allow_replay` does not cover; a variant shipped on them
+    /// alone reads `ship (emulated only)`. A budget of `<scenario>/step:build` judges the build that
     /// made the artifact the scenario used, whichever scenario built it; a variant that built
     /// nothing is not held for it (a note says so).
     Gate {
@@ -387,10 +393,17 @@ struct RunArgs {
     /// Without it, cloud variants replay their cassettes on loopback.
     #[arg(long)]
     live: bool,
-    /// Like --live, and write every exchange (HTTP request, or gRPC call for modal) to
-    /// <cassettes>/<variant>/<scenario>.yaml with each credential replaced by a placeholder.
+    /// Like --live (or --emulated), and write every exchange (HTTP request, or gRPC call
+    /// for modal) to <cassettes>/<variant>/<scenario>.yaml with each credential replaced by
+    /// a placeholder.
     #[arg(long, conflicts_with = "live")]
     record: bool,
+    /// Run the cloud variants against sandbox-matrix's own emulator of each provider,
+    /// started for each scenario on 127.0.0.1 over the local Docker engine and stopped
+    /// after it: any scenario and environment, no credentials. Results read `emulated`,
+    /// never the provider's; `gate` holds them unless a policy says `allow_emulated: true`.
+    #[arg(long, conflicts_with = "live")]
+    emulated: bool,
     /// How fast replayed responses come back: at once (replayed timings then read
     /// `replayed`), or after their recorded latency (shown marked `(recorded <date>)`).
     #[arg(long, value_enum, default_value_t = PaceArg::Instant)]
@@ -950,8 +963,7 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
         datalayer,
         environment_name,
     } = args;
-    use sandbox_matrix::emulate;
-    use sandbox_providers::api::network::{CA_FILE_VAR, RESOLVE_VAR};
+    use sandbox_providers::api::network::CA_FILE_VAR;
     match provider {
         EmulatedProvider::E2b if snapshot.is_some() => {
             eprintln!("error: --snapshot is daytona's; e2b has templates (--template)");
@@ -1017,160 +1029,89 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
         eprintln!("error: the docker variant's base image: {e}");
         return EXIT_FAILED;
     }
+    let which = match provider {
+        EmulatedProvider::E2b => emulate::launch::Emulated::E2b,
+        EmulatedProvider::Daytona => emulate::launch::Emulated::Daytona,
+        EmulatedProvider::Modal => emulate::launch::Emulated::Modal,
+        EmulatedProvider::Datalayer => emulate::launch::Emulated::Datalayer,
+    };
     let environment = root.join("fixtures/environments/reference");
-    let (ca_pem, settings, running) = match provider {
-        EmulatedProvider::E2b => {
-            let options = emulate::e2b::Options {
-                port,
-                domain: domain.unwrap_or_else(|| emulate::e2b::DEFAULT_DOMAIN.to_owned()),
-            };
-            let emulator = match emulate::e2b::Emulator::start(docker, options).await {
-                Ok(e) => e,
-                Err(e) => {
-                    eprintln!("error: cannot start the e2b emulator: {e}");
-                    return EXIT_FAILED;
-                }
-            };
-            let mut settings = vec![
-                ("E2B_API_URL", emulator.api_url_with_port()),
-                ("E2B_DOMAIN", emulator.domain_with_port()),
-                (RESOLVE_VAR, format!("{}=127.0.0.1", emulator.domain())),
-            ];
-            if let Some(folder) = template {
-                let dir = root.join("fixtures/environments").join(&folder);
-                eprintln!("building {} into a template", dir.display());
-                match emulator
-                    .seed(&dir, start_cmd, &|line: &str| eprintln!("template: {line}"))
-                    .await
-                {
-                    Ok(seeded) => {
-                        settings.push(("E2B_TEMPLATE", seeded.name));
-                        settings.push(("E2B_TEMPLATE_BUILD", seeded.build));
-                    }
-                    Err(e) => {
-                        eprintln!("error: the {folder} template: {e}");
-                        Emulating::E2b(emulator).stop().await;
-                        return EXIT_FAILED;
-                    }
-                }
-            }
-            let ca = emulator.ca_pem().to_owned();
-            (ca, settings, Emulating::E2b(emulator))
+    let mut launch = emulate::launch::Launch::new(environment.clone());
+    launch.port = port;
+    launch.domain = domain;
+    if let Some(ttl) = router_jwt_ttl {
+        launch.router_jwt_ttl = std::time::Duration::from_secs(ttl);
+    }
+    launch.unavailable_once = unavailable_once;
+    launch.no_task = no_task;
+    launch.datalayer_faults = datalayer;
+    if let Some(name) = environment_name {
+        launch.environment_name = name;
+    }
+    if which == emulate::launch::Emulated::Datalayer {
+        eprintln!(
+            "building {} into environment {}",
+            environment.display(),
+            launch.environment_name
+        );
+    }
+    let mut running = match emulate::launch::start(which, docker, launch, &|line: &str| {
+        eprintln!("environment: {line}")
+    })
+    .await
+    {
+        Ok(running) => running,
+        Err(emulate::EmulateError::Config(e)) => {
+            eprintln!("error: {e}");
+            return EXIT_BAD_INPUT;
         }
-        EmulatedProvider::Daytona => {
-            let options = emulate::daytona::Options::new(
-                port,
-                domain.unwrap_or_else(|| emulate::daytona::DEFAULT_DOMAIN.to_owned()),
-            );
-            let emulator = match emulate::daytona::Emulator::start(docker, options).await {
-                Ok(e) => e,
-                Err(e) => {
-                    eprintln!("error: cannot start the daytona emulator: {e}");
-                    return EXIT_FAILED;
-                }
-            };
-            let mut settings = vec![
-                ("DAYTONA_API_URL", emulator.api_url_with_port()),
-                (RESOLVE_VAR, format!("{}=127.0.0.1", emulator.domain())),
-            ];
-            if let Some(folder) = snapshot {
-                let dir = root.join("fixtures/environments").join(&folder);
-                eprintln!("building {} into a snapshot", dir.display());
-                match emulator
-                    .seed(&dir, &|line: &str| eprintln!("snapshot: {line}"))
-                    .await
-                {
-                    Ok(seeded) => {
-                        settings.push(("DAYTONA_SNAPSHOT", seeded.name));
-                        settings.push(("DAYTONA_SNAPSHOT_ID", seeded.id));
-                    }
-                    Err(e) => {
-                        eprintln!("error: the {folder} snapshot: {e}");
-                        Emulating::Daytona(emulator).stop().await;
-                        return EXIT_FAILED;
-                    }
-                }
-            }
-            let ca = emulator.ca_pem().to_owned();
-            (ca, settings, Emulating::Daytona(emulator))
-        }
-        EmulatedProvider::Datalayer => {
-            let name = environment_name
-                .unwrap_or_else(|| emulate::datalayer::DEFAULT_ENVIRONMENT.to_owned());
-            let options = emulate::datalayer::Options {
-                port,
-                domain: domain.unwrap_or_else(|| emulate::datalayer::DEFAULT_DOMAIN.to_owned()),
-                environment: environment.clone(),
-                environment_name: name.clone(),
-                faults: datalayer,
-            };
-            let emulator = match emulate::datalayer::Emulator::start(docker, options).await {
-                Ok(e) => e,
-                Err(e) => {
-                    eprintln!("error: cannot start the datalayer emulator: {e}");
-                    return EXIT_FAILED;
-                }
-            };
-            eprintln!("building {} into environment {name}", environment.display());
-            if let Err(e) = emulator
-                .seed(&|line: &str| eprintln!("environment: {line}"))
-                .await
-            {
-                eprintln!("error: environment {name}: {e}");
-                Emulating::Datalayer(emulator).stop().await;
-                return EXIT_FAILED;
-            }
-            let settings = vec![
-                (
-                    sandbox_providers::datalayer::runtimes::URL_VAR,
-                    emulator.api_url(),
-                ),
-                ("SANDBOX_MATRIX_DATALAYER_PLAIN_URL", emulator.plain_url()),
-                (
-                    sandbox_providers::datalayer::runtimes::ENVIRONMENT_VAR,
-                    name,
-                ),
-                (RESOLVE_VAR, format!("{}=127.0.0.1", emulator.domain())),
-            ];
-            let ca = emulator.ca_pem().to_owned();
-            (ca, settings, Emulating::Datalayer(emulator))
-        }
-        EmulatedProvider::Modal => {
-            let options = emulate::modal::Options {
-                port,
-                domain: domain.unwrap_or_else(|| emulate::modal::DEFAULT_DOMAIN.to_owned()),
-                router_jwt_ttl: router_jwt_ttl.map_or(
-                    emulate::modal::ROUTER_JWT_TTL,
-                    std::time::Duration::from_secs,
-                ),
-                unavailable_once,
-                no_task,
-            };
-            let emulator = match emulate::modal::Emulator::start(docker, options).await {
-                Ok(e) => e,
-                Err(emulate::EmulateError::Config(e)) => {
-                    eprintln!("error: {e}");
-                    return EXIT_BAD_INPUT;
-                }
-                Err(e) => {
-                    eprintln!("error: cannot start the modal emulator: {e}");
-                    return EXIT_FAILED;
-                }
-            };
-            // Fakes: the emulator generated them, and accepts no others.
-            let settings = vec![
-                ("MODAL_SERVER_URL", emulator.server_url()),
-                ("MODAL_TOKEN_ID", emulator.token_id().to_owned()),
-                ("MODAL_TOKEN_SECRET", emulator.token_secret().to_owned()),
-                ("SANDBOX_MATRIX_MODAL_TLS_URL", emulator.tls_url()),
-                // The run label of its builds, and of sandboxes created without one.
-                ("SANDBOX_MATRIX_EMULATOR_RUN", emulator.run_id().to_owned()),
-                (RESOLVE_VAR, format!("{}=127.0.0.1", emulator.domain())),
-            ];
-            let ca = emulator.ca_pem().to_owned();
-            (ca, settings, Emulating::Modal(emulator))
+        Err(e) => {
+            eprintln!("error: cannot start the {} emulator: {e}", which.provider());
+            return EXIT_FAILED;
         }
     };
+    // A template or snapshot seeded from an environment folder, for an SDK user to start.
+    let seeded = match (&running.emulator, template, snapshot) {
+        (emulate::launch::Emulator::E2b(emulator), Some(folder), _) => {
+            let dir = root.join("fixtures/environments").join(&folder);
+            eprintln!("building {} into a template", dir.display());
+            emulator
+                .seed(&dir, start_cmd, &|line: &str| eprintln!("template: {line}"))
+                .await
+                .map(|seeded| {
+                    vec![
+                        ("E2B_TEMPLATE", seeded.name),
+                        ("E2B_TEMPLATE_BUILD", seeded.build),
+                    ]
+                })
+                .map_err(|e| format!("the {folder} template: {e}"))
+        }
+        (emulate::launch::Emulator::Daytona(emulator), _, Some(folder)) => {
+            let dir = root.join("fixtures/environments").join(&folder);
+            eprintln!("building {} into a snapshot", dir.display());
+            emulator
+                .seed(&dir, &|line: &str| eprintln!("snapshot: {line}"))
+                .await
+                .map(|seeded| {
+                    vec![
+                        ("DAYTONA_SNAPSHOT", seeded.name),
+                        ("DAYTONA_SNAPSHOT_ID", seeded.id),
+                    ]
+                })
+                .map_err(|e| format!("the {folder} snapshot: {e}"))
+        }
+        _ => Ok(Vec::new()),
+    };
+    match seeded {
+        Ok(seeded) => running.settings.extend(seeded),
+        Err(e) => {
+            eprintln!("error: {e}");
+            running.stop().await;
+            return EXIT_FAILED;
+        }
+    }
+    let ca_pem = running.ca_pem.clone();
+    let settings = running.settings.clone();
     let (ca_file, temporary) = match ca_out {
         Some(path) => (path, false),
         None => (
@@ -1198,7 +1139,8 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
         match provider {
             EmulatedProvider::Modal =>
                 "only the printed MODAL_TOKEN_ID and MODAL_TOKEN_SECRET are accepted",
-            _ => "any non-empty API key is accepted (the emulator checks only that one is sent)",
+            _ =>
+                "any non-empty API key is accepted (the emulator checks only that one is sent; the printed one is a fake)",
         }
     );
     wait_for_stop().await;
@@ -1208,42 +1150,6 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
         let _ = std::fs::remove_file(&ca_file);
     }
     EXIT_PASSED
-}
-
-/// An emulator `emulate` runs.
-enum Emulating {
-    /// E2B's.
-    E2b(sandbox_matrix::emulate::e2b::Emulator),
-    /// Daytona's.
-    Daytona(sandbox_matrix::emulate::daytona::Emulator),
-    /// Modal's.
-    Modal(sandbox_matrix::emulate::modal::Emulator),
-    /// Datalayer's runtimes API.
-    Datalayer(sandbox_matrix::emulate::datalayer::Emulator),
-}
-
-impl Emulating {
-    /// Stops serving and removes what the emulator's sandboxes and builds left.
-    async fn stop(self) {
-        match self {
-            Self::E2b(emulator) => {
-                emulator.stop();
-                emulator.cleanup().await;
-            }
-            Self::Daytona(emulator) => {
-                emulator.stop();
-                emulator.cleanup().await;
-            }
-            Self::Modal(emulator) => {
-                emulator.stop();
-                emulator.cleanup().await;
-            }
-            Self::Datalayer(emulator) => {
-                emulator.stop();
-                emulator.cleanup().await;
-            }
-        }
-    }
 }
 
 /// Returns on Ctrl-C or SIGTERM.
@@ -1288,6 +1194,7 @@ impl sandbox_matrix::sweep::Connect for SweepConnect {
             Some(cloud) => (cloud.connect)(
                 sandbox_providers::api::Mode::Live,
                 std::sync::Arc::default(),
+                &Settings::environment(),
             )
             .map(reached)
             .map_err(|e| e.to_string()),
@@ -1540,7 +1447,11 @@ async fn run(args: RunArgs) -> u8 {
         .cassettes
         .clone()
         .unwrap_or_else(|| root.join(variants::CASSETTES_DIR));
-    let cloud_mode = if args.record {
+    let cloud_mode = if args.emulated {
+        CloudMode::Emulated {
+            record: args.record.then_some(cassettes),
+        }
+    } else if args.record {
         CloudMode::Record { dir: cassettes }
     } else if args.live {
         CloudMode::Live
@@ -1593,6 +1504,7 @@ async fn run(args: RunArgs) -> u8 {
         }
     }
     terminal.scrub_with(written_secrets.clone());
+    let mut emulator_docker = None;
     for name in &variant_names {
         let Some(cloud) = variants::cloud(name) else {
             continue;
@@ -1603,6 +1515,7 @@ async fn run(args: RunArgs) -> u8 {
                 if let Err(e) = (cloud.connect)(
                     sandbox_providers::api::Mode::Live,
                     runner.scenario_volatiles(),
+                    &Settings::environment(),
                 ) {
                     eprintln!("error: the {name} variant cannot run live: {e}");
                     return EXIT_BAD_INPUT;
@@ -1619,6 +1532,18 @@ async fn run(args: RunArgs) -> u8 {
                         sandbox_matrix::run::base::BASE_VAR
                     );
                     return EXIT_BAD_INPUT;
+                }
+            }
+            CloudMode::Emulated { .. } => {
+                // Each scenario gets its emulator; they share one docker variant.
+                if emulator_docker.is_none() {
+                    match emulator_backend(root).await {
+                        Ok(docker) => emulator_docker = Some(docker),
+                        Err(e) => {
+                            eprintln!("error: the emulators need the local engine: {e}");
+                            return EXIT_FAILED;
+                        }
+                    }
                 }
             }
             CloudMode::Replay { dir, .. } => {
@@ -1693,10 +1618,17 @@ async fn run(args: RunArgs) -> u8 {
             CloudMode::Live => "live".to_owned(),
             CloudMode::Record { dir } => format!("live, recording to {}", dir.display()),
             CloudMode::Replay { dir, .. } => format!("replayed from {}", dir.display()),
+            CloudMode::Emulated { record: None } =>
+                "against sandbox-matrix's emulators on 127.0.0.1 (not the providers)".to_owned(),
+            CloudMode::Emulated { record: Some(dir) } => format!(
+                "against sandbox-matrix's emulators on 127.0.0.1 (not the providers), recording to {}",
+                dir.display()
+            ),
         }
     );
     eprintln!("{base_line}");
     let mut report_error = None;
+    let mut noted_emulated = std::collections::HashSet::new();
     for name in &variant_names {
         let plan = match local.get(name.as_str()) {
             None => None,
@@ -1736,19 +1668,45 @@ async fn run(args: RunArgs) -> u8 {
                 }
                 continue;
             }
+            let mut emulator = None;
             let (provider, not_ready, check, source) = match (&plan, variants::cloud(name)) {
                 (Some((provider, not_ready)), _) => {
                     (provider.clone(), not_ready.clone(), None, Source::Live)
                 }
                 (None, Some(cloud)) => {
-                    match variants::open_cloud(
-                        cloud,
-                        &scenario.name,
-                        &cloud_mode,
-                        runner.scenario_volatiles(),
-                    )
-                    .await
-                    {
+                    let settings = match (&cloud_mode, &emulator_docker) {
+                        (CloudMode::Emulated { .. }, Some(docker)) => {
+                            // Before its emulator makes anything: a sweep then knows where.
+                            if noted_emulated.insert(name.clone())
+                                && let Err(e) = ledger.emulated(name)
+                            {
+                                eprintln!("warning: {e}");
+                            }
+                            let scratch = variants::run_scratch(&run_id);
+                            match start_emulator(name, scenario, &run_id, docker, &scratch).await {
+                                Ok((running, ca_file, settings)) => {
+                                    emulator = Some((running, ca_file));
+                                    Ok(settings)
+                                }
+                                Err(e) => Err(e),
+                            }
+                        }
+                        _ => Ok(Settings::environment()),
+                    };
+                    let session = match settings {
+                        Ok(settings) => {
+                            variants::open_cloud(
+                                cloud,
+                                &scenario.name,
+                                &cloud_mode,
+                                runner.scenario_volatiles(),
+                                &settings,
+                            )
+                            .await
+                        }
+                        Err(e) => Err(e),
+                    };
+                    match session {
                         Ok(session) => {
                             let not_ready = runner.prepare(&session.provider).await.err();
                             (
@@ -1785,6 +1743,14 @@ async fn run(args: RunArgs) -> u8 {
                     });
                 }
             };
+            if let Some((running, ca_file)) = emulator.take() {
+                running.stop().await;
+                let _ = std::fs::remove_file(ca_file);
+                eprintln!(
+                    "{name}::{}: stopped its emulator and removed what it made",
+                    scenario.name
+                );
+            }
             let results = snapshot(&provenance, &collector);
             if let Err(e) = run_folder::write(&out, &results, &written_secrets) {
                 report_error = Some(e);
@@ -1811,6 +1777,8 @@ async fn run(args: RunArgs) -> u8 {
             break;
         }
     }
+    // The run's scratch folder (emulators' CA files, a registry's) goes once empty.
+    let _ = std::fs::remove_dir(variants::run_scratch(&run_id));
     if let Err(e) = ledger.finished() {
         eprintln!("warning: {e}");
     }
@@ -1837,7 +1805,7 @@ async fn run(args: RunArgs) -> u8 {
         }
         Err(e) => report_error = Some(e),
     }
-    if let CloudMode::Record { dir } = &cloud_mode {
+    if let CloudMode::Record { dir } | CloudMode::Emulated { record: Some(dir) } = &cloud_mode {
         let leaks = report::self_scan::scan(&[dir], &written_secrets);
         if !leaks.is_empty() {
             let leaks: Vec<String> = leaks.iter().map(ToString::to_string).collect();
@@ -1866,6 +1834,51 @@ fn snapshot(provenance: &Provenance, collector: &Collector) -> RunResults {
         provenance: provenance.clone(),
         scenarios: collector.0.lock().expect("collector lock").clone(),
     }
+}
+
+/// The docker variant the emulators of a run build and launch on, its base image ready.
+async fn emulator_backend(root: &Path) -> Result<Arc<DockerProvider>, String> {
+    let docker = variants::docker_provider(root, &harness_executable()).await?;
+    sandbox_providers::Provider::prepare(&docker, &RunBase::local().base, &|line: &str| {
+        eprintln!("prepare: {line}")
+    })
+    .await
+    .map_err(|e| format!("the docker variant's base image: {e}"))?;
+    Ok(Arc::new(docker))
+}
+
+/// Starts `variant`'s emulator for `scenario` of run `run_id`, labelling what it makes with
+/// the run, serving the scenario's environment as Datalayer's platform environment; its
+/// CA goes to a file under `scratch`. Returns it, that file and the settings its client
+/// reaches it with.
+async fn start_emulator(
+    variant: &str,
+    scenario: &sandbox_matrix::run::scenario::Scenario,
+    run_id: &str,
+    docker: &Arc<DockerProvider>,
+    scratch: &Path,
+) -> Result<(emulate::launch::Running, PathBuf, Settings), String> {
+    let which = emulate::launch::Emulated::of_variant(variant)
+        .ok_or_else(|| format!("sandbox-matrix has no emulator of the {variant} variant"))?;
+    let mut launch = emulate::launch::Launch::new(scenario.environment.clone());
+    launch.run_id = Some(run_id.to_owned());
+    let prefix = format!("{variant}::{} emulator", scenario.name);
+    let log = move |line: &str| eprintln!("{prefix}: {line}");
+    let running = emulate::launch::start(which, docker.clone(), launch, &log)
+        .await
+        .map_err(|e| format!("cannot start the {} emulator: {e}", which.provider()))?;
+    let ca_file = scratch.join(format!("{variant}-{}-ca.pem", scenario.name));
+    let written =
+        std::fs::create_dir_all(scratch).and_then(|()| std::fs::write(&ca_file, &running.ca_pem));
+    if let Err(e) = written {
+        running.stop().await;
+        return Err(format!(
+            "cannot write the emulator's CA certificate to {}: {e}",
+            ca_file.display()
+        ));
+    }
+    let settings = running.client_settings(&ca_file);
+    Ok((running, ca_file, settings))
 }
 
 /// This executable, baked into images as the doctor.

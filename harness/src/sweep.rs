@@ -154,7 +154,26 @@ pub async fn sweep(
     } else {
         match (scope, targets.first().and_then(Target::view)) {
             (Scope::Run { id, .. }, Some(view)) => {
-                let named: Vec<String> = view.variants().into_iter().collect();
+                // What an emulated variant made is on this engine, labelled with the run:
+                // the docker variant's sweep finds it by that label, with no credential.
+                let emulated = view.emulated();
+                let mut named: Vec<String> = view
+                    .variants()
+                    .into_iter()
+                    .filter(|v| !emulated.contains(v))
+                    .collect();
+                if !emulated.is_empty() {
+                    say(
+                        To::Err,
+                        &format!(
+                            "run {id}: {} ran against emulators on this engine; sweeping what they made there",
+                            emulated.into_iter().collect::<Vec<_>>().join(", ")
+                        ),
+                    );
+                    if !named.iter().any(|v| v == "docker") {
+                        named.push("docker".to_owned());
+                    }
+                }
                 if named.is_empty() {
                     say(
                         To::Err,
@@ -1025,6 +1044,37 @@ mod tests {
             "{said}"
         );
         assert!(said.contains("run r1: 1 resource(s) removed"), "{said}");
+    }
+
+    #[tokio::test]
+    async fn an_emulated_variants_leftovers_are_swept_from_the_engine_not_through_the_provider() {
+        let bench = Bench::new("emulated");
+        bench.dead_ledger(
+            "r1",
+            &[
+                Record::Emulated {
+                    variant: "e2b".into(),
+                },
+                // The e2b client's template, in an emulator that died with the run.
+                created("e2b", "template", "tpl0001"),
+            ],
+        );
+        // What the emulator made on the engine, labelled with the run.
+        bench.engine().labelled.lock().unwrap().push(labelled(
+            "r1",
+            "container",
+            "c-emulated",
+            None,
+        ));
+        let (ended, said) = bench.sweep(&run("r1"), &bench.options(&[], false)).await;
+        assert_eq!(ended, Ended::Clean, "{said}");
+        assert_eq!(*bench.connect.asked.lock().unwrap(), ["docker"], "{said}");
+        assert!(
+            said.contains("e2b ran against emulators on this engine"),
+            "{said}"
+        );
+        assert!(said.contains("run r1: 1 resource(s) removed"), "{said}");
+        assert!(bench.engine().labelled.lock().unwrap().is_empty(), "{said}");
     }
 
     #[tokio::test]

@@ -35,12 +35,13 @@ async fn replay(cassette: Cassette) -> (ScenarioResult, ReplayServer) {
     )
     .await
     .expect("replay server");
-    let provider = DaytonaProvider::from_env(
+    let provider = DaytonaProvider::from_settings(
         Mode::Replay {
             server_url: server.url(),
             pace: Pace::Instant,
         },
         volatiles,
+        &sandbox_providers::api::settings::Settings::environment(),
     )
     .expect("replay needs no credential");
     let result = runner

@@ -62,6 +62,7 @@ fn run_once(variant: &str, scenario: &Scenario) -> Result<(String, ScenarioResul
                     &scenario.name,
                     &replay_mode(),
                     runner.scenario_volatiles(),
+                    &sandbox_providers::api::settings::Settings::environment(),
                 )
                 .await?;
                 (session.provider, session.check, session.source)

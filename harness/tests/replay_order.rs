@@ -26,6 +26,7 @@ async fn core_tier(dir: &Path) -> ScenarioResult {
             pace: Pace::Instant,
         },
         runner.scenario_volatiles(),
+        &sandbox_providers::api::settings::Settings::environment(),
     )
     .await
     .expect("the cassette opens");

@@ -55,6 +55,7 @@ async fn every_request_of_every_replayed_scenario_matches_its_schema() {
                     pace: Pace::Instant,
                 },
                 volatiles,
+                &sandbox_providers::api::settings::Settings::environment(),
             )
             .expect("replay needs no credential");
             let result = runner.run_scenario(provider, &scenario, None).await;

@@ -603,6 +603,13 @@ pub trait Provider: Send + Sync {
         false
     }
 
+    /// The emulator that answered this provider's calls, as it announced itself in its
+    /// answers ([`api::EMULATOR_HEADER`]), when one did: a run reaching an emulator through
+    /// live settings is then labelled emulated, never live. Never set by a replay.
+    fn emulator(&self) -> Option<String> {
+        None
+    }
+
     /// Lists every resource carrying all of `labels` (run, variant and scenario).
     async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>>;
 

@@ -58,12 +58,13 @@ async fn serve(name: &str) -> (ReplayServer, E2bProvider) {
     )
     .await
     .expect("replay server");
-    let provider = E2bProvider::from_env(
+    let provider = E2bProvider::from_settings(
         Mode::Replay {
             server_url: server.url(),
             pace: sandbox_providers::api::replay::Pace::Instant,
         },
         volatiles,
+        &sandbox_providers::api::settings::Settings::environment(),
     )
     .expect("replay needs no credential");
     (server, provider)

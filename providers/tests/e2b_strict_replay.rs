@@ -135,12 +135,13 @@ async fn the_secrets_scan_run_as_the_unprivileged_user_is_refused() {
     let volatiles = Arc::new(Volatiles::default());
     volatiles.register("run-id", RUN_ID);
     let server = serve(cut, None, volatiles.clone()).await;
-    let provider = E2bProvider::from_env(
+    let provider = E2bProvider::from_settings(
         Mode::Replay {
             server_url: server.url(),
             pace: Pace::Instant,
         },
         volatiles,
+        &sandbox_providers::api::settings::Settings::environment(),
     )
     .expect("replay needs no credential");
     let labels = RunLabels {

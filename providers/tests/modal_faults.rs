@@ -78,11 +78,12 @@ async fn serve_at(name: &str, pace: Pace) -> (GrpcReplayServer, ModalProvider) {
     )
     .await
     .expect("replay server");
-    let provider = ModalProvider::from_env(
+    let provider = ModalProvider::from_settings(
         Connection::Replay {
             server_url: server.url(),
         },
         volatiles,
+        &sandbox_providers::api::settings::Settings::environment(),
     )
     .expect("replay needs no credential")
     // As authored: only the sandbox that never gets a task waits briefly for one.

@@ -58,6 +58,9 @@ pub struct Options {
     pub environment_name: String,
     /// Faults, for fault cassettes.
     pub faults: Faults,
+    /// The run whose label every build and runtime it makes carries (`run --emulated`);
+    /// `None`: labels of its own, unique to this emulator.
+    pub run_id: Option<String>,
 }
 
 /// Misbehaviours the emulator can be started with.
@@ -144,7 +147,11 @@ impl Emulator {
         let refuse_create = options.faults.refuse_create.clone();
         let emulator = Self {
             inner: Arc::new(Inner {
-                site: Arc::new(Site::new(domain, &front)),
+                site: Arc::new(Site::new(
+                    domain,
+                    &front,
+                    sandbox_providers::datalayer::runtimes::VARIANT,
+                )),
                 plain: split,
                 docker,
                 options,
@@ -172,7 +179,12 @@ impl Emulator {
     /// Builds the environment folder on the docker variant: what `POST /runtimes` starts.
     pub async fn seed(&self, log: &sandbox_providers::LogFn) -> Result<(), EmulateError> {
         let labels = RunLabels {
-            run_id: format!("datalayer-emulator-{}", self.port()),
+            run_id: self
+                .inner
+                .options
+                .run_id
+                .clone()
+                .unwrap_or_else(|| format!("datalayer-emulator-{}", self.port())),
             variant: EMULATOR_VARIANT.into(),
             scenario: super::seed_scenario(&self.inner.options.environment),
         };
@@ -216,6 +228,12 @@ impl Emulator {
     /// `DATALAYER_RUNTIMES_URL` over HTTPS: `https://r1.<domain>:<port>`.
     pub fn api_url(&self) -> String {
         format!("https://{API_LABEL}.{}:{}", self.domain(), self.port())
+    }
+
+    /// The API's HTTPS URL without the port, for a client pinning `<domain>` to
+    /// `127.0.0.1:<port>`: what it records then names no machine-specific port.
+    pub fn api_url_without_port(&self) -> String {
+        format!("https://{API_LABEL}.{}", self.domain())
     }
 
     /// The same API over plain HTTP on loopback, for a client that cannot be pinned or
@@ -415,7 +433,12 @@ impl Emulator {
         };
         let pod_name = format!("jupyter-{environment}-{n:05}");
         let labels = RunLabels {
-            run_id: format!("datalayer-emulator-{}-{n}", self.port()),
+            run_id: self
+                .inner
+                .options
+                .run_id
+                .clone()
+                .unwrap_or_else(|| format!("datalayer-emulator-{}-{n}", self.port())),
             variant: EMULATOR_VARIANT.into(),
             scenario: given_name.clone(),
         };

@@ -288,7 +288,7 @@ impl Emulator {
         });
         let emulator = Self {
             inner: Arc::new(Inner {
-                site: Arc::new(Site::new(domain, &front)),
+                site: Arc::new(Site::new(domain, &front, "daytona")),
                 docker,
                 engine,
                 labels,

@@ -92,6 +92,9 @@ pub struct Options {
     pub port: u16,
     /// The sandbox domain: the control plane is `api.<domain>`.
     pub domain: String,
+    /// The run whose label every build and container it makes carries (`run --emulated`);
+    /// `None`: labels of its own, unique to this emulator.
+    pub run_id: Option<String>,
 }
 
 /// A template [`Emulator::seed`] built.
@@ -199,6 +202,8 @@ struct Inner {
     world: Mutex<World>,
     /// Forwards to the docker sandboxes' Jupyter Servers.
     http: reqwest::Client,
+    /// [`Options::run_id`].
+    run_id: Option<String>,
 }
 
 impl std::fmt::Debug for Emulator {
@@ -223,10 +228,11 @@ impl Emulator {
             .map_err(|e| EmulateError::Backend(format!("an HTTP client: {e}")))?;
         let emulator = Self {
             inner: Arc::new(Inner {
-                site: Arc::new(Site::new(domain, &front)),
+                site: Arc::new(Site::new(domain, &front, "e2b")),
                 docker,
                 world: Mutex::default(),
                 http,
+                run_id: options.run_id,
             }),
         };
         let sockets = emulator.clone();
@@ -311,7 +317,11 @@ impl Emulator {
         )
         .map_err(|e| EmulateError::Backend(format!("an e2b client for the emulator: {e}")))?;
         let labels = RunLabels {
-            run_id: format!("emulate-{}", self.port()),
+            run_id: self
+                .inner
+                .run_id
+                .clone()
+                .unwrap_or_else(|| format!("emulate-{}", self.port())),
             variant: "e2b".into(),
             scenario: super::seed_scenario(environment),
         };
@@ -557,7 +567,7 @@ impl Emulator {
             registry_credential,
             build_secrets: secrets,
             labels: RunLabels {
-                run_id: name,
+                run_id: self.inner.run_id.clone().unwrap_or(name),
                 variant: "e2b-emulator".into(),
                 scenario: "build".into(),
             },
@@ -626,11 +636,15 @@ impl Emulator {
     }
 
     /// Kills sandbox `id` once `timeout` seconds have passed, as E2B kills a sandbox at its
-    /// timeout (`NewSandbox.timeout`, spec/openapi.yml).
+    /// timeout (`NewSandbox.timeout`, spec/openapi.yml); not once the emulator has stopped,
+    /// when its cleanup removes what is left.
     fn kill_at_timeout(&self, id: String, timeout: u64) {
         let emulator = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(timeout)).await;
+            if emulator.inner.site.stopped() {
+                return;
+            }
             if let Err(e) = emulator.kill(&id).await {
                 eprintln!("emulate e2b: killing sandbox {id} at its timeout: {e}");
             }
@@ -670,6 +684,7 @@ impl Emulator {
             run_id: metadata
                 .get("sandbox-matrix.run")
                 .cloned()
+                .or_else(|| self.inner.run_id.clone())
                 .unwrap_or_else(|| format!("e2b-emulator-{}-{id}", self.port())),
             variant: "e2b-emulator".into(),
             scenario: metadata

@@ -11,6 +11,7 @@
 pub mod datalayer;
 pub mod daytona;
 pub mod e2b;
+pub mod launch;
 pub mod modal;
 pub mod record;
 pub mod tls;
@@ -129,10 +130,12 @@ pub async fn bind_loopback(
 }
 
 /// Serves HTTP/1.1 on `listener` with hyper, answering each request with what `handle`
-/// returns: status, content type and body (or an [`Answer`]). Runs until the task is
-/// aborted.
+/// returns: status, content type and body (or an [`Answer`]), each answer naming the
+/// emulator in [`sandbox_providers::api::EMULATOR_HEADER`] when `announce` is set. Runs
+/// until the task is aborted.
 pub fn serve_http<F, Fut>(
     listener: tokio::net::TcpListener,
+    announce: Option<Arc<str>>,
     handle: F,
 ) -> tokio::task::JoinHandle<()>
 where
@@ -144,10 +147,12 @@ where
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let handle = handle.clone();
+            let announce = announce.clone();
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(
                     move |request: hyper::Request<hyper::body::Incoming>| {
                         let handle = handle.clone();
+                        let announce = announce.clone();
                         async move {
                             let (parts, body) = request.into_parts();
                             let body = body.collect().await?.to_bytes().to_vec();
@@ -170,10 +175,15 @@ where
                                 body,
                             };
                             let (status, content_type, body) = handle(request).await.into();
-                            let response = hyper::Response::builder()
+                            let mut response = hyper::Response::builder()
                                 .status(status)
-                                .header("content-type", content_type)
-                                .body(http_body_util::Full::new(bytes::Bytes::from(body)));
+                                .header("content-type", content_type);
+                            if let Some(announce) = &announce {
+                                response = response
+                                    .header(sandbox_providers::api::EMULATOR_HEADER, &**announce);
+                            }
+                            let response =
+                                response.body(http_body_util::Full::new(bytes::Bytes::from(body)));
                             let response = response.unwrap_or_else(|_| {
                                 let mut r = hyper::Response::new(http_body_util::Full::new(
                                     bytes::Bytes::from_static(b"invalid response"),
@@ -205,19 +215,6 @@ pub struct Front {
 }
 
 impl Front {
-    /// Serves `handle` over HTTPS on 127.0.0.1:`port` (0: any free port) with a fresh test
-    /// CA's certificate for `domain`, and over plain HTTP on another loopback port.
-    pub async fn start<F, Fut>(port: u16, domain: &str, handle: F) -> Result<Self, EmulateError>
-    where
-        F: Fn(HttpRequest) -> Fut + Clone + Send + Sync + 'static,
-        Fut: std::future::Future<Output = (u16, String, Vec<u8>)> + Send + 'static,
-    {
-        let (plain_listener, plain) = bind_loopback(0).await?;
-        let mut front = Self::with_upstream(port, plain, domain).await?;
-        front.tasks.push(serve_http(plain_listener, handle));
-        Ok(front)
-    }
-
     /// A TLS front on 127.0.0.1:`port` (0: any free port) with a fresh test CA's
     /// certificate for `domain`, relaying to an already serving `upstream` (such as one
     /// that splits WebSocket upgrades off first).
@@ -264,6 +261,8 @@ impl Drop for Front {
 /// Where an emulator is served and what a client needs to reach it: its domain, its port
 /// on 127.0.0.1 and its test CA; and the [`Front`] serving it until stopped.
 pub(crate) struct Site {
+    /// What every answer's [`sandbox_providers::api::EMULATOR_HEADER`] says.
+    announce: Arc<str>,
     domain: String,
     port: u16,
     ca_pem: String,
@@ -284,8 +283,11 @@ impl std::fmt::Debug for Site {
 impl Site {
     /// `domain` (as [`Self::normalise`] gives it) served through `front`, which
     /// [`Self::serve`] takes once the emulator exists.
-    pub(crate) fn new(domain: String, front: &Front) -> Self {
+    /// Serves `domain` through `front` as the emulator of cloud variant `variant`, which
+    /// every answer names ([`sandbox_providers::api::EMULATOR_HEADER`]).
+    pub(crate) fn new(domain: String, front: &Front, variant: &str) -> Self {
         Self {
+            announce: Arc::from(launch::describe(variant)),
             domain,
             port: front.port(),
             ca_pem: front.ca().ca_pem().to_owned(),
@@ -312,28 +314,32 @@ impl Site {
         Fut: std::future::Future<Output = Answer> + Send + 'static,
     {
         let site = Arc::downgrade(self);
-        front.serve(serve_http(listener, move |request: HttpRequest| {
-            let handle = handle.clone();
-            let site = site.clone();
-            async move {
-                let recording = site.upgrade().and_then(|s| lock(&s.recording).clone());
-                let Some(exchanges) = recording else {
-                    return handle(request).await;
-                };
-                let kept = HttpRequest {
-                    method: request.method.clone(),
-                    host: request.host.clone(),
-                    path: request.path.clone(),
-                    query: request.query.clone(),
-                    headers: request.headers.clone(),
-                    body: request.body.clone(),
-                };
-                let arrived = record::now_ms();
-                let answer = handle(request).await;
-                exchanges.keep(arrived, &kept, answer.status, &answer.body);
-                answer
-            }
-        }));
+        front.serve(serve_http(
+            listener,
+            Some(self.announce.clone()),
+            move |request: HttpRequest| {
+                let handle = handle.clone();
+                let site = site.clone();
+                async move {
+                    let recording = site.upgrade().and_then(|s| lock(&s.recording).clone());
+                    let Some(exchanges) = recording else {
+                        return handle(request).await;
+                    };
+                    let kept = HttpRequest {
+                        method: request.method.clone(),
+                        host: request.host.clone(),
+                        path: request.path.clone(),
+                        query: request.query.clone(),
+                        headers: request.headers.clone(),
+                        body: request.body.clone(),
+                    };
+                    let arrived = record::now_ms();
+                    let answer = handle(request).await;
+                    exchanges.keep(arrived, &kept, answer.status, &answer.body);
+                    answer
+                }
+            },
+        ));
         *lock(&self.front) = Some(front);
     }
 
@@ -355,6 +361,11 @@ impl Site {
     /// Stops serving.
     pub(crate) fn stop(&self) {
         lock(&self.front).take();
+    }
+
+    /// Whether [`Self::stop`] was called: what it made is its cleanup's, not its own.
+    pub(crate) fn stopped(&self) -> bool {
+        lock(&self.front).is_none()
     }
 
     /// The port it serves on 127.0.0.1.

@@ -144,6 +144,9 @@ pub struct Options {
     pub unavailable_once: Vec<String>,
     /// Sandboxes never get a task: their container is never launched.
     pub no_task: bool,
+    /// The run whose label every build and container it makes carries (`run --emulated`);
+    /// `None`: a run id of its own, unique to this emulator.
+    pub run_id: Option<String>,
 }
 
 /// A docker build of an image's Dockerfile commands.
@@ -275,11 +278,13 @@ impl Emulator {
                 // Fakes: generated credentials that only this emulator accepts.
                 token_id: format!("sm-fake-ak-{}", random_id(16)),
                 token_secret: format!("sm-fake-as-{}", random_id(24)),
-                run_id: format!(
-                    "emulator-{}-{:06x}",
-                    std::process::id(),
-                    rand::random::<u32>() >> 8
-                ),
+                run_id: options.run_id.unwrap_or_else(|| {
+                    format!(
+                        "emulator-{}-{:06x}",
+                        std::process::id(),
+                        rand::random::<u32>() >> 8
+                    )
+                }),
                 router_jwt_ttl: options.router_jwt_ttl,
                 unavailable_once: Mutex::new(options.unavailable_once),
                 no_task: options.no_task,
@@ -900,17 +905,35 @@ impl Emulator {
 }
 
 /// Kills exec `id`'s process (SIGKILL, by the host pid the engine reports): the router
-/// ending an exec at its timeout.
+/// ending an exec at its timeout. Only a pid whose cgroup names the exec's container is
+/// signalled: an engine in another pid namespace (a VM) reports pids that are not this
+/// machine's, and the exec is then said unkilled rather than some other process killed.
 async fn kill_exec(engine: &bollard::Docker, id: &str) {
-    let pid = engine.inspect_exec(id).await.ok().and_then(|i| i.pid);
-    let killed = pid
+    let inspected = engine.inspect_exec(id).await.ok();
+    let pid = inspected
+        .as_ref()
+        .and_then(|i| i.pid)
         .and_then(|pid| libc::pid_t::try_from(pid).ok())
-        .filter(|pid| *pid > 0)
-        // SAFETY: kill(2) with a pid the engine reported and a signal number; no memory
-        // is passed.
-        .map(|pid| unsafe { libc::kill(pid, libc::SIGKILL) } == 0);
+        .filter(|pid| *pid > 0);
+    let container = inspected.and_then(|i| i.container_id).unwrap_or_default();
+    let ours = pid.filter(|pid| {
+        !container.is_empty()
+            && std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                .is_ok_and(|cgroups| cgroups.contains(&container))
+    });
+    // SAFETY: kill(2) with a pid checked above to be in the exec's container, and a
+    // signal number; no memory is passed.
+    let killed = ours.map(|pid| unsafe { libc::kill(pid, libc::SIGKILL) } == 0);
     if killed != Some(true) {
-        eprintln!("emulate modal: the exec {id} reached its timeout but could not be killed");
+        eprintln!(
+            "emulate modal: the exec {id} reached its timeout but could not be killed ({})",
+            match (pid, ours) {
+                (None, _) => "the engine reported no pid for it",
+                (Some(_), None) =>
+                    "the pid the engine reported is not in its container on this machine: the engine runs in another pid namespace",
+                (Some(_), Some(_)) => "kill(2) failed",
+            }
+        );
     }
 }
 
@@ -1599,14 +1622,28 @@ where
                 exchanges.keep(arrived, &kept, 200, &[]);
             }
             if let Some(refusal) = unknown_fields(parts.uri.path(), &bytes) {
-                return Ok(Status::unimplemented(refusal).into_http());
+                let mut response = Status::unimplemented(refusal).into_http();
+                announce(&mut response);
+                return Ok(response);
             }
             let request = http::Request::from_parts(
                 parts,
                 tonic::body::Body::new(http_body_util::Full::new(bytes)),
             );
-            inner.call(request).await
+            let mut response = inner.call(request).await?;
+            announce(&mut response);
+            Ok(response)
         })
+    }
+}
+
+/// Names the emulator in `response`'s metadata ([`sandbox_providers::api::EMULATOR_HEADER`]),
+/// as every answer of the HTTP emulators does.
+fn announce<B>(response: &mut http::Response<B>) {
+    if let Ok(value) = http::HeaderValue::from_str(&super::launch::describe("modal")) {
+        response
+            .headers_mut()
+            .insert(sandbox_providers::api::EMULATOR_HEADER, value);
     }
 }
 

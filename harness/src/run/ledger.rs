@@ -81,6 +81,14 @@ pub enum Record {
         /// The provider's id.
         id: String,
     },
+    /// Written before a cloud variant's first scenario runs against the emulator the run
+    /// started (`run --emulated`): what that variant creates lives on this machine's
+    /// engine, labelled with the run, and its provider ids died with the emulator, so a
+    /// sweep removes it from the engine, never through the provider.
+    Emulated {
+        /// The cloud variant.
+        variant: String,
+    },
     /// A sweep removed what the run left, the run's process being gone: an age sweep
     /// passes the run over from then on.
     Swept {
@@ -193,6 +201,13 @@ impl Ledger {
             scenario: labels.scenario.clone(),
             kind: resource.kind.clone(),
             id: resource.id.clone(),
+        })
+    }
+
+    /// Records that `variant` runs against an emulator the run started ([`Record::Emulated`]).
+    pub fn emulated(&self, variant: &str) -> Result<(), String> {
+        self.append(&Record::Emulated {
+            variant: variant.to_owned(),
         })
     }
 
@@ -316,6 +331,17 @@ impl LedgerView {
     /// Every variant that meant to create something.
     pub fn variants(&self) -> BTreeSet<String> {
         self.scenarios().into_iter().map(|(v, _)| v).collect()
+    }
+
+    /// The cloud variants that ran against an emulator the run started.
+    pub fn emulated(&self) -> BTreeSet<String> {
+        self.records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Emulated { variant } => Some(variant.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// What `variant` created that its delete removes, with the scenario it was for, in

@@ -272,7 +272,11 @@ async fn connect(root: &Path, harness: &Path, name: &str) -> (Row, Option<Arc<dy
             None,
         );
     };
-    match (cloud.connect)(Mode::Live, Arc::new(Volatiles::default())) {
+    match (cloud.connect)(
+        Mode::Live,
+        Arc::new(Volatiles::default()),
+        &sandbox_providers::api::settings::Settings::environment(),
+    ) {
         Ok(p) => (
             row(
                 name,

@@ -315,7 +315,8 @@ impl Runner {
         // code channel); every result is reported in the scenario's order. Replayed and recorded sessions keep their
         // cassettes' order of exchanges, so they run one step at a time (whatever source
         // the caller names: the provider says when its calls are being recorded or replayed).
-        let concurrent = source == Source::Live && !provider.ordered_calls();
+        let concurrent =
+            matches!(source, Source::Live | Source::Emulated { .. }) && !provider.ordered_calls();
         // Whether a step since the launch has used the sandbox's code channel (on docker,
         // started its kernel).
         let mut channel_used = false;
@@ -386,6 +387,12 @@ impl Runner {
             results.push(result);
         }
         let state = std::mem::take(&mut *state.lock().expect("scenario state lock"));
+        // Live settings that reached one of our emulators (as `emulate` prints them) are
+        // not the provider: the emulator said so in its answers.
+        let source = match (source, provider.emulator()) {
+            (Source::Live | Source::Record, Some(emulator)) => Source::Emulated { emulator },
+            (source, _) => source,
+        };
         let result = ScenarioResult {
             variant,
             scenario: scenario.name.clone(),

@@ -9,6 +9,7 @@ use sandbox_providers::api::grpc::{
     GrpcCassette, GrpcOptions, GrpcReplayServer, Recorder as GrpcRecorder,
 };
 use sandbox_providers::api::replay::{Pace, ReplayOptions, ReplayServer};
+use sandbox_providers::api::settings::Settings;
 use sandbox_providers::api::{Cassette, Mode, Recorder, Volatiles};
 use sandbox_providers::docker::{BaseRecipe, DockerProvider, DoctorBinary};
 use sandbox_providers::registry::Repository;
@@ -25,11 +26,14 @@ pub const BASE_RECIPE_DIR: &str = "fixtures/images/contract-base";
 /// Where, under the project root, cassettes live: `<variant>/<scenario>.yaml`.
 pub const CASSETTES_DIR: &str = "fixtures/cassettes";
 
-/// Makes a cloud variant's provider for a mode.
-pub type CloudConnect = fn(Mode, Arc<Volatiles>) -> Result<Arc<dyn Provider>, ProviderError>;
+/// Makes a cloud variant's provider for a mode, configured by settings (the environment in
+/// a live run, an emulator's in an emulated one).
+pub type CloudConnect =
+    fn(Mode, Arc<Volatiles>, &Settings) -> Result<Arc<dyn Provider>, ProviderError>;
 
 /// Makes a gRPC variant's provider recording into a recorder.
-pub type GrpcRecord = fn(GrpcRecorder, Arc<Volatiles>) -> Result<Arc<dyn Provider>, ProviderError>;
+pub type GrpcRecord =
+    fn(GrpcRecorder, Arc<Volatiles>, &Settings) -> Result<Arc<dyn Provider>, ProviderError>;
 
 /// How a variant over gRPC records and replays: at the gRPC layer, with its own cassettes
 /// (method paths and messages as JSON, streams frame by frame, trailers). Its
@@ -42,8 +46,8 @@ pub struct GrpcWire {
     pub matched_metadata: &'static [&'static str],
     /// Makes the provider recording into the recorder, live.
     pub record: GrpcRecord,
-    /// How the recorder is set up for a run with `volatiles` (what it redacts).
-    pub record_options: fn(Arc<Volatiles>) -> GrpcOptions,
+    /// How the recorder is set up for a run with `volatiles` and settings (what it redacts).
+    pub record_options: fn(Arc<Volatiles>, &Settings) -> GrpcOptions,
 }
 
 /// A variant reached over a provider's API: live, recorded or replayed.
@@ -107,8 +111,8 @@ fn names_loopback(address: &str, pin: Option<&str>) -> bool {
 pub const CLOUD: &[CloudVariant] = &[
     CloudVariant {
         name: datalayer::runtimes::VARIANT,
-        connect: |mode, volatiles| {
-            datalayer::runtimes::RuntimesProvider::from_env(mode, volatiles)
+        connect: |mode, volatiles, settings| {
+            datalayer::runtimes::RuntimesProvider::from_settings(mode, volatiles, settings)
                 .map(|p| Arc::new(p) as Arc<dyn Provider>)
         },
         matched_headers: datalayer::runtimes::REPLAY_MATCHED_HEADERS,
@@ -119,8 +123,8 @@ pub const CLOUD: &[CloudVariant] = &[
     },
     CloudVariant {
         name: "e2b",
-        connect: |mode, volatiles| {
-            sandbox_providers::e2b::E2bProvider::from_env(mode, volatiles)
+        connect: |mode, volatiles, settings| {
+            sandbox_providers::e2b::E2bProvider::from_settings(mode, volatiles, settings)
                 .map(|p| Arc::new(p) as Arc<dyn Provider>)
         },
         matched_headers: sandbox_providers::e2b::REPLAY_MATCHED_HEADERS,
@@ -131,8 +135,8 @@ pub const CLOUD: &[CloudVariant] = &[
     },
     CloudVariant {
         name: "daytona",
-        connect: |mode, volatiles| {
-            sandbox_providers::daytona::DaytonaProvider::from_env(mode, volatiles)
+        connect: |mode, volatiles, settings| {
+            sandbox_providers::daytona::DaytonaProvider::from_settings(mode, volatiles, settings)
                 .map(|p| Arc::new(p) as Arc<dyn Provider>)
         },
         matched_headers: sandbox_providers::daytona::REPLAY_MATCHED_HEADERS,
@@ -143,7 +147,7 @@ pub const CLOUD: &[CloudVariant] = &[
     },
     CloudVariant {
         name: "modal",
-        connect: |mode, volatiles| {
+        connect: |mode, volatiles, settings| {
             let connection = match mode {
                 Mode::Live => modal::Connection::Live,
                 Mode::Replay { server_url, .. } => modal::Connection::Replay { server_url },
@@ -154,7 +158,7 @@ pub const CLOUD: &[CloudVariant] = &[
                     ));
                 }
             };
-            modal::ModalProvider::from_env(connection, volatiles)
+            modal::ModalProvider::from_settings(connection, volatiles, settings)
                 .map(|p| Arc::new(p) as Arc<dyn Provider>)
         },
         matched_headers: &[],
@@ -163,9 +167,13 @@ pub const CLOUD: &[CloudVariant] = &[
         grpc: Some(GrpcWire {
             descriptors: modal::proto::descriptors,
             matched_metadata: modal::MATCHED_METADATA,
-            record: |recorder, volatiles| {
-                modal::ModalProvider::from_env(modal::Connection::Record(recorder), volatiles)
-                    .map(|p| Arc::new(p) as Arc<dyn Provider>)
+            record: |recorder, volatiles, settings| {
+                modal::ModalProvider::from_settings(
+                    modal::Connection::Record(recorder),
+                    volatiles,
+                    settings,
+                )
+                .map(|p| Arc::new(p) as Arc<dyn Provider>)
             },
             record_options: modal::record_options,
         }),
@@ -213,6 +221,13 @@ pub enum CloudMode {
         /// Response pacing.
         pace: Pace,
     },
+    /// sandbox-matrix's emulator of each cloud variant, started by the run on loopback over
+    /// the local engine ([`crate::emulate::launch`]); every exchange written to
+    /// `<record>/<variant>/<scenario>.yaml` when `record` is set.
+    Emulated {
+        /// The cassettes folder, when recording.
+        record: Option<PathBuf>,
+    },
 }
 
 impl CloudMode {
@@ -223,6 +238,7 @@ impl CloudMode {
         match self {
             CloudMode::Live => Source::Live,
             CloudMode::Record { .. } => Source::Record,
+            CloudMode::Emulated { .. } => emulated_source(variant),
             CloudMode::Replay { dir, pace } => {
                 // A path that would leave the folder is shown, never read.
                 let checked = checked_cassette_path(dir, variant, scenario);
@@ -368,43 +384,71 @@ pub struct CloudSession {
     pub check: Option<SessionCheck>,
 }
 
-/// Opens `variant` for `scenario` in `mode`. Errors say what is missing: a credential
-/// (named), a cassette (its path), a cassette that does not parse (file and line).
+/// What a result of `variant` run against its emulator says it came from.
+pub fn emulated_source(variant: &str) -> Source {
+    Source::Emulated {
+        emulator: crate::emulate::launch::describe(variant),
+    }
+}
+
+/// Opens `variant` for `scenario` in `mode`, configured by `settings` when it reaches a
+/// service (the environment live, the emulator's settings emulated). Errors say what is
+/// missing: a credential (named), a cassette (its path), a cassette that does not parse
+/// (file and line).
 pub async fn open_cloud(
     variant: &CloudVariant,
     scenario: &str,
     mode: &CloudMode,
     volatiles: Arc<Volatiles>,
+    settings: &Settings,
 ) -> Result<CloudSession, String> {
     let name = variant.name;
     if let Some(grpc) = &variant.grpc
-        && !matches!(mode, CloudMode::Live)
+        && !matches!(mode, CloudMode::Live | CloudMode::Emulated { record: None })
     {
-        return open_grpc(variant, grpc, scenario, mode, volatiles).await;
+        return open_grpc(variant, grpc, scenario, mode, volatiles, settings).await;
     }
+    let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
     match mode {
         CloudMode::Live => Ok(CloudSession {
-            provider: (variant.connect)(Mode::Live, volatiles)
+            provider: (variant.connect)(Mode::Live, volatiles, settings)
                 .map_err(|e| format!("the {name} variant cannot run live: {e}"))?,
             source: Source::Live,
             check: None,
         }),
-        CloudMode::Record { dir } => {
-            let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+        CloudMode::Emulated { record: None } => Ok(CloudSession {
+            provider: (variant.connect)(Mode::Live, volatiles, settings)
+                .map_err(|e| format!("the {name} variant cannot reach its emulator: {e}"))?,
+            source: emulated_source(name),
+            check: None,
+        }),
+        CloudMode::Record { dir }
+        | CloudMode::Emulated {
+            record: Some(dir), ..
+        } => {
+            let (origin, source) = match mode {
+                CloudMode::Record { .. } => (format!("recorded live {date}"), Source::Record),
+                _ => (authored_origin(name, &date), emulated_source(name)),
+            };
             let recorder = Arc::new(Recorder::new(
                 checked_cassette_path(dir, name, scenario)?,
-                format!("recorded live {date}"),
+                origin,
                 name,
                 scenario,
             ));
-            let provider = (variant.connect)(Mode::Record(recorder.clone()), volatiles)
+            let provider = (variant.connect)(Mode::Record(recorder.clone()), volatiles, settings)
                 .map_err(|e| format!("the {name} variant cannot record: {e}"))?;
+            let answered = provider.clone();
             Ok(CloudSession {
                 provider,
-                source: Source::Record,
+                source,
                 check: Some(SessionCheck {
                     name: "record",
                     check: Box::new(move || {
+                        // Live settings that reached our emulator author, not record.
+                        if let Some(emulator) = answered.emulator() {
+                            recorder.set_origin(format!("authored {date} through {emulator}"));
+                        }
                         let exchanges = recorder.len();
                         recorder
                             .finish()
@@ -446,6 +490,14 @@ pub async fn open_cloud(
     }
 }
 
+/// The `origin:` of a cassette written through `variant`'s emulator on `date`.
+fn authored_origin(variant: &str, date: &impl std::fmt::Display) -> String {
+    format!(
+        "authored {date} through {}",
+        crate::emulate::launch::describe(variant)
+    )
+}
+
 /// The cassette of `name` × `scenario` under `dir`, which must exist: the error says where
 /// it was looked for and how to make one.
 fn existing_cassette(dir: &Path, name: &str, scenario: &str) -> Result<PathBuf, String> {
@@ -470,8 +522,12 @@ fn replay_session(
     source: Source,
     finish: impl FnOnce() -> Result<String, String> + Send + 'static,
 ) -> Result<CloudSession, String> {
-    let provider = (variant.connect)(Mode::Replay { server_url, pace }, volatiles)
-        .map_err(|e| format!("the {} variant cannot replay: {e}", variant.name))?;
+    let provider = (variant.connect)(
+        Mode::Replay { server_url, pace },
+        volatiles,
+        &Settings::environment(),
+    )
+    .map_err(|e| format!("the {} variant cannot replay: {e}", variant.name))?;
     Ok(CloudSession {
         provider,
         source,
@@ -489,31 +545,48 @@ async fn open_grpc(
     scenario: &str,
     mode: &CloudMode,
     volatiles: Arc<Volatiles>,
+    settings: &Settings,
 ) -> Result<CloudSession, String> {
     let name = variant.name;
     let pool = (grpc.descriptors)();
     match mode {
-        CloudMode::Live => Err(format!("the {name} variant opens live through its connect")),
-        CloudMode::Record { dir } => {
+        CloudMode::Live | CloudMode::Emulated { record: None } => Err(format!(
+            "the {name} variant opens live and emulated through its connect"
+        )),
+        CloudMode::Record { dir }
+        | CloudMode::Emulated {
+            record: Some(dir), ..
+        } => {
+            let emulated = matches!(mode, CloudMode::Emulated { .. });
             let path = checked_cassette_path(dir, name, scenario)?;
             let options = GrpcOptions {
                 name: Some(path.display().to_string()),
-                ..(grpc.record_options)(volatiles.clone())
+                ..(grpc.record_options)(volatiles.clone(), settings)
             };
             let recorder = GrpcRecorder::new(pool.clone(), options);
-            let provider = (grpc.record)(recorder.clone(), volatiles)
+            let provider = (grpc.record)(recorder.clone(), volatiles, settings)
                 .map_err(|e| format!("the {name} variant cannot record: {e}"))?;
+            let answered = provider.clone();
             let (variant, scenario) = (name.to_owned(), scenario.to_owned());
             Ok(CloudSession {
                 provider,
-                source: Source::Record,
+                source: if emulated {
+                    emulated_source(name)
+                } else {
+                    Source::Record
+                },
                 check: Some(SessionCheck {
                     name: "record",
                     check: Box::new(move || {
                         let date = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
                         let cassette = recorder
                             .cassette(
-                                format!("recorded live {date}"),
+                                match answered.emulator() {
+                                    // Live settings that reached our emulator author.
+                                    Some(emulator) => format!("authored {date} through {emulator}"),
+                                    None if emulated => authored_origin(&variant, &date),
+                                    None => format!("recorded live {date}"),
+                                },
                                 Some(date.to_string()),
                                 variant,
                                 scenario,

@@ -303,12 +303,13 @@ pub async fn replay_e2b(
     )
     .await
     .expect("replay server");
-    let provider = sandbox_providers::e2b::E2bProvider::from_env(
+    let provider = sandbox_providers::e2b::E2bProvider::from_settings(
         sandbox_providers::api::Mode::Replay {
             server_url: server.url(),
             pace,
         },
         volatiles,
+        &sandbox_providers::api::settings::Settings::environment(),
     )
     .expect("replay needs no credential");
     let result = runner
@@ -330,6 +331,7 @@ pub async fn run_cloud(
         &scenario.name,
         mode,
         runner.scenario_volatiles(),
+        &sandbox_providers::api::settings::Settings::environment(),
     )
     .await
     .expect("the cassette opens");
@@ -370,7 +372,7 @@ where
     F: Fn(HttpRequest) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = (u16, String, Vec<u8>)> + Send + 'static,
 {
-    drop(sandbox_matrix::emulate::serve_http(listener, handle));
+    drop(sandbox_matrix::emulate::serve_http(listener, None, handle));
 }
 
 /// `step: reason` for each failed step of `result`.

@@ -37,18 +37,6 @@ pub async fn author_e2b_cassettes() {
     .await;
 }
 
-/// Recording with fake credentials writes none of their values: not in the cassette, not
-/// in the reports of the run that recorded it. The lifecycle alone: its build, launch,
-/// commands and secrets scan carry every credential a run has.
-pub async fn recording_with_fake_credentials_writes_none_of_them() {
-    let out = common::out_dir("record-e2b");
-    let (results, mut fakes) =
-        record(&common::root(), &out.join("cassettes"), &["lifecycle"]).await;
-    fakes.push(Secret::new("E2B_API_KEY", FAKE_KEY));
-    common::write_reports(&out.join("reports"), results, &fakes);
-    common::assert_no_value_in_tree(&out, &fakes);
-}
-
 /// Records `scenarios` into `dir`; returns their results and the secrets used.
 pub async fn record(
     root: &Path,
@@ -77,6 +65,7 @@ async fn author(
         Options {
             port: 0,
             domain: DEFAULT_DOMAIN.to_owned(),
+            run_id: None,
         },
     )
     .await

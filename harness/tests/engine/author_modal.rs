@@ -69,6 +69,7 @@ async fn author(
             router_jwt_ttl: ROUTER_JWT_TTL,
             unavailable_once: Vec::new(),
             no_task: false,
+            run_id: None,
         },
     )
     .await
@@ -277,6 +278,7 @@ fn fault_options() -> Options {
         router_jwt_ttl: ROUTER_JWT_TTL,
         unavailable_once: Vec::new(),
         no_task: false,
+        run_id: None,
     }
 }
 

@@ -41,6 +41,7 @@ async fn emulator(faults: Faults) -> Emulator {
             environment: root.join("fixtures/environments/reference"),
             environment_name: DEFAULT_ENVIRONMENT.to_owned(),
             faults,
+            run_id: None,
         },
     )
     .await

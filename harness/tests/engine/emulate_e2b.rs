@@ -74,6 +74,7 @@ impl RawE2b {
             Options {
                 port: 0,
                 domain: DEFAULT_DOMAIN.to_owned(),
+                run_id: None,
             },
         )
         .await

@@ -36,6 +36,7 @@ mod modal_emulator;
 mod parity;
 mod preflight;
 mod private_base;
+mod run_emulated;
 mod sandbox_state;
 mod sdk_datalayer;
 mod sdk_daytona;
@@ -63,7 +64,6 @@ fn main() {
             async(4) author_daytona::author_daytona_build_cassettes @ignored,
             async(4) author_daytona::recording_with_fake_credentials_writes_none_of_them,
             async(2) author_e2b::author_e2b_cassettes @ignored,
-            async(2) author_e2b::recording_with_fake_credentials_writes_none_of_them,
             async(2) author_modal::author_modal_cassettes @ignored,
             async(2) author_modal::author_modal_fault_cassettes @ignored,
             sync breakage::violations_fail_their_step_and_leave_nothing_behind,
@@ -109,6 +109,7 @@ fn main() {
             async(1) modal_emulator::emulate_modal_injects_unavailable_once_and_sandboxes_without_a_task,
             sync preflight::against_the_emulator_and_a_registry_holding_the_base_e2b_is_ready,
             async(2) private_base::the_base_is_pulled_by_digest_with_a_login_token_from_ecr,
+            sync run_emulated::a_scenario_outside_scenarios_runs_emulated_on_every_cloud_variant,
             sync sandbox_state::a_sandbox_killed_during_a_step_is_said_killed_with_its_last_log_lines,
             sync sandbox_state::a_paused_sandbox_is_said_to_have_stopped_answering,
             sync sandbox_state::a_cloud_sandbox_killed_during_a_step_is_said_ended_by_its_provider,

@@ -1,5 +1,6 @@
 //! The modal variant through the CLI against `sandbox-matrix emulate modal`, the binary,
-//! with exactly the settings it prints: live, the extended tier's four contexts run at
+//! with exactly the settings it prints: `--live`, labelled emulated (the emulator names
+//! itself in its answers), the extended tier's four contexts run at
 //! once on four real kernels (replay runs them one after another); recorded, the
 //! lifecycle's cassette written by `run --record` replays with no credential in the
 //! environment; and no value of the emulator's token reaches any file.
@@ -71,7 +72,15 @@ pub fn modal_runs_live_records_and_replays_through_the_cli() {
     assert_eq!(code, Some(0), "{log}");
     let live_results = results(&live);
     let scenario = &live_results["scenarios"][0];
-    assert_eq!(scenario["mode"], "live", "{scenario}");
+    // `--live` with the settings `emulate` printed reached our emulator, which said so in
+    // its answers: the result is emulated, never taken for Modal's.
+    assert_eq!(scenario["mode"], "emulated", "{scenario}");
+    assert!(
+        scenario["emulator"]
+            .as_str()
+            .is_some_and(|e| e.contains("Modal emulator")),
+        "{scenario}"
+    );
     let concurrent = scenario["steps"]
         .as_array()
         .expect("steps")
@@ -131,6 +140,10 @@ pub fn modal_runs_live_records_and_replays_through_the_cli() {
     ];
     common::assert_no_value_in_tree(&out, &token);
     let recorded = std::fs::read_to_string(&cassette).expect("the cassette reads");
+    assert!(
+        recorded.contains("through sandbox-matrix") && !recorded.contains("recorded live"),
+        "the cassette's origin names the emulator it was authored through"
+    );
     assert!(
         recorded.contains("REGISTRY_TOKEN: <redacted:REGISTRY_TOKEN>"),
         "the build's Secret holds the canary's placeholder"

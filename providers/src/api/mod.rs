@@ -10,6 +10,12 @@ pub mod grpc;
 pub mod network;
 mod poll;
 pub mod replay;
+pub mod settings;
+
+/// The response header sandbox-matrix's emulators answer with, naming themselves
+/// (`sandbox-matrix 0.9.0's E2B emulator over the local Docker engine, not E2B`); the
+/// real services never send it.
+pub const EMULATOR_HEADER: &str = "x-sandbox-matrix-emulator";
 pub mod ws;
 
 use std::path::PathBuf;
@@ -327,7 +333,7 @@ impl ApiResponse {
 #[derive(Debug)]
 pub struct Recorder {
     path: PathBuf,
-    origin: String,
+    origin: Mutex<String>,
     variant: String,
     scenario: String,
     /// Ticks once when a request is sent and once when its exchange is complete.
@@ -346,6 +352,12 @@ struct InFlight {
 }
 
 impl Recorder {
+    /// Says where the exchanges came from instead of the `origin` it was made with: an
+    /// emulator, as its answers announced.
+    pub fn set_origin(&self, origin: String) {
+        *self.origin.lock().expect("recorder origin lock") = origin;
+    }
+
     /// A recorder that will write `path`; `origin` goes in the header
     /// (`recorded live <date>`, or `authored from <spec>@<version>`).
     pub fn new(
@@ -356,7 +368,7 @@ impl Recorder {
     ) -> Self {
         Self {
             path: path.into(),
-            origin: origin.into(),
+            origin: Mutex::new(origin.into()),
             variant: variant.into(),
             scenario: scenario.into(),
             clock: AtomicU64::new(0),
@@ -402,7 +414,7 @@ impl Recorder {
             .map(|e| redact_exchange(&late, e))
             .collect();
         let cassette = Cassette {
-            origin: self.origin.clone(),
+            origin: self.origin.lock().expect("recorder origin lock").clone(),
             written: Some(
                 humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             ),
@@ -471,6 +483,8 @@ pub struct ApiClient {
 struct Inner {
     http: reqwest::Client,
     endpoints: Endpoints,
+    /// What an answer's [`EMULATOR_HEADER`] said, live or recording.
+    emulator: std::sync::OnceLock<String>,
     mode: Mode,
     credentials: Mutex<Vec<Secret>>,
     volatiles: Arc<Volatiles>,
@@ -496,6 +510,11 @@ enum Attempt {
 }
 
 impl ApiClient {
+    /// The emulator that answered, as its [`EMULATOR_HEADER`] said; never set in replay.
+    pub fn emulator(&self) -> Option<String> {
+        self.inner.emulator.get().cloned()
+    }
+
     /// True when exchanges are recorded or replayed: a cassette holds them in one order,
     /// so the caller must make its calls one at a time.
     pub fn keeps_order(&self) -> bool {
@@ -526,6 +545,7 @@ impl ApiClient {
             inner: Arc::new(Inner {
                 http,
                 endpoints: settings.endpoints,
+                emulator: std::sync::OnceLock::new(),
                 mode: settings.mode,
                 credentials: Mutex::new(settings.credentials),
                 volatiles: settings.volatiles,
@@ -639,6 +659,12 @@ impl ApiClient {
                 Mode::Live | Mode::Replay { .. } => 0,
             };
             let outcome = self.attempt(&req, &url, body.as_ref(), deadline).await;
+            if let Attempt::Response(response, _) = &outcome
+                && !matches!(self.inner.mode, Mode::Replay { .. })
+                && let Some(emulator) = response.header(EMULATOR_HEADER)
+            {
+                let _ = self.inner.emulator.set(emulator.to_owned());
+            }
             if let Mode::Record(recorder) = &self.inner.mode {
                 self.record(recorder, &req, body.as_ref(), &outcome, sent);
             }

@@ -79,7 +79,11 @@ pub struct Network {
 impl Network {
     /// From [`CA_FILE_VAR`] and [`RESOLVE_VAR`]; unset or empty, nothing changes.
     pub fn from_env() -> Result<Self> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        Self::from_lookup(|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()))
+    }
+
+    /// From [`CA_FILE_VAR`] and [`RESOLVE_VAR`] as `var` reads them.
+    pub fn from_lookup(var: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let mut network = Self::default();
         if let Some(file) = var(CA_FILE_VAR) {
             network = network.trust_file(Path::new(&file))?;

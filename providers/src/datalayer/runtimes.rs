@@ -27,6 +27,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::Deleted;
+use crate::api::settings::Settings;
 use crate::api::{ApiClient, ApiRequest, ApiSettings, Endpoints, Mode, Network, Target, Volatiles};
 use crate::jupyter::server::{Channel, Server};
 use crate::{
@@ -213,9 +214,14 @@ pub fn given_name(labels: &RunLabels) -> String {
 
 impl RuntimesProvider {
     /// Connects with [`API_KEY_VAR`] (not needed in replay), [`URL_VAR`] overriding the
-    /// base URL and [`ENVIRONMENT_VAR`] naming the environment.
-    pub fn from_env(mode: Mode, volatiles: Arc<Volatiles>) -> Result<Self> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    /// base URL and [`ENVIRONMENT_VAR`] naming the environment, all read from `settings`;
+    /// live, with their test network settings.
+    pub fn from_settings(
+        mode: Mode,
+        volatiles: Arc<Volatiles>,
+        settings: &Settings,
+    ) -> Result<Self> {
+        let var = |name: &str| settings.var(name);
         let api_key = match (&mode, var(API_KEY_VAR)) {
             (Mode::Replay { .. }, _) => replay_key(),
             (_, Some(key)) => Secret::new(API_KEY_VAR, key),
@@ -228,7 +234,8 @@ impl RuntimesProvider {
         };
         let base = var(URL_VAR).unwrap_or_else(|| DEFAULT_RUNTIMES_URL.to_owned());
         let environment = var(ENVIRONMENT_VAR).unwrap_or_else(|| DEFAULT_ENVIRONMENT.to_owned());
-        Self::new(&base, mode, api_key, volatiles, environment)
+        let network = settings.network_for(&mode)?;
+        Self::with_network(&base, mode, api_key, volatiles, environment, &network)
     }
 
     /// A provider for the runtimes API at `base`; live, with the test network settings of
@@ -561,6 +568,10 @@ impl Provider for RuntimesProvider {
 
     fn ordered_calls(&self) -> bool {
         self.client.keeps_order()
+    }
+
+    fn emulator(&self) -> Option<String> {
+        self.client.emulator()
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -25,6 +25,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::Deleted;
+use crate::api::settings::Settings;
 use crate::api::ws::WsMessage;
 use crate::api::{ApiClient, ApiRequest, ApiSettings, Endpoints, Mode, Network, Target, Volatiles};
 use crate::{
@@ -131,11 +132,6 @@ impl std::fmt::Debug for DaytonaProvider {
     }
 }
 
-/// Reads one environment variable, treating an empty value as unset.
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
 /// The bearer credential and organization from `lookup` (an environment): the API key,
 /// or a JWT with its organization id; the error names what is missing.
 fn credentials_from(lookup: impl Fn(&str) -> Option<String>) -> Result<(Secret, Option<String>)> {
@@ -172,16 +168,22 @@ fn replay_key() -> Secret {
 impl DaytonaProvider {
     /// Builds the provider from the environment: `DAYTONA_API_KEY`, or `DAYTONA_JWT_TOKEN`
     /// with `DAYTONA_ORGANIZATION_ID`; `DAYTONA_API_URL` overrides the base URL and
-    /// `DAYTONA_TARGET` picks a region ([`DEFAULT_TARGET`] if unset). Replay needs no
-    /// credential.
-    pub fn from_env(mode: Mode, volatiles: Arc<Volatiles>) -> Result<Self> {
+    /// `DAYTONA_TARGET` picks a region ([`DEFAULT_TARGET`] if unset), all read from
+    /// `settings`; live, with their test network settings. Replay needs no credential.
+    pub fn from_settings(
+        mode: Mode,
+        volatiles: Arc<Volatiles>,
+        settings: &Settings,
+    ) -> Result<Self> {
+        let var = |name: &str| settings.var(name);
         let (credential, organization) = if matches!(mode, Mode::Replay { .. }) {
             (replay_key(), None)
         } else {
             credentials_from(var)?
         };
+        let network = settings.network_for(&mode)?;
         let api_base = var("DAYTONA_API_URL").unwrap_or_else(|| DEFAULT_API_URL.to_owned());
-        Self::new(
+        Self::with_network(
             ApiSettings {
                 endpoints: Endpoints {
                     api_base: api_base.trim_end_matches('/').to_owned(),
@@ -195,6 +197,7 @@ impl DaytonaProvider {
             },
             organization,
             var("DAYTONA_TARGET"),
+            &network,
         )
     }
 
@@ -903,6 +906,10 @@ impl Provider for DaytonaProvider {
 
     fn ordered_calls(&self) -> bool {
         self.client.keeps_order()
+    }
+
+    fn emulator(&self) -> Option<String> {
+        self.client.emulator()
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -26,6 +26,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::Deleted;
+use crate::api::settings::Settings;
 use crate::api::{
     ApiClient, ApiRequest, ApiResponse, ApiSettings, Endpoints, Mode, Network, Normalizer, ReqBody,
     Target, Volatiles,
@@ -149,9 +150,13 @@ impl E2bProvider {
     /// `E2B_DOMAIN` overriding the public addresses (`E2B_DOMAIN` may carry a port:
     /// `<domain>:<port>`), and the optional overrides `E2B_BASE_IMAGE`, `E2B_START_CMD` and
     /// `E2B_READY_CMD` of the build request's base and the environment's start and ready
-    /// commands.
-    pub fn from_env(mode: Mode, volatiles: Arc<Volatiles>) -> Result<Self> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    /// commands, all read from `settings`; live, with their test network settings.
+    pub fn from_settings(
+        mode: Mode,
+        volatiles: Arc<Volatiles>,
+        settings: &Settings,
+    ) -> Result<Self> {
+        let var = |name: &str| settings.var(name);
         let api_key = match (&mode, var("E2B_API_KEY")) {
             (Mode::Replay { .. }, _) => replay_key(),
             (_, Some(key)) => Secret::new("E2B_API_KEY", key),
@@ -171,7 +176,8 @@ impl E2bProvider {
             start_cmd: var("E2B_START_CMD"),
             ready_cmd: var("E2B_READY_CMD"),
         };
-        Self::new(endpoints, mode, api_key, volatiles, options)
+        let network = settings.network_for(&mode)?;
+        Self::with_network(endpoints, mode, api_key, volatiles, options, &network)
     }
 
     /// A provider talking to `endpoints` with `api_key`; live, with the test network
@@ -818,6 +824,10 @@ impl Provider for E2bProvider {
 
     fn ordered_calls(&self) -> bool {
         self.client.keeps_order()
+    }
+
+    fn emulator(&self) -> Option<String> {
+        self.client.emulator()
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -54,10 +54,9 @@ pub struct Credentials {
 }
 
 impl Credentials {
-    /// The token from the environment: `None` when neither variable is set, an error
-    /// naming the missing one when only one is.
-    pub fn from_env() -> Result<Option<Self>> {
-        let read = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    /// The token as `read` finds it (an environment): `None` when neither variable is set,
+    /// an error naming the missing one when only one is.
+    pub fn from_lookup(read: impl Fn(&str) -> Option<String>) -> Result<Option<Self>> {
         match (read(TOKEN_ID_VAR), read(TOKEN_SECRET_VAR)) {
             (None, None) => Ok(None),
             (Some(id), Some(secret)) => Ok(Some(Self {
@@ -83,7 +82,7 @@ fn missing(absent: &str, present: &str) -> ProviderError {
 }
 
 /// The control plane's URL: [`URL_VAR`], else [`SERVER_URL_VAR`], else [`DEFAULT_URL`];
-/// `var` reads a variable (`std::env::var` in a run).
+/// `var` reads a variable (from a run's settings).
 pub fn server_url(var: impl Fn(&str) -> Option<String>) -> String {
     [URL_VAR, SERVER_URL_VAR]
         .into_iter()
@@ -115,6 +114,8 @@ pub fn connect(url: &str, recorder: Option<Recorder>) -> Result<Transport> {
 /// The control plane: `ModalClient` calls with Modal's metadata and retries.
 pub struct ControlPlane {
     client: ModalClientClient<Transport>,
+    /// The transport, for what its answers announced.
+    transport: Transport,
     credentials: Credentials,
 }
 
@@ -162,9 +163,15 @@ impl ControlPlane {
     /// Calls go through `transport` with `credentials`.
     pub fn new(transport: Transport, credentials: Credentials) -> Self {
         Self {
-            client: ModalClientClient::new(transport),
+            client: ModalClientClient::new(transport.clone()),
+            transport,
             credentials,
         }
+    }
+
+    /// The emulator that answered, when one announced itself.
+    pub fn emulator(&self) -> Option<String> {
+        self.transport.emulator()
     }
 
     fn request<T>(

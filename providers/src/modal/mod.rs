@@ -30,6 +30,7 @@ use self::router::Router;
 use crate::Deleted;
 use crate::api::Volatiles;
 use crate::api::grpc::{GrpcOptions, Recorder};
+use crate::api::settings::Settings;
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, CreateLog,
     CreateRecorder, ErrorKind, Labelled, LogFn, Provider, ProviderError, Resource, RestartKind,
@@ -141,19 +142,19 @@ fn fake_credentials() -> Credentials {
     }
 }
 
-/// The token of the environment, for a recorder's redaction; none when it is not set.
-pub fn live_credentials() -> Vec<Secret> {
-    Credentials::from_env()
+/// The token `settings` carry, for a recorder's redaction; none when it is not set.
+pub fn live_credentials(settings: &Settings) -> Vec<Secret> {
+    Credentials::from_lookup(|name| settings.var(name))
         .ok()
         .flatten()
         .map(|c| c.secrets())
         .unwrap_or_default()
 }
 
-/// How calls are recorded: the environment's token and the run's volatiles redacted, the
+/// How calls are recorded: the token of `settings` and the run's volatiles redacted, the
 /// meaningful metadata kept.
-pub fn record_options(volatiles: Arc<Volatiles>) -> GrpcOptions {
-    record_options_with(live_credentials(), volatiles)
+pub fn record_options(volatiles: Arc<Volatiles>, settings: &Settings) -> GrpcOptions {
+    record_options_with(live_credentials(settings), volatiles)
 }
 
 /// [`record_options`] redacting `credentials`.
@@ -211,17 +212,21 @@ pub fn image_builder_version(var: impl Fn(&str) -> Option<String>) -> Result<Str
 impl ModalProvider {
     /// Connects as `connection` says: live and recording with `MODAL_TOKEN_ID` and
     /// `MODAL_TOKEN_SECRET` (both needed) at [`client::server_url`]; replaying with fakes.
-    pub fn from_env(connection: Connection, volatiles: Arc<Volatiles>) -> Result<Self> {
-        let builder_version = image_builder_version(|name| std::env::var(name).ok())?;
-        let region = std::env::var(REGION_VAR)
-            .ok()
+    /// Every value is read from `settings`.
+    pub fn from_settings(
+        connection: Connection,
+        volatiles: Arc<Volatiles>,
+        settings: &Settings,
+    ) -> Result<Self> {
+        let var = |name: &str| settings.var(name);
+        let builder_version = image_builder_version(var)?;
+        let region = var(REGION_VAR)
             .map(|r| r.trim().to_owned())
-            .filter(|r| !r.is_empty())
             .unwrap_or_else(|| DEFAULT_REGION.to_owned());
         let (url, credentials) = match &connection {
             Connection::Replay { server_url } => (server_url.clone(), fake_credentials()),
             Connection::Live | Connection::Record(_) => {
-                let credentials = Credentials::from_env()?.ok_or_else(|| {
+                let credentials = Credentials::from_lookup(var)?.ok_or_else(|| {
                     ProviderError::new(
                         ErrorKind::Config,
                         format!(
@@ -231,7 +236,7 @@ impl ModalProvider {
                         ),
                     )
                 })?;
-                let url = client::server_url(|name| std::env::var(name).ok());
+                let url = client::server_url(var);
                 (url, credentials)
             }
         };
@@ -450,6 +455,10 @@ impl Provider for ModalProvider {
 
     fn ordered_calls(&self) -> bool {
         !matches!(self.connection, Connection::Live)
+    }
+
+    fn emulator(&self) -> Option<String> {
+        self.plane.emulator()
     }
 
     async fn check_access(&self) -> Result<String> {

@@ -44,6 +44,7 @@ pub async fn our_modal_client_sends_what_the_modal_client_sends_for_each_intent(
                 router_jwt_ttl: ROUTER_JWT_TTL,
                 unavailable_once: Vec::new(),
                 no_task: false,
+                run_id: None,
             },
         )
         .await

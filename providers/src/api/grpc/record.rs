@@ -9,7 +9,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, ready};
 
 use bytes::{Bytes, BytesMut};
@@ -213,12 +213,34 @@ fn status_of(headers: &http::HeaderMap) -> Option<(i32, Option<String>)> {
 pub struct GrpcTransport<S> {
     inner: S,
     recorder: Option<Recorder>,
+    /// What a response's [`crate::api::EMULATOR_HEADER`] said, shared by every clone.
+    emulator: Arc<OnceLock<String>>,
 }
 
 impl<S> GrpcTransport<S> {
     /// Calls go to `inner`, recorded by `recorder` when there is one.
     pub fn new(inner: S, recorder: Option<Recorder>) -> Self {
-        Self { inner, recorder }
+        Self {
+            inner,
+            recorder,
+            emulator: Arc::default(),
+        }
+    }
+
+    /// The emulator that answered, as its responses' metadata announced it; the services
+    /// never send it.
+    pub fn emulator(&self) -> Option<String> {
+        self.emulator.get().cloned()
+    }
+}
+
+/// Keeps the emulator `headers` announce, if they do.
+fn note_emulator(emulator: &OnceLock<String>, headers: &http::HeaderMap) {
+    if let Some(announced) = headers
+        .get(crate::api::EMULATOR_HEADER)
+        .and_then(|v| v.to_str().ok())
+    {
+        let _ = emulator.set(announced.to_owned());
     }
 }
 
@@ -247,9 +269,11 @@ where
         // place for the next.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
+        let emulator = self.emulator.clone();
         let Some(recorder) = self.recorder.clone() else {
             return Box::pin(async move {
                 let response = inner.call(request).await.map_err(Into::into)?;
+                note_emulator(&emulator, response.headers());
                 Ok(response.map(|body| RecordedBody {
                     inner: Box::pin(body),
                     call: None,
@@ -274,6 +298,7 @@ where
                     return Err(e);
                 }
             };
+            note_emulator(&emulator, response.headers());
             if let Some(status) = status_of(response.headers()) {
                 recorder.with_call(index, |call| call.status = Some(status));
             }

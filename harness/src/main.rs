@@ -1030,10 +1030,10 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
         return EXIT_FAILED;
     }
     let which = match provider {
-        EmulatedProvider::E2b => emulate::launch::Emulated::E2b,
-        EmulatedProvider::Daytona => emulate::launch::Emulated::Daytona,
-        EmulatedProvider::Modal => emulate::launch::Emulated::Modal,
-        EmulatedProvider::Datalayer => emulate::launch::Emulated::Datalayer,
+        EmulatedProvider::E2b => emulate::Emulated::E2b,
+        EmulatedProvider::Daytona => emulate::Emulated::Daytona,
+        EmulatedProvider::Modal => emulate::Emulated::Modal,
+        EmulatedProvider::Datalayer => emulate::Emulated::Datalayer,
     };
     let environment = root.join("fixtures/environments/reference");
     let mut launch = emulate::launch::Launch::new(environment.clone());
@@ -1048,7 +1048,7 @@ async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> 
     if let Some(name) = environment_name {
         launch.environment_name = name;
     }
-    if which == emulate::launch::Emulated::Datalayer {
+    if which == emulate::Emulated::Datalayer {
         eprintln!(
             "building {} into environment {}",
             environment.display(),
@@ -1858,7 +1858,7 @@ async fn start_emulator(
     docker: &Arc<DockerProvider>,
     scratch: &Path,
 ) -> Result<(emulate::launch::Running, PathBuf, Settings), String> {
-    let which = emulate::launch::Emulated::of_variant(variant)
+    let which = emulate::Emulated::of_variant(variant)
         .ok_or_else(|| format!("sandbox-matrix has no emulator of the {variant} variant"))?;
     let mut launch = emulate::launch::Launch::new(scenario.environment.clone());
     launch.run_id = Some(run_id.to_owned());

@@ -27,6 +27,55 @@ use sandbox_providers::{Artifact, BuildRequest, LogFn, Provider, RunLabels};
 /// Internet (RFC 6761), so only a pinned client reaches it.
 pub const DEFAULT_DOMAIN: &str = "emulator.test";
 
+/// The providers sandbox-matrix emulates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Emulated {
+    /// E2B's control plane, envd and the code interpreter.
+    E2b,
+    /// Daytona's API and toolbox.
+    Daytona,
+    /// Modal's gRPC control plane and task command router.
+    Modal,
+    /// Datalayer's runtimes API and each runtime's Jupyter Server at its ingress.
+    Datalayer,
+}
+
+impl Emulated {
+    /// The emulator cloud variant `variant` runs against; `None` for a variant with none.
+    pub fn of_variant(variant: &str) -> Option<Self> {
+        match variant {
+            "e2b" => Some(Self::E2b),
+            "daytona" => Some(Self::Daytona),
+            "modal" => Some(Self::Modal),
+            sandbox_providers::datalayer::runtimes::VARIANT => Some(Self::Datalayer),
+            _ => None,
+        }
+    }
+
+    /// The provider's name, as people write it.
+    pub fn provider(self) -> &'static str {
+        match self {
+            Self::E2b => "E2B",
+            Self::Daytona => "Daytona",
+            Self::Modal => "Modal",
+            Self::Datalayer => "Datalayer",
+        }
+    }
+}
+
+/// What results of `variant` run against its emulator say they came from:
+/// `sandbox-matrix 0.9.0's E2B emulator over the local Docker engine`.
+pub fn describe(variant: &str) -> String {
+    let provider: &str = match Emulated::of_variant(variant) {
+        Some(which) => which.provider(),
+        None => variant,
+    };
+    format!(
+        "sandbox-matrix {}'s {provider} emulator over the local Docker engine, not {provider}",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
 /// Why an emulator could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum EmulateError {
@@ -287,7 +336,7 @@ impl Site {
     /// every answer names ([`sandbox_providers::api::EMULATOR_HEADER`]).
     pub(crate) fn new(domain: String, front: &Front, variant: &str) -> Self {
         Self {
-            announce: Arc::from(launch::describe(variant)),
+            announce: Arc::from(describe(variant)),
             domain,
             port: front.port(),
             ca_pem: front.ca().ca_pem().to_owned(),
@@ -626,4 +675,23 @@ pub(crate) async fn relay_to_kernel(
         }
     }
     let _ = upstream.close(None).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_cloud_variant_has_an_emulator_named_in_its_results() {
+        for variant in ["e2b", "daytona", "modal", "datalayer-runtimes"] {
+            let which = Emulated::of_variant(variant).expect("an emulator");
+            let said = describe(variant);
+            assert!(
+                said.contains(&format!("{} emulator", which.provider()))
+                    && said.ends_with(&format!("not {}", which.provider())),
+                "{said}"
+            );
+        }
+        assert_eq!(Emulated::of_variant("docker"), None);
+    }
 }

@@ -1640,7 +1640,7 @@ where
 /// Names the emulator in `response`'s metadata ([`sandbox_providers::api::EMULATOR_HEADER`]),
 /// as every answer of the HTTP emulators does.
 fn announce<B>(response: &mut http::Response<B>) {
-    if let Ok(value) = http::HeaderValue::from_str(&super::launch::describe("modal")) {
+    if let Ok(value) = http::HeaderValue::from_str(&super::describe("modal")) {
         response
             .headers_mut()
             .insert(sandbox_providers::api::EMULATOR_HEADER, value);

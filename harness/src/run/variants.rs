@@ -387,7 +387,7 @@ pub struct CloudSession {
 /// What a result of `variant` run against its emulator says it came from.
 pub fn emulated_source(variant: &str) -> Source {
     Source::Emulated {
-        emulator: crate::emulate::launch::describe(variant),
+        emulator: crate::emulate::describe(variant),
     }
 }
 
@@ -494,7 +494,7 @@ pub async fn open_cloud(
 fn authored_origin(variant: &str, date: &impl std::fmt::Display) -> String {
     format!(
         "authored {date} through {}",
-        crate::emulate::launch::describe(variant)
+        crate::emulate::describe(variant)
     )
 }
 

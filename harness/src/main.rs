@@ -13,7 +13,7 @@ use sandbox_matrix::run::runner::new_run_id;
 use sandbox_matrix::run::scenario::{Scenario, StepKind};
 use sandbox_matrix::run::variants;
 
-use cli::emulate::{EmulateArgs, EmulatedProvider, emulate};
+use cli::emulate::{EmulateCommand, emulate};
 use cli::run::{Interrupt, RunArgs, run};
 use cli::sweep::{SweepArgs, sweep};
 
@@ -170,66 +170,7 @@ enum Command {
     /// are test settings; a live run sets neither. modal also serves plain HTTP/2 gRPC
     /// (MODAL_SERVER_URL, what Modal's own client reaches loopback with) and checks the
     /// token id and secret it prints (fakes it generated).
-    Emulate {
-        /// The provider to emulate.
-        #[arg(value_enum)]
-        provider: EmulatedProvider,
-        /// Port on 127.0.0.1; 0 takes a free one.
-        #[arg(long, default_value_t = 0)]
-        port: u16,
-        /// The domain it serves (default: e2b.test for e2b, daytona.test for daytona,
-        /// modal.test for modal's TLS front, datalayer.test for datalayer: its API at
-        /// r1.<domain>).
-        #[arg(long, value_name = "DOMAIN")]
-        domain: Option<String>,
-        /// Where to write the test CA's certificate (PEM). Default: a file in the temp
-        /// folder, removed on exit.
-        #[arg(long, value_name = "FILE")]
-        ca_out: Option<PathBuf>,
-        /// Build this environment (a folder of fixtures/environments, such as `reference`)
-        /// into a template before serving, and print its name (E2B_TEMPLATE) and exact
-        /// build (E2B_TEMPLATE_BUILD, `<templateID>:<buildID>`).
-        #[arg(long, value_name = "ENVIRONMENT")]
-        template: Option<String>,
-        /// e2b: the seeded template's start command instead of its environment's (as
-        /// E2B_START_CMD does for a build). What it starts decides what port 49999 serves:
-        /// a Jupyter Server, or E2B's code interpreter (`/root/.jupyter/start-up.sh`, what
-        /// the SDK's `run_code` speaks to).
-        #[arg(long, value_name = "COMMAND", requires = "template")]
-        start_cmd: Option<String>,
-        /// modal: how many seconds a command router JWT it issues lives (default 900); a
-        /// short one makes a client's JWT expire mid-run.
-        #[arg(long, value_name = "SECONDS")]
-        router_jwt_ttl: Option<u64>,
-        /// modal: the first call of this control-plane RPC (such as SandboxCreate) answers
-        /// Unavailable, as a live control plane may (repeatable).
-        #[arg(long, value_name = "RPC")]
-        unavailable_once: Vec<String>,
-        /// modal: sandboxes never get a task (their container is never launched), as when
-        /// Modal cannot schedule them.
-        #[arg(long)]
-        no_task: bool,
-        /// datalayer: the name its one environment (the reference environment, built at
-        /// start) is listed and launched under (default ai-agents-env, datalayer-core
-        /// 1.1.40's default).
-        #[arg(long, value_name = "NAME")]
-        environment_name: Option<String>,
-        /// datalayer: the first create answers 200 with `success: false` and this message,
-        /// as the platform does when it refuses a runtime.
-        #[arg(long, value_name = "MESSAGE")]
-        refuse_create: Option<String>,
-        /// datalayer: each runtime's ingress answers 503 to its first N requests, as an
-        /// ingress does while it warms up.
-        #[arg(long, value_name = "N", default_value_t = 0)]
-        warm_up: u32,
-        /// daytona: build this environment (a folder of fixtures/environments, such as
-        /// `reference`) into a snapshot before serving, and print its name
-        /// (DAYTONA_SNAPSHOT) and id (DAYTONA_SNAPSHOT_ID); a sandbox is created from either.
-        #[arg(long, value_name = "ENVIRONMENT")]
-        snapshot: Option<String>,
-        #[command(flatten)]
-        root: RootArg,
-    },
+    Emulate(EmulateCommand),
     /// Check, without creating anything, what a live run needs per variant: its credentials
     /// (names only, never values), a read-only API call answering, and the base reachable by
     /// digest with the run's registry credential. Prints a table of what is ready and what
@@ -388,40 +329,7 @@ fn main() -> ExitCode {
                 results,
                 history,
             } => html_report(&out, &results, &history),
-            Command::Emulate {
-                provider,
-                port,
-                domain,
-                ca_out,
-                template,
-                start_cmd,
-                snapshot,
-                router_jwt_ttl,
-                unavailable_once,
-                no_task,
-                environment_name,
-                refuse_create,
-                warm_up,
-                root,
-            } => {
-                let options = EmulateArgs {
-                    port,
-                    domain,
-                    ca_out,
-                    template,
-                    start_cmd,
-                    snapshot,
-                    router_jwt_ttl,
-                    unavailable_once,
-                    no_task,
-                    datalayer: sandbox_matrix::emulate::datalayer::Faults {
-                        refuse_create,
-                        warm_up,
-                    },
-                    environment_name,
-                };
-                emulate(provider, options, &root.root).await
-            }
+            Command::Emulate(command) => emulate(command).await,
         }
     });
     ExitCode::from(code)

@@ -1,141 +1,162 @@
 //! `sandbox-matrix emulate <provider>`: one emulator served until Ctrl-C or SIGTERM, with
 //! what a client needs to reach it printed as `NAME=value` lines.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 
 use sandbox_matrix::emulate;
-use sandbox_matrix::run::variants;
 
-use crate::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PASSED, harness_executable};
+use clap::{Args, Subcommand};
 
-/// The providers `emulate` serves.
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub(crate) enum EmulatedProvider {
+use crate::cli::run::emulator_backend;
+use crate::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PASSED, RootArg};
+
+/// `emulate`'s arguments: the provider, as a subcommand with its own options.
+#[derive(Args)]
+pub(crate) struct EmulateCommand {
+    #[command(subcommand)]
+    provider: EmulatedProvider,
+}
+
+/// What every emulator takes.
+#[derive(Args)]
+struct Serving {
+    /// Port on 127.0.0.1; 0 takes a free one.
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// The domain it serves (default: e2b.test for e2b, daytona.test for daytona,
+    /// modal.test for modal's TLS front, datalayer.test for datalayer: its API at
+    /// r1.<domain>).
+    #[arg(long, value_name = "DOMAIN")]
+    domain: Option<String>,
+    /// Where to write the test CA's certificate (PEM). Default: a file in the temp
+    /// folder, removed on exit.
+    #[arg(long, value_name = "FILE")]
+    ca_out: Option<PathBuf>,
+    #[command(flatten)]
+    root: RootArg,
+}
+
+/// The providers `emulate` serves, each with its own options.
+#[derive(Subcommand)]
+enum EmulatedProvider {
     /// E2B's control plane, envd and the code interpreter.
-    E2b,
+    E2b {
+        #[command(flatten)]
+        serving: Serving,
+        /// Build this environment (a folder of fixtures/environments, such as `reference`)
+        /// into a template before serving, and print its name (E2B_TEMPLATE) and exact
+        /// build (E2B_TEMPLATE_BUILD, `<templateID>:<buildID>`).
+        #[arg(long, value_name = "ENVIRONMENT")]
+        template: Option<String>,
+        /// The seeded template's start command instead of its environment's (as
+        /// E2B_START_CMD does for a build). What it starts decides what port 49999 serves:
+        /// a Jupyter Server, or E2B's code interpreter (`/root/.jupyter/start-up.sh`, what
+        /// the SDK's `run_code` speaks to).
+        #[arg(long, value_name = "COMMAND", requires = "template")]
+        start_cmd: Option<String>,
+    },
     /// Daytona's API and toolbox.
-    Daytona,
+    Daytona {
+        #[command(flatten)]
+        serving: Serving,
+        /// Build this environment (a folder of fixtures/environments, such as
+        /// `reference`) into a snapshot before serving, and print its name
+        /// (DAYTONA_SNAPSHOT) and id (DAYTONA_SNAPSHOT_ID); a sandbox is created from either.
+        #[arg(long, value_name = "ENVIRONMENT")]
+        snapshot: Option<String>,
+    },
     /// Modal's gRPC control plane and task command router.
-    Modal,
-    /// Datalayer's runtimes API and each runtime's Jupyter Server at its ingress.
-    Datalayer,
+    Modal {
+        #[command(flatten)]
+        serving: Serving,
+        /// How many seconds a command router JWT it issues lives (default 900); a short
+        /// one makes a client's JWT expire mid-run.
+        #[arg(long, value_name = "SECONDS")]
+        router_jwt_ttl: Option<u64>,
+        /// The first call of this control-plane RPC (such as SandboxCreate) answers
+        /// Unavailable, as a live control plane may (repeatable).
+        #[arg(long, value_name = "RPC")]
+        unavailable_once: Vec<String>,
+        /// Sandboxes never get a task (their container is never launched), as when Modal
+        /// cannot schedule them.
+        #[arg(long)]
+        no_task: bool,
+    },
+    /// Datalayer's runtimes API and each runtime's Jupyter Server at its ingress; its one
+    /// environment is the reference environment, built at start.
+    Datalayer {
+        #[command(flatten)]
+        serving: Serving,
+        /// The name its environment is listed and launched under (default ai-agents-env,
+        /// datalayer-core 1.1.40's default).
+        #[arg(long, value_name = "NAME")]
+        environment_name: Option<String>,
+        /// The first create answers 200 with `success: false` and this message, as the
+        /// platform does when it refuses a runtime.
+        #[arg(long, value_name = "MESSAGE")]
+        refuse_create: Option<String>,
+        /// Each runtime's ingress answers 503 to its first N requests, as an ingress does
+        /// while it warms up.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        warm_up: u32,
+    },
 }
 
-/// What `emulate` was asked for, besides the provider.
-pub(crate) struct EmulateArgs {
-    pub(crate) port: u16,
-    pub(crate) domain: Option<String>,
-    pub(crate) ca_out: Option<PathBuf>,
-    pub(crate) template: Option<String>,
-    pub(crate) start_cmd: Option<String>,
-    pub(crate) snapshot: Option<String>,
-    pub(crate) router_jwt_ttl: Option<u64>,
-    pub(crate) unavailable_once: Vec<String>,
-    pub(crate) no_task: bool,
-    pub(crate) datalayer: sandbox_matrix::emulate::datalayer::Faults,
-    pub(crate) environment_name: Option<String>,
-}
-
-pub(crate) async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root: &Path) -> u8 {
-    let EmulateArgs {
-        port,
-        domain,
-        ca_out,
-        template,
-        start_cmd,
-        snapshot,
-        router_jwt_ttl,
-        unavailable_once,
-        no_task,
-        datalayer,
-        environment_name,
-    } = args;
+/// Serves the emulator `command` names until Ctrl-C or SIGTERM.
+pub(crate) async fn emulate(command: EmulateCommand) -> u8 {
     use sandbox_providers::api::network::CA_FILE_VAR;
-    match provider {
-        EmulatedProvider::E2b if snapshot.is_some() => {
-            eprintln!("error: --snapshot is daytona's; e2b has templates (--template)");
-            return EXIT_BAD_INPUT;
+    let mut launch = emulate::launch::Launch::new(PathBuf::new());
+    let (which, serving, template, start_cmd, snapshot) = match command.provider {
+        EmulatedProvider::E2b {
+            serving,
+            template,
+            start_cmd,
+        } => (emulate::Emulated::E2b, serving, template, start_cmd, None),
+        EmulatedProvider::Daytona { serving, snapshot } => {
+            (emulate::Emulated::Daytona, serving, None, None, snapshot)
         }
-        EmulatedProvider::Modal
-            if template.is_some() || start_cmd.is_some() || snapshot.is_some() =>
-        {
-            eprintln!(
-                "error: --template, --start-cmd and --snapshot are e2b's and daytona's; modal builds images from each client's Dockerfile commands"
-            );
-            return EXIT_BAD_INPUT;
+        EmulatedProvider::Modal {
+            serving,
+            router_jwt_ttl,
+            unavailable_once,
+            no_task,
+        } => {
+            if let Some(ttl) = router_jwt_ttl {
+                launch.router_jwt_ttl = std::time::Duration::from_secs(ttl);
+            }
+            launch.unavailable_once = unavailable_once;
+            launch.no_task = no_task;
+            (emulate::Emulated::Modal, serving, None, None, None)
         }
-        EmulatedProvider::E2b | EmulatedProvider::Daytona
-            if router_jwt_ttl.is_some() || !unavailable_once.is_empty() || no_task =>
-        {
-            eprintln!("error: --router-jwt-ttl, --unavailable-once and --no-task are modal's");
-            return EXIT_BAD_INPUT;
+        EmulatedProvider::Datalayer {
+            serving,
+            environment_name,
+            refuse_create,
+            warm_up,
+        } => {
+            launch.datalayer_faults = emulate::datalayer::Faults {
+                refuse_create,
+                warm_up,
+            };
+            if let Some(name) = environment_name {
+                launch.environment_name = name;
+            }
+            (emulate::Emulated::Datalayer, serving, None, None, None)
         }
-        EmulatedProvider::Datalayer
-            if template.is_some()
-                || start_cmd.is_some()
-                || snapshot.is_some()
-                || router_jwt_ttl.is_some()
-                || !unavailable_once.is_empty()
-                || no_task =>
-        {
-            eprintln!(
-                "error: datalayer takes --environment-name, --refuse-create and --warm-up; its one environment is the reference environment, built at start"
-            );
-            return EXIT_BAD_INPUT;
-        }
-        EmulatedProvider::E2b | EmulatedProvider::Daytona | EmulatedProvider::Modal
-            if environment_name.is_some()
-                || datalayer.refuse_create.is_some()
-                || datalayer.warm_up > 0 =>
-        {
-            eprintln!("error: --environment-name, --refuse-create and --warm-up are datalayer's");
-            return EXIT_BAD_INPUT;
-        }
-        EmulatedProvider::Daytona if template.is_some() || start_cmd.is_some() => {
-            eprintln!(
-                "error: --template and --start-cmd are e2b's; daytona has snapshots (--snapshot)"
-            );
-            return EXIT_BAD_INPUT;
-        }
-        _ => {}
-    }
-    let docker = match variants::docker_provider(root, &harness_executable()).await {
-        Ok(p) => Arc::new(p),
+    };
+    let root = serving.root.root.as_path();
+    let ca_out = serving.ca_out;
+    let environment = root.join("fixtures/environments/reference");
+    launch.environment = environment.clone();
+    launch.port = serving.port;
+    launch.domain = serving.domain;
+    let docker = match emulator_backend(root).await {
+        Ok(docker) => docker,
         Err(e) => {
             eprintln!("error: {e}");
             return EXIT_FAILED;
         }
     };
-    if let Err(e) = sandbox_providers::Provider::prepare(
-        docker.as_ref(),
-        &sandbox_matrix::run::base::RunBase::local().base,
-        &|line: &str| eprintln!("prepare: {line}"),
-    )
-    .await
-    {
-        eprintln!("error: the docker variant's base image: {e}");
-        return EXIT_FAILED;
-    }
-    let which = match provider {
-        EmulatedProvider::E2b => emulate::Emulated::E2b,
-        EmulatedProvider::Daytona => emulate::Emulated::Daytona,
-        EmulatedProvider::Modal => emulate::Emulated::Modal,
-        EmulatedProvider::Datalayer => emulate::Emulated::Datalayer,
-    };
-    let environment = root.join("fixtures/environments/reference");
-    let mut launch = emulate::launch::Launch::new(environment.clone());
-    launch.port = port;
-    launch.domain = domain;
-    if let Some(ttl) = router_jwt_ttl {
-        launch.router_jwt_ttl = std::time::Duration::from_secs(ttl);
-    }
-    launch.unavailable_once = unavailable_once;
-    launch.no_task = no_task;
-    launch.datalayer_faults = datalayer;
-    if let Some(name) = environment_name {
-        launch.environment_name = name;
-    }
     if which == emulate::Emulated::Datalayer {
         eprintln!(
             "building {} into environment {}",
@@ -224,8 +245,8 @@ pub(crate) async fn emulate(provider: EmulatedProvider, args: EmulateArgs, root:
     println!("{CA_FILE_VAR}={}", ca_file.display());
     eprintln!(
         "serving until Ctrl-C or SIGTERM; {}",
-        match provider {
-            EmulatedProvider::Modal =>
+        match which {
+            emulate::Emulated::Modal =>
                 "only the printed MODAL_TOKEN_ID and MODAL_TOKEN_SECRET are accepted",
             _ =>
                 "any non-empty API key is accepted (the emulator checks only that one is sent; the printed one is a fake)",

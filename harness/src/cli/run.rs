@@ -644,7 +644,7 @@ fn snapshot(provenance: &Provenance, collector: &Collector) -> RunResults {
 }
 
 /// The docker variant the emulators of a run build and launch on, its base image ready.
-async fn emulator_backend(root: &Path) -> Result<Arc<DockerProvider>, String> {
+pub(crate) async fn emulator_backend(root: &Path) -> Result<Arc<DockerProvider>, String> {
     let docker = variants::docker_provider(root, &harness_executable()).await?;
     sandbox_providers::Provider::prepare(&docker, &RunBase::local().base, &|line: &str| {
         eprintln!("prepare: {line}")

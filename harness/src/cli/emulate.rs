@@ -7,8 +7,8 @@ use sandbox_matrix::emulate;
 
 use clap::{Args, Subcommand};
 
-use crate::cli::run::emulator_backend;
-use crate::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PASSED, RootArg};
+use super::run::emulator_backend;
+use super::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PASSED, RootArg};
 
 /// `emulate`'s arguments: the provider, as a subcommand with its own options.
 #[derive(Args)]

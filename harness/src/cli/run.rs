@@ -23,7 +23,7 @@ use sandbox_providers::api::settings::Settings;
 use sandbox_providers::docker::DockerProvider;
 use tokio_util::sync::CancellationToken;
 
-use crate::{
+use super::{
     EXIT_BAD_INPUT, EXIT_FAILED, EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_PASSED, EXIT_REPORT,
     EXIT_TERMINATED, Selection, harness_executable, host_name, select,
 };

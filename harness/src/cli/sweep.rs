@@ -7,7 +7,7 @@ use clap::Args;
 use sandbox_matrix::run::variants;
 use sandbox_providers::api::settings::Settings;
 
-use crate::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PASSED, RootArg, harness_executable};
+use super::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PASSED, RootArg, harness_executable};
 
 #[derive(Args)]
 pub(crate) struct SweepArgs {

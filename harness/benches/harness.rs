@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use sandbox_matrix::report;
-use sandbox_matrix::report::results::{
+use sandbox_matrix::model::results::{
     Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, Source, StepResult, StepStatus,
 };
+use sandbox_matrix::report;
 use sandbox_matrix::run::scenario::Scenario;
 use sandbox_providers::Timing;
 use sandbox_providers::api::cassette::{RecordedRequest, RecordedResponse};

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use sandbox_matrix::report::results::Source;
+use sandbox_matrix::model::results::Source;
 use sandbox_matrix::run::events::{EventSink, RunEvent};
 use sandbox_matrix::run::runner::{Runner, fake_canary};
 use sandbox_matrix::run::scenario::Scenario;
@@ -215,7 +215,7 @@ async fn run_provider(
     source: Source,
 ) -> (
     Arc<Counting>,
-    sandbox_matrix::report::results::ScenarioResult,
+    sandbox_matrix::model::results::ScenarioResult,
     Vec<String>,
 ) {
     let provider = Arc::new(provider);

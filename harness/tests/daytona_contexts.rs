@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
-use sandbox_matrix::report::results::{ScenarioResult, StepStatus};
+use sandbox_matrix::model::results::{ScenarioResult, StepStatus};
 use sandbox_matrix::run::scenario::Scenario;
 use sandbox_providers::api::replay::{Pace, ReplayOptions, ReplayServer};
 use sandbox_providers::api::{Cassette, Mode, WsFrame};

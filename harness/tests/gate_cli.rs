@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use sandbox_matrix::report::results::{
+use sandbox_matrix::model::results::{
     Provenance, RESULTS_SCHEMA_VERSION, Replay, ReplayPace, RunResults, ScenarioResult, Source,
     StepResult, StepStatus,
 };

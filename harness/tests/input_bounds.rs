@@ -238,7 +238,7 @@ fn results_with_the_longest_budget_a_scenario_allows_read_back_everywhere() {
 
     let dir = common::out_dir("longest-budget");
     let mut results =
-        sandbox_matrix::report::results::load(&common::root().join("examples/gate/results.json"))
+        sandbox_matrix::model::results::load(&common::root().join("examples/gate/results.json"))
             .expect("the example loads");
     for scenario in &mut results.scenarios {
         for step in &mut scenario.steps {
@@ -249,7 +249,7 @@ fn results_with_the_longest_budget_a_scenario_allows_read_back_everywhere() {
     let run = dir.join("run");
     sandbox_matrix::report::run_folder::write_into(&run, &results, &[]).expect("written");
     let written = run.join("results.json");
-    let back = sandbox_matrix::report::results::load(&written).expect("reads back");
+    let back = sandbox_matrix::model::results::load(&written).expect("reads back");
     assert_eq!(back.scenarios[0].steps[0].budget, longest);
 
     let policy = dir.join("policy.yaml");

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sandbox_matrix::report::results::{self, RunResults};
+use sandbox_matrix::model::results::{self, RunResults};
 use serde::Deserialize;
 
 /// The line before the generated part of docs/performance.md.

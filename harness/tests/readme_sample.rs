@@ -9,7 +9,8 @@ mod generated_section;
 
 use std::path::PathBuf;
 
-use sandbox_matrix::report::{results, table};
+use sandbox_matrix::model::results;
+use sandbox_matrix::report::table;
 use sandbox_matrix::run::terminal;
 
 /// The line before the sample in README.md.

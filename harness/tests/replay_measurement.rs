@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use sandbox_matrix::analyze::stats::{self, Value};
-use sandbox_matrix::report::results::{
+use sandbox_matrix::model::results::{
     Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult,
 };
 use sandbox_providers::api::cassette::Body;

@@ -6,7 +6,7 @@ mod common;
 
 use std::path::Path;
 
-use sandbox_matrix::report::results::{ScenarioResult, StepStatus};
+use sandbox_matrix::model::results::{ScenarioResult, StepStatus};
 use sandbox_matrix::run::scenario::Scenario;
 use sandbox_matrix::run::variants;
 use sandbox_providers::api::Cassette;

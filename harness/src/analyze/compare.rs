@@ -28,7 +28,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use crate::analyze::stats::{Metric, Summary, Value, metrics};
-use crate::report::results::{Modes, ReplayPace, RunResults};
+use crate::model::results::{Modes, ReplayPace, RunResults};
 
 /// Significance level of the U test.
 pub const ALPHA: f64 = 0.05;
@@ -490,7 +490,7 @@ pub(crate) mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::report::results::ScenarioResult;
+    use crate::model::results::ScenarioResult;
 
     /// A metric of docker / lifecycle / create-to-first-result with `attempts`.
     pub(crate) fn metric(attempts: &[Option<f64>]) -> Metric {
@@ -498,7 +498,7 @@ pub(crate) mod tests {
             variant: "docker".to_owned(),
             scenario: "lifecycle".to_owned(),
             name: "create-to-first-result".to_owned(),
-            modes: Modes::of([&crate::report::results::Source::Live]),
+            modes: Modes::of([&crate::model::results::Source::Live]),
             pace: None,
             attempts: attempts
                 .iter()
@@ -653,7 +653,7 @@ pub(crate) mod tests {
                 ScenarioResult {
                     steps: vec![step(
                         "build",
-                        crate::report::results::StepStatus::Passed,
+                        crate::model::results::StepStatus::Passed,
                         (build_s * spread * 1_000.0) as u64,
                         600,
                         vec![],
@@ -708,7 +708,7 @@ pub(crate) mod tests {
     }
 
     /// [`five`] with every repetition replayed at `pace`.
-    fn replayed(mut results: RunResults, pace: crate::report::results::ReplayPace) -> RunResults {
+    fn replayed(mut results: RunResults, pace: crate::model::results::ReplayPace) -> RunResults {
         for s in &mut results.scenarios {
             s.source = crate::report::fixture::replay_source(pace);
         }
@@ -717,7 +717,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_live_metric_is_never_compared_with_a_replayed_one() {
-        use crate::report::results::ReplayPace;
+        use crate::model::results::ReplayPace;
         let live = five(60.0, 2.0);
         let replay = replayed(five(60.0, 2.0), ReplayPace::Instant);
         let refused = compare(&live, &replay).expect_err("live against replay");
@@ -767,7 +767,7 @@ pub(crate) mod tests {
 
     #[test]
     fn an_emulated_metric_is_compared_only_with_an_emulated_one() {
-        use crate::report::results::ReplayPace;
+        use crate::model::results::ReplayPace;
         let live = five(60.0, 2.0);
         let refused =
             compare(&live, &emulated(five(60.0, 2.0))).expect_err("live against emulated");
@@ -799,7 +799,7 @@ pub(crate) mod tests {
 
     #[test]
     fn an_instant_pace_replay_shows_no_number_and_is_not_judged() {
-        use crate::report::results::ReplayPace;
+        use crate::model::results::ReplayPace;
         let fast = replayed(five(60.0, 0.001), ReplayPace::Instant);
         let slow = replayed(five(60.0, 2.0), ReplayPace::Instant);
         let both = compare(&fast, &slow).expect("instant against instant");

@@ -30,7 +30,7 @@ use serde_saphyr::Spanned;
 
 use crate::analyze::compare::{self, Change};
 use crate::analyze::stats::{self, Value};
-use crate::report::results::{Class, RunResults, ScenarioResult, Source, StepStatus};
+use crate::model::results::{Class, RunResults, ScenarioResult, Source, StepStatus};
 
 /// What a policy file holds, as written.
 #[derive(Debug, Deserialize)]
@@ -673,8 +673,8 @@ mod tests {
     use sandbox_providers::Resource;
 
     use super::*;
+    use crate::model::results::ReplayPace;
     use crate::report::fixture::{failed, replay_source, run, scenario, skipped, step, timing};
-    use crate::report::results::ReplayPace;
 
     fn policy(text: &str) -> Result<Policy, String> {
         Policy::parse(Path::new("policy.yaml"), text).map_err(|e| e.to_string())
@@ -886,7 +886,7 @@ mod tests {
     #[test]
     fn a_partial_secrets_scan_holds_unless_the_policy_ships_it() {
         let mut results = seventy_percent();
-        results.scenarios[2].secrets_scan = Some(crate::report::results::ScanCoverage {
+        results.scenarios[2].secrets_scan = Some(crate::model::results::ScanCoverage {
             scanner: "the Python probe".to_owned(),
             files_scanned: 5120,
             unreadable: 8,
@@ -1097,7 +1097,7 @@ mod tests {
                 .into_iter()
                 .take(4)
                 .map(|s| ScenarioResult {
-                    source: crate::report::results::Source::Live,
+                    source: crate::model::results::Source::Live,
                     ..s
                 }),
         );
@@ -1174,7 +1174,7 @@ mod tests {
             vec![],
             &[],
         );
-        reused.reused = Some(crate::report::results::ReusedArtifact {
+        reused.reused = Some(crate::model::results::ReusedArtifact {
             artifact: "sha256:ab".to_owned(),
             built_in: "burst".to_owned(),
         });

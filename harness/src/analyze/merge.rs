@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::report::results::{
+use crate::model::results::{
     self, LoadError, Provenance, RESULTS_SCHEMA_VERSION, ReplayPace, RunResults,
 };
 
@@ -196,7 +196,7 @@ mod tests {
 
     fn shard(run_id: &str, started_at: &str, variant: &str, reps: u32) -> RunResults {
         let mut results = run((1..=reps)
-            .map(|repetition| crate::report::results::ScenarioResult {
+            .map(|repetition| crate::model::results::ScenarioResult {
                 repetition,
                 ..scenario(variant, "lifecycle")
             })
@@ -248,7 +248,7 @@ mod tests {
         let mut c = shard("run-c", "2025-11-29T12:20:00Z", "e2b", 1);
         c.provenance.shards = vec![shard("run-d", "2025-11-29T12:00:00Z", "e2b", 1).provenance];
         let replayed =
-            crate::report::fixture::replay_source(crate::report::results::ReplayPace::Instant);
+            crate::report::fixture::replay_source(crate::model::results::ReplayPace::Instant);
         c.scenarios[0].source = replayed.clone();
         let paths = [
             file("keep", "a.json", &json(&a)),
@@ -282,11 +282,11 @@ mod tests {
                 ("e2b", 1)
             ]
         );
-        let sources: Vec<&crate::report::results::Source> =
+        let sources: Vec<&crate::model::results::Source> =
             merged.scenarios.iter().map(|s| &s.source).collect();
         assert_eq!(
             sources,
-            [&crate::report::results::Source::Live; 4]
+            [&crate::model::results::Source::Live; 4]
                 .into_iter()
                 .chain([&replayed])
                 .collect::<Vec<_>>(),
@@ -296,7 +296,7 @@ mod tests {
 
     #[test]
     fn replays_at_two_paces_are_refused_naming_both_files() {
-        use crate::report::results::ReplayPace;
+        use crate::model::results::ReplayPace;
         let at = |run_id: &str, pace: ReplayPace| {
             let mut shard = shard(run_id, "2025-11-29T12:10:00Z", "e2b", 1);
             shard.scenarios[0].source = crate::report::fixture::replay_source(pace);

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use crate::report::results::{Class, Modes, ReplayPace, RunResults, ScenarioResult, StepStatus};
+use crate::model::results::{Class, Modes, ReplayPace, RunResults, ScenarioResult, StepStatus};
 
 /// Significant decimal digits the histogram keeps.
 pub const SIGNIFICANT_DIGITS: u8 = 3;
@@ -262,7 +262,7 @@ mod tests {
     use sandbox_providers::Timing;
 
     use super::*;
-    use crate::report::results::{Provenance, RESULTS_SCHEMA_VERSION, Sample, StepResult};
+    use crate::model::results::{Provenance, RESULTS_SCHEMA_VERSION, Sample, StepResult};
 
     fn ms(ms: u64) -> Option<Duration> {
         Some(Duration::from_millis(ms))
@@ -387,7 +387,7 @@ mod tests {
         ScenarioResult {
             variant: "docker".to_owned(),
             scenario: "lifecycle".to_owned(),
-            source: crate::report::results::Source::Live,
+            source: crate::model::results::Source::Live,
             scenario_hash: "0".repeat(64),
             artifact_id: None,
             provider_version: None,

@@ -3,7 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use sandbox_matrix::report::{results, run_folder};
+use sandbox_matrix::model::results;
+use sandbox_matrix::report::run_folder;
 use sandbox_matrix::run::runner::new_run_id;
 
 use super::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PASSED, EXIT_REPORT, host_name};

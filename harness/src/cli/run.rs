@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use clap::Args;
 use sandbox_matrix::checks::approved::APPROVED_BASES_FILE;
 use sandbox_matrix::emulate;
-use sandbox_matrix::report::results::{
+use sandbox_matrix::model::results::{
     Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, Source,
 };
 use sandbox_matrix::report::{self, run_folder};

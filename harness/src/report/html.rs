@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::analyze::stats::{self, Summary, Value};
-use crate::report::results::{self, Class, RunResults, ScenarioResult, StepStatus};
+use crate::model::results::{self, Class, RunResults, ScenarioResult, StepStatus};
 
 /// How many earlier runs the history shows at most.
 pub const HISTORY_RUNS: usize = 30;

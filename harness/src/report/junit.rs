@@ -7,7 +7,7 @@ use std::{fs, io};
 use quick_junit::{NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestSuite};
 use sandbox_providers::Timing;
 
-use crate::report::results::{Mode, Modes, RunResults, ScenarioResult, StepResult, StepStatus};
+use crate::model::results::{Mode, Modes, RunResults, ScenarioResult, StepResult, StepStatus};
 
 /// The JUnit report's name.
 pub const REPORT_NAME: &str = "sandbox-matrix";
@@ -426,7 +426,7 @@ mod tests {
 
         let mut merged = two_variants();
         let mut live = merged.scenarios[1].clone();
-        live.source = crate::report::results::Source::Live;
+        live.source = crate::model::results::Source::Live;
         live.repetition = 2;
         merged.scenarios.push(live);
         let xml = render(&merged);
@@ -455,7 +455,7 @@ mod tests {
         let mut emulated = results.scenarios[1].clone();
         emulated.source = emulated_source();
         let mut live = results.scenarios[1].clone();
-        live.source = crate::report::results::Source::Live;
+        live.source = crate::model::results::Source::Live;
         results.scenarios.push(emulated);
         results.scenarios.push(live);
         let xml = render(&results);

@@ -1,17 +1,15 @@
-//! The results of a run as data ([`results`], what `results.json` holds) and what renders
-//! them for CI and for people: JUnit XML ([`junit`]), a markdown comparison table with a run
+//! What renders a run's results ([`crate::model::results`]) for CI and for people: JUnit XML ([`junit`]), a markdown comparison table with a run
 //! summary ([`table`]), an HTML page with charts ([`html`]), and the run folder that holds
 //! them all ([`run_folder`]), checked before the run ends for every credential it used
 //! ([`self_scan`]).
 
 pub mod html;
 pub mod junit;
-pub mod results;
 pub mod run_folder;
 pub mod self_scan;
 pub mod table;
 
-use crate::report::results::{Class, RunResults, ScenarioResult};
+use crate::model::results::{Class, RunResults, ScenarioResult};
 
 /// The scenarios of a run grouped by variant, a variant's measured (live, recorded),
 /// replayed and emulated results apart ([`Class`]), so that neither a replay nor a run
@@ -43,7 +41,7 @@ pub(crate) mod fixture {
 
     use sandbox_providers::{BuildLogMode, Capabilities, RestartKind, ShutdownObservation, Timing};
 
-    use crate::report::results::{
+    use crate::model::results::{
         Provenance, RESULTS_SCHEMA_VERSION, Replay, ReplayPace, RunResults, ScenarioResult, Source,
         StepResult, StepStatus,
     };

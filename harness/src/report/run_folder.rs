@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use sandbox_providers::Secret;
 
+use crate::model::results::RunResults;
 use crate::report;
 use crate::report::html::{HISTORY_RUNS, History};
-use crate::report::results::RunResults;
 use crate::report::self_scan;
 
 /// Files a run writes into its folder.

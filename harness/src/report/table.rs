@@ -7,7 +7,7 @@ use comfy_table::presets::ASCII_MARKDOWN;
 use sandbox_providers::{BuildLogMode, Timing};
 
 use crate::analyze::stats;
-use crate::report::results::{
+use crate::model::results::{
     COMPRESSED_BYTES, Class, Modes, ReplayPace, RunResults, ScenarioResult, StepResult, StepStatus,
 };
 
@@ -962,10 +962,10 @@ mod tests {
     use sandbox_providers::Resource;
 
     use super::*;
+    use crate::model::results::Source;
     use crate::report::fixture::{
         failed, replay_source, run, scenario, skipped, step, timing, two_variants, with_repetitions,
     };
-    use crate::report::results::Source;
 
     /// The cells of a markdown table row, split on unescaped `|`, trimmed.
     fn cells(line: &str) -> Vec<String> {
@@ -1681,7 +1681,7 @@ mod tests {
 
     #[test]
     fn the_secrets_row_says_what_the_scan_covered() {
-        use crate::report::results::ScanCoverage;
+        use crate::model::results::ScanCoverage;
         let scanned = |variant: &str, unreadable, uid| {
             let mut scenario = lifecycle(variant, Source::Live);
             scenario.steps.push(step(

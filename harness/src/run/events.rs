@@ -1,6 +1,6 @@
 //! The one event stream the runner emits; reporters only read it.
 
-use crate::report::results::{ScenarioResult, Source, StepResult};
+use crate::model::results::{ScenarioResult, Source, StepResult};
 
 /// Something that happened during a run.
 #[derive(Debug, Clone)]

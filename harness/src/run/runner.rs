@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::checks::conformance::{self, Check, CheckParams};
 use crate::checks::secrets;
 use crate::checks::suite::{self, CheckTarget, StepEnd, check_answer, describe};
-use crate::report::results::{
+use crate::model::results::{
     COMPRESSED_BYTES, ReusedArtifact, Sample, ScanCoverage, ScenarioResult, Source, StepResult,
     StepStatus,
 };

@@ -7,7 +7,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use sandbox_providers::Secret;
 
-use crate::report::results::{ReplayPace, RunResults, Source, StepResult, StepStatus};
+use crate::model::results::{ReplayPace, RunResults, Source, StepResult, StepStatus};
 use crate::report::self_scan;
 use crate::run::events::{EventSink, RunEvent};
 

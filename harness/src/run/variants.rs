@@ -16,7 +16,7 @@ use sandbox_providers::registry::Repository;
 use sandbox_providers::{Capabilities, Provider, ProviderError};
 use sandbox_providers::{CredentialSource, RegistryCredential, Secret, datalayer, modal};
 
-use crate::report::results::{Replay, Source};
+use crate::model::results::{Replay, Source};
 use crate::run::local_registry::{self, LocalRegistry};
 use crate::run::runner::{SessionCheck, random_hex};
 
@@ -927,7 +927,7 @@ mod tests {
         let replay = shown(Path::new(CASSETTES_DIR));
         assert_eq!(replay.origin.as_deref(), Some("authored from a spec"));
         assert_eq!(replay.written.as_deref(), Some("2026-11-29"));
-        assert_eq!(replay.pace, crate::report::results::ReplayPace::Recorded);
+        assert_eq!(replay.pace, crate::model::results::ReplayPace::Recorded);
 
         let missing = CloudMode::Replay {
             dir: std::env::temp_dir()

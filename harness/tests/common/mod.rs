@@ -191,10 +191,10 @@ pub fn out_dir(test: &str) -> PathBuf {
 /// Writes `scenarios` as one run's reports (JUnit, summary, results.json) under `out`.
 pub fn write_reports(
     out: &Path,
-    scenarios: Vec<sandbox_matrix::report::results::ScenarioResult>,
+    scenarios: Vec<sandbox_matrix::model::results::ScenarioResult>,
     secrets: &[sandbox_providers::Secret],
 ) {
-    use sandbox_matrix::report::results::{Provenance, RESULTS_SCHEMA_VERSION, RunResults};
+    use sandbox_matrix::model::results::{Provenance, RESULTS_SCHEMA_VERSION, RunResults};
     let results = RunResults {
         schema_version: RESULTS_SCHEMA_VERSION.to_owned(),
         provenance: Provenance {
@@ -280,7 +280,7 @@ pub async fn replay_e2b(
     scenario: &sandbox_matrix::run::scenario::Scenario,
     pace: sandbox_providers::api::replay::Pace,
 ) -> (
-    sandbox_matrix::report::results::ScenarioResult,
+    sandbox_matrix::model::results::ScenarioResult,
     sandbox_providers::api::replay::ReplayServer,
 ) {
     use sandbox_providers::api::replay::{ReplayOptions, ReplayServer};
@@ -325,7 +325,7 @@ pub async fn run_cloud(
     cloud: &sandbox_matrix::run::variants::CloudVariant,
     scenario: &sandbox_matrix::run::scenario::Scenario,
     mode: &sandbox_matrix::run::variants::CloudMode,
-) -> sandbox_matrix::report::results::ScenarioResult {
+) -> sandbox_matrix::model::results::ScenarioResult {
     let session = sandbox_matrix::run::variants::open_cloud(
         cloud,
         &scenario.name,
@@ -376,12 +376,12 @@ where
 }
 
 /// `step: reason` for each failed step of `result`.
-pub fn failures(result: &sandbox_matrix::report::results::ScenarioResult) -> Vec<String> {
+pub fn failures(result: &sandbox_matrix::model::results::ScenarioResult) -> Vec<String> {
     result
         .steps
         .iter()
         .filter_map(|s| match &s.status {
-            sandbox_matrix::report::results::StepStatus::Failed { reason } => {
+            sandbox_matrix::model::results::StepStatus::Failed { reason } => {
                 Some(format!("{}: {reason}", s.step))
             }
             _ => None,

@@ -7,7 +7,7 @@ use crate::common;
 
 use std::process::Command;
 
-use sandbox_matrix::report::results::{RunResults, StepStatus};
+use sandbox_matrix::model::results::{RunResults, StepStatus};
 
 fn reason(results: &RunResults, scenario: &str, step: &str) -> String {
     let s = results

@@ -8,7 +8,7 @@ use crate::common;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use sandbox_matrix::report::results::{RunResults, StepStatus};
+use sandbox_matrix::model::results::{RunResults, StepStatus};
 
 /// The build step's budget: longer than the clients' old 60 s call timeout.
 const BUDGET: &str = "65s";

@@ -395,10 +395,10 @@ pub fn sigterm_during_launch_cleans_up_writes_reports_and_exits_143() {
     let in_ledger = ledger_ids_left(&out, &run_id);
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(status.code(), Some(143), "{seen:#?}");
-    let results: sandbox_matrix::report::results::RunResults =
+    let results: sandbox_matrix::model::results::RunResults =
         serde_json::from_str(&results.expect("results.json written")).expect("it parses");
     let scenario = &results.scenarios[0];
-    use sandbox_matrix::report::results::StepStatus;
+    use sandbox_matrix::model::results::StepStatus;
     assert_eq!(
         scenario.step("launch").map(|s| &s.status),
         Some(&StepStatus::Failed {

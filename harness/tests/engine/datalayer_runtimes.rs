@@ -17,7 +17,7 @@ use std::time::Duration;
 use sandbox_matrix::emulate::datalayer::{
     DEFAULT_DOMAIN, DEFAULT_ENVIRONMENT, Emulator, Faults, Options,
 };
-use sandbox_matrix::report::results::ScenarioResult;
+use sandbox_matrix::model::results::ScenarioResult;
 use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id};
 use sandbox_matrix::run::scenario::Scenario;
 use sandbox_providers::api::{Mode, Recorder, Volatiles};

@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sandbox_matrix::report::results::{RunResults, StepStatus};
+use sandbox_matrix::model::results::{RunResults, StepStatus};
 
 pub fn ctrl_c_mid_step_still_removes_the_container() {
     let root = common::root();

@@ -7,7 +7,7 @@ use crate::common;
 
 use std::process::Output;
 
-use sandbox_matrix::report::results::{RunResults, StepStatus};
+use sandbox_matrix::model::results::{RunResults, StepStatus};
 
 /// Runs, on the docker variant, a scenario named `name` with `steps` over an environment
 /// of `files` (a `Dockerfile` among them) in a fresh folder, which it removes; returns the

@@ -7,7 +7,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use sandbox_matrix::report::results::{RunResults, StepStatus};
+use sandbox_matrix::model::results::{RunResults, StepStatus};
 
 /// The launch step's budget, kept short: the wait has no other end.
 const LAUNCH_BUDGET: Duration = Duration::from_secs(10);

@@ -13,7 +13,7 @@ use std::process::{Command, Output};
 use common::Images;
 use common::registry;
 use sandbox_matrix::checks::secrets;
-use sandbox_matrix::report::results::{self, StepStatus};
+use sandbox_matrix::model::results::{self, StepStatus};
 use sandbox_providers::Secret;
 use wiremock::MockServer;
 

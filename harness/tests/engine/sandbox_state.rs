@@ -9,7 +9,7 @@
 use crate::common;
 
 use common::emulate::Emulate;
-use sandbox_matrix::report::results;
+use sandbox_matrix::model::results;
 use sandbox_matrix::run::terminal;
 
 use std::io::{BufRead, BufReader};

@@ -8,7 +8,7 @@ use crate::common;
 use std::path::Path;
 use std::process::Command;
 
-use sandbox_matrix::report::results::{RunResults, StepStatus};
+use sandbox_matrix::model::results::{RunResults, StepStatus};
 
 /// Writes scenario `name` (build, a rebuild when asked, then cleanup, on the reference
 /// environment) into `dir`.

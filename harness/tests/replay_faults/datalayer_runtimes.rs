@@ -121,7 +121,7 @@ fn pod_name(path: &str) -> String {
 async fn run(
     test: &str,
     cassette: Cassette,
-) -> (sandbox_matrix::report::results::ScenarioResult, Duration) {
+) -> (sandbox_matrix::model::results::ScenarioResult, Duration) {
     replay(VARIANT, test, Pace::Instant, |path| {
         cassette.save(&path).expect("the cut cassette is written")
     })

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::{assert_terminal, common, junit, reason};
 
-use sandbox_matrix::report::results::{Replay, ReplayPace, ScenarioResult, Source, StepStatus};
+use sandbox_matrix::model::results::{Replay, ReplayPace, ScenarioResult, Source, StepStatus};
 use sandbox_providers::api::cassette::Body;
 use sandbox_providers::api::replay::{Observed, Pace};
 use sandbox_providers::api::{Cassette, Exchange};

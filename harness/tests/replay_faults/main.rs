@@ -17,10 +17,10 @@ mod modal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use sandbox_matrix::report;
-use sandbox_matrix::report::results::{
+use sandbox_matrix::model::results::{
     Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, StepStatus,
 };
+use sandbox_matrix::report;
 use sandbox_matrix::run::variants::{self, CloudMode};
 use sandbox_providers::api::replay::Pace;
 

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use sandbox_matrix::report::results::ScenarioResult;
+use sandbox_matrix::model::results::ScenarioResult;
 use sandbox_providers::api::grpc::{GrpcCassette, GrpcExchange};
 use sandbox_providers::api::replay::Pace;
 use sandbox_providers::modal;

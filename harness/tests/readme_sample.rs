@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use sandbox_matrix::model::results;
 use sandbox_matrix::report::table;
-use sandbox_matrix::run::terminal;
+use sandbox_matrix::report::terminal;
 
 /// The line before the sample in README.md.
 const BEGIN: &str = "<!-- sample-run: generated from docs/sample-run/ by `SANDBOX_MATRIX_BLESS=1 cargo test -p sandbox-matrix --test readme_sample`; not edited by hand -->";

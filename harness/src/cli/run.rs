@@ -10,12 +10,12 @@ use sandbox_matrix::emulate;
 use sandbox_matrix::model::results::{
     Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, Source,
 };
+use sandbox_matrix::report::terminal::Terminal;
 use sandbox_matrix::report::{self, run_folder};
 use sandbox_matrix::run::base::RunBase;
 use sandbox_matrix::run::events::{EventSink, Fanout, RunEvent};
 use sandbox_matrix::run::ledger::Ledger;
 use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id, unreachable_variant};
-use sandbox_matrix::run::terminal::Terminal;
 use sandbox_matrix::run::variants;
 use sandbox_matrix::run::variants::CloudMode;
 use sandbox_providers::api::replay::Pace;

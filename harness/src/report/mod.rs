@@ -1,13 +1,15 @@
-//! What renders a run's results ([`crate::model::results`]) for CI and for people: JUnit XML ([`junit`]), a markdown comparison table with a run
-//! summary ([`table`]), an HTML page with charts ([`html`]), and the run folder that holds
-//! them all ([`run_folder`]), checked before the run ends for every credential it used
-//! ([`self_scan`]).
+//! What renders a run for people and CI: the terminal's lines as its events come
+//! ([`terminal`]), and from its results ([`crate::model::results`]) JUnit XML
+//! ([`junit`]), a markdown comparison table with a run summary ([`table`]), an HTML page
+//! with charts ([`html`]), and the run folder that holds them all ([`run_folder`]),
+//! checked before the run ends for every credential it used ([`self_scan`]).
 
 pub mod html;
 pub mod junit;
 pub mod run_folder;
 pub mod self_scan;
 pub mod table;
+pub mod terminal;
 
 use crate::model::results::{Class, RunResults, ScenarioResult};
 

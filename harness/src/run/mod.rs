@@ -1,5 +1,5 @@
 //! Running scenarios: the scenario files, the variants, the runner and the events it
-//! emits, and the terminal that shows them.
+//! emits (the terminal that shows them is a reporter, [`crate::report::terminal`]).
 
 pub mod base;
 pub mod events;
@@ -10,6 +10,5 @@ pub mod preflight;
 pub mod runner;
 pub mod scenario;
 pub mod shared;
-pub mod terminal;
 pub mod variant_names;
 pub mod variants;

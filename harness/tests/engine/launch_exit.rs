@@ -52,7 +52,7 @@ pub fn a_sandbox_that_exits_fails_launch_with_its_exit_code_and_last_log_lines()
     );
     crate::sandbox_state::assert_terminal(
         "docker_exited_at_launch",
-        &crate::sandbox_state::failed_step_lines(&sandbox_matrix::run::terminal::transcript(
+        &crate::sandbox_state::failed_step_lines(&sandbox_matrix::report::terminal::transcript(
             &results,
         )),
     );
@@ -109,7 +109,7 @@ pub fn a_hung_kernel_start_fails_first_result_at_the_step_budget() {
     );
     crate::sandbox_state::assert_terminal(
         "docker_hung_kernel",
-        &crate::sandbox_state::failed_step_lines(&sandbox_matrix::run::terminal::transcript(
+        &crate::sandbox_state::failed_step_lines(&sandbox_matrix::report::terminal::transcript(
             &results,
         )),
     );

@@ -10,7 +10,7 @@ use crate::common;
 
 use common::emulate::Emulate;
 use sandbox_matrix::model::results;
-use sandbox_matrix::run::terminal;
+use sandbox_matrix::report::terminal;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -64,7 +64,7 @@ fn junit(result: &ScenarioResult) -> String {
 /// (under `replay_faults/snapshots/`): the words a user reads for each fault. What changes
 /// from run to run is filtered: temporary folders and durations.
 fn assert_terminal(name: &str, result: &ScenarioResult) {
-    let lines = sandbox_matrix::run::terminal::transcript(&one_run(result)).join("\n");
+    let lines = sandbox_matrix::report::terminal::transcript(&one_run(result)).join("\n");
     // No Rust form a user would have to decode.
     for form in ["Some(", "None", "Err(", "Ok(", " { "] {
         assert!(

@@ -7,8 +7,8 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use sandbox_providers::Secret;
 
+use super::self_scan;
 use crate::model::results::{ReplayPace, RunResults, Source, StepResult, StepStatus};
-use crate::report::self_scan;
 use crate::run::events::{EventSink, RunEvent};
 
 /// Prints progress to stderr; the spinner hides itself when stderr is not a terminal.

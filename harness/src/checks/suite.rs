@@ -6,36 +6,11 @@
 use std::future::Future;
 use std::time::Duration;
 
-use sandbox_providers::{Capabilities, CodeOutput, ErrorKind, ProviderError};
+use sandbox_providers::{Capabilities, CodeOutput, ProviderError};
 use serde_json::{Value, json};
 
 use crate::checks::conformance::{self, Check, CheckParams, Verdict};
-
-/// Why a step did not pass: it failed, or it had nothing to test.
-#[derive(Debug)]
-pub enum StepEnd {
-    /// It ran and did not meet its expectation, for this reason.
-    Failed(String),
-    /// It had nothing to test, for this reason; never counted as a pass.
-    Skipped(String),
-}
-
-impl From<String> for StepEnd {
-    fn from(reason: String) -> Self {
-        StepEnd::Failed(reason)
-    }
-}
-
-impl From<ProviderError> for StepEnd {
-    /// A call the variant cannot serve makes the step a skip naming it; any other error
-    /// fails the step.
-    fn from(error: ProviderError) -> Self {
-        match error.kind {
-            ErrorKind::Unsupported => StepEnd::Skipped(error.message),
-            _ => StepEnd::Failed(error.to_string()),
-        }
-    }
-}
+use crate::model::outcome::StepEnd;
 
 /// What a check needs of the sandbox it runs in; the runner implements it for a step.
 pub trait CheckTarget: Sync {

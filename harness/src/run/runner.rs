@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::checks::conformance::{self, Check, CheckParams};
 use crate::checks::secrets;
-use crate::checks::suite::{self, CheckTarget, StepEnd, check_answer, describe};
+use crate::checks::suite::{self, CheckTarget, check_answer, describe};
+use crate::model::outcome::StepEnd;
 use crate::model::results::{
     COMPRESSED_BYTES, ReusedArtifact, Sample, ScanCoverage, ScenarioResult, Source, StepResult,
     StepStatus,

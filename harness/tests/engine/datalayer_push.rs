@@ -1,14 +1,15 @@
 //! The datalayer variant's artifact on real parts: the reference environment built on the
 //! local engine, pushed by digest to a local authenticated registry as an OCI index with an
 //! attestation manifest, read back with plain HTTP calls (the layout BuildKit uses, an SBOM
-//! listing python3 and jupyter_server, a provenance naming the base's digest and the build
+//! listing python3 and jupyter_server that the SPDX project's validator accepts, a provenance naming the base's digest and the build
 //! arguments by name, no build secret in any blob), then launched: the local copy removed,
 //! pulled by digest as a read-only user who cannot push, `1+1` through Jupyter; cleanup
 //! deletes the index and its manifests from the registry. Then the variant through the
 //! CLI: `preflight` checks both logins and names a refused one; with no registry
 //! configured and no `docker-registry` to start one, `run` skips the variant with the
 //! install command; a run killed with kill -9 (before its build) takes the registry it
-//! started down with it, and `sweep --run` removes what it left. Needs Docker.
+//! started down with it, and `sweep --run` removes what it left. Needs Docker (and, for the
+//! push, the SDK venv's spdx-tools).
 
 use crate::common;
 
@@ -23,6 +24,10 @@ use sandbox_providers::{
 use serde_json::Value;
 
 const REPOSITORY: &str = "sandbox-matrix/environment";
+
+/// The SDK venv's distribution that validates the pushed SBOM: the SPDX project's own
+/// validator (`pyspdxtools`), not our reader.
+pub const SDK: &str = "spdx-tools";
 
 /// A deliberate fake, made up per run: a password the test's own registry is its only taker.
 fn fake(what: &str) -> String {
@@ -185,6 +190,22 @@ pub async fn pushes_an_index_with_attestations_and_launches_it_pulled_by_the_rea
             names.len()
         );
     }
+    // An outside reader: the SPDX project's validator accepts the document as SPDX 2.3.
+    let python = common::sdk::required_python(SDK, &common::sdk::pinned(SDK));
+    let document = common::out_dir("datalayer-push-sbom").join("sbom.spdx.json");
+    std::fs::write(&document, serde_json::to_vec_pretty(sbom).unwrap()).unwrap();
+    let validated = std::process::Command::new(python.with_file_name("pyspdxtools"))
+        .arg("-i")
+        .arg(&document)
+        .output()
+        .expect("pyspdxtools runs");
+    assert!(
+        validated.status.success(),
+        "pyspdxtools refuses the pushed SBOM: {}{}",
+        String::from_utf8_lossy(&validated.stdout),
+        String::from_utf8_lossy(&validated.stderr)
+    );
+    let _ = std::fs::remove_dir_all(document.parent().unwrap());
     let provenance = &statements[attest::SLSA_PREDICATE]["predicate"];
     let base_id = bollard::Docker::connect_with_local_defaults()
         .unwrap()

@@ -80,7 +80,6 @@ fn main() {
             sync crash_cleanup::kill_9_during_a_datalayer_push_then_sweep_leaves_nothing_later,
             sync crash_cleanup::sigterm_one_second_into_a_buildkit_build_leaves_nothing_later,
             sync crash_cleanup::sigint_one_second_into_a_buildkit_build_leaves_nothing_later,
-            async(2) datalayer_push::pushes_an_index_with_attestations_and_launches_it_pulled_by_the_reader,
             sync datalayer_push::preflight_checks_both_logins_and_names_a_refused_one,
             async(2) datalayer_push::the_push_logs_in_with_a_login_token_from_ecr_in_preflight_and_in_a_run,
             sync datalayer_push::without_a_registry_or_the_tools_to_start_one_the_variant_is_skipped_with_the_install_command,
@@ -118,6 +117,9 @@ fn main() {
             async(2) server_rules::daytona_runs_process_execute_as_its_toolbox_does,
             sync shared_build::scenarios_of_one_environment_build_once_and_the_last_removes_it,
             async(2) violations::each_violating_image_fails_what_it_breaks_and_nothing_else,
+        ];
+        Need::Sdk(datalayer_push::SDK) => [
+            async(2) datalayer_push::pushes_an_index_with_attestations_and_launches_it_pulled_by_the_reader,
         ];
         Need::Sdk(junit_reader::SDK) => [
             sync junit_reader::junitparser_sees_suites_named_by_variant_and_mode,

@@ -207,8 +207,11 @@ fn statement(subject: &Subject, predicate_type: &str, predicate: Value) -> Value
     })
 }
 
-/// The SBOM statement: an SPDX 2.3 document listing `installed`, made at `created`
-/// (RFC 3339).
+/// The SPDX id of the image's own package in the SBOM, which the document describes.
+const IMAGE_SPDX_ID: &str = "SPDXRef-Image";
+
+/// The SBOM statement: an SPDX 2.3 document describing the image, which contains each
+/// package of `installed`, made at `created` (RFC 3339).
 pub fn sbom(subject: &Subject, installed: &Installed, created: &str, tool: &str) -> Value {
     let purl = |kind: &str, p: &Package| {
         let version = utf8_percent_encode(&p.version, PURL_VERSION);
@@ -239,6 +242,41 @@ pub fn sbom(subject: &Subject, installed: &Installed, created: &str, tool: &str)
             })
         })
         .collect();
+    // The document describes the image, a package of its own that contains every other
+    // one: SPDX 2.3 requires a DESCRIBES relationship once a document lists more than one
+    // package (the SPDX project's validator, spdx-tools 0.8.5, refuses it otherwise).
+    let repository = subject
+        .name
+        .trim_start_matches("pkg:docker/")
+        .split(['@', '?'])
+        .next()
+        .unwrap_or(&subject.name);
+    let image = json!({
+        "name": repository,
+        "SPDXID": IMAGE_SPDX_ID,
+        "versionInfo": subject.digest,
+        "downloadLocation": "NOASSERTION",
+        "filesAnalyzed": false,
+        "primaryPackagePurpose": "CONTAINER",
+        "externalRefs": [{
+            "referenceCategory": "PACKAGE-MANAGER",
+            "referenceType": "purl",
+            "referenceLocator": subject.name,
+        }],
+    });
+    let relationships: Vec<Value> = std::iter::once(json!({
+        "spdxElementId": "SPDXRef-DOCUMENT",
+        "relationshipType": "DESCRIBES",
+        "relatedSpdxElement": IMAGE_SPDX_ID,
+    }))
+    .chain(packages.iter().map(|p| {
+        json!({
+            "spdxElementId": IMAGE_SPDX_ID,
+            "relationshipType": "CONTAINS",
+            "relatedSpdxElement": p["SPDXID"],
+        })
+    }))
+    .collect();
     let document = json!({
         "spdxVersion": "SPDX-2.3",
         "dataLicense": "CC0-1.0",
@@ -246,7 +284,8 @@ pub fn sbom(subject: &Subject, installed: &Installed, created: &str, tool: &str)
         "name": subject.name,
         "documentNamespace": format!("urn:sandbox-matrix:sbom:{}", subject.digest),
         "creationInfo": { "created": created, "creators": [format!("Tool: {tool}")] },
-        "packages": packages,
+        "packages": std::iter::once(image).chain(packages).collect::<Vec<_>>(),
+        "relationships": relationships,
     });
     statement(subject, SPDX_PREDICATE, document)
 }
@@ -336,6 +375,26 @@ mod tests {
             "{text}"
         );
         assert_eq!(sbom["predicateType"], SPDX_PREDICATE);
+        // The document describes the image, and the image contains every package.
+        let document = &sbom["predicate"];
+        let relationships = document["relationships"].as_array().expect("relationships");
+        assert_eq!(
+            relationships[0],
+            json!({"spdxElementId": "SPDXRef-DOCUMENT", "relationshipType": "DESCRIBES",
+                   "relatedSpdxElement": "SPDXRef-Image"})
+        );
+        let packages = document["packages"].as_array().expect("packages");
+        assert_eq!(packages[0]["SPDXID"], "SPDXRef-Image");
+        assert_eq!(packages[0]["name"], "x");
+        let contained: Vec<&Value> = relationships[1..]
+            .iter()
+            .filter(|r| {
+                r["relationshipType"] == "CONTAINS" && r["spdxElementId"] == "SPDXRef-Image"
+            })
+            .map(|r| &r["relatedSpdxElement"])
+            .collect();
+        let listed: Vec<&Value> = packages[1..].iter().map(|p| &p["SPDXID"]).collect();
+        assert_eq!(contained, listed);
     }
 
     #[test]

@@ -92,6 +92,7 @@ fn nightly_results() -> RunResults {
                     samples: Vec::new(),
                     base_credential: Some("none: local base".into()),
                     secrets_scan: None,
+                    base_chain: None,
                 });
             }
         }

@@ -85,6 +85,7 @@ impl Provider for Counting {
             gpus: 0,
             egress_policy: false,
             artifacts_listed: true,
+            provenance: false,
         }
     }
 

@@ -107,6 +107,7 @@ fn example_results() -> RunResults {
         // Built from the local bootstrap's base, as a docker run with no registry is.
         base_credential: Some("none: local base".to_owned()),
         secrets_scan: None,
+        base_chain: None,
     };
     let mut scenarios = Vec::new();
     let lifecycle = [

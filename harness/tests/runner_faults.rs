@@ -59,6 +59,7 @@ impl Provider for Scripted {
             gpus: 0,
             egress_policy: false,
             artifacts_listed: self.fault != Fault::UnlistedImageStays,
+            provenance: false,
         }
     }
 

@@ -157,6 +157,7 @@ fn kernel_variant() -> Capabilities {
         gpus: 0,
         egress_policy: false,
         artifacts_listed: true,
+        provenance: false,
     }
 }
 

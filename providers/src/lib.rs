@@ -118,6 +118,11 @@ pub struct Capabilities {
     /// built, and a leak of one cannot be counted from the provider's own listing.
     #[serde(default = "listed")]
     pub artifacts_listed: bool,
+    /// A provenance attestation is kept beside each artifact built, where anyone with
+    /// pull access can read it ([`Provider::provenance`]); without one, the `base-chain`
+    /// step has nothing to audit.
+    #[serde(default)]
+    pub provenance: bool,
 }
 
 fn signal_observed() -> ShutdownObservation {
@@ -198,6 +203,24 @@ impl BaseImage {
             registry: None,
         }
     }
+}
+
+/// The name of the base among an SLSA provenance's `resolvedDependencies`, as this
+/// project's providers write it and the `base-chain` step reads it.
+pub const PROVENANCE_BASE: &str = "base";
+/// The annotation of a base dependency that only the building engine holds: no registry
+/// serves it, and its digest is the engine's image id.
+pub const PROVENANCE_LOCAL: &str = "local";
+
+/// An attestation pulled from where the provider keeps it ([`Provider::provenance`]).
+#[derive(Debug, Clone)]
+pub struct PulledAttestation {
+    /// Where it was read, for a person: `registry 127.0.0.1:5000, index sha256:…`.
+    pub from: String,
+    /// The `sha256:<hex>` digest of the image the store lists the attestation for.
+    pub image_digest: String,
+    /// The in-toto statement, as pulled.
+    pub statement: Vec<u8>,
 }
 
 /// The build argument, declared before the first `FROM`, that names an environment's base.
@@ -520,6 +543,16 @@ pub trait Provider: Send + Sync {
     /// default has nothing.
     fn artifact_facts(&self, _artifact: &Artifact) -> ArtifactFacts {
         ArtifactFacts::default()
+    }
+
+    /// The provenance kept beside `artifact` (see [`Capabilities::provenance`]), pulled
+    /// anew from where the provider keeps it, never from what this client remembers of the
+    /// build. The default has none.
+    async fn provenance(&self, _artifact: &Artifact) -> Result<PulledAttestation> {
+        Err(ProviderError::new(
+            ErrorKind::Unsupported,
+            format!("the {} variant keeps no provenance", self.variant()),
+        ))
     }
 
     /// A read-only call that proves the variant's service answers with the credentials it

@@ -408,6 +408,7 @@ mod tests {
             samples: Vec::new(),
             base_credential: None,
             secrets_scan: None,
+            base_chain: None,
         }
     }
 

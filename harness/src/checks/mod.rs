@@ -2,6 +2,7 @@
 //! probes, the secrets scan, and the Dockerfile linter that runs before every build.
 
 pub mod approved;
+pub mod chain;
 pub mod conformance;
 pub mod lint;
 pub mod secrets;

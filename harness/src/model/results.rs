@@ -183,6 +183,32 @@ pub struct ScenarioResult {
     /// How much the secrets scan covered, once it scanned. Absent when it did not run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets_scan: Option<ScanCoverage>,
+    /// The launched artifact's base as its pulled provenance names it, and whether it is
+    /// approved: the table's "Base-image chain" row. Absent when the `base-chain` step did
+    /// not read one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_chain: Option<BaseChain>,
+}
+
+/// The launched artifact, the base its provenance names, and that base's approval, as
+/// the `base-chain` step read them from the attestation it pulled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BaseChain {
+    /// The artifact launched, by digest.
+    pub launched: String,
+    /// Where the provenance was pulled from.
+    pub read_from: String,
+    /// The base as the provenance names it: a registry reference by digest, or the local
+    /// base's tag.
+    pub base: String,
+    /// The base's `sha256:` digest in the provenance (an image id, for a local base).
+    pub base_digest: String,
+    /// The provenance marks the base as only in the building engine.
+    pub local: bool,
+    /// The base is approved.
+    pub approved: bool,
+    /// How: `local, approved by tag`, `listed in <file>`, or why not.
+    pub approval: String,
 }
 
 /// How much a secrets scan covered: a scan that ran as a user other than root, or could

@@ -111,6 +111,7 @@ pub(crate) mod fixture {
             gpus: 0,
             egress_policy: false,
             artifacts_listed: true,
+            provenance: false,
         })
     }
 
@@ -159,6 +160,7 @@ pub(crate) mod fixture {
             samples: Vec::new(),
             base_credential: None,
             secrets_scan: None,
+            base_chain: None,
         }
     }
 
@@ -258,6 +260,7 @@ pub(crate) mod fixture {
             timings: vec![timing("create-to-first-result", 2_310, None)],
             base_credential: Some("ECR login token, made for this run".to_owned()),
             secrets_scan: None,
+            base_chain: None,
             ..scenario("docker", "lifecycle")
         };
         let e2b = ScenarioResult {

@@ -83,8 +83,9 @@ impl Timed<'_> {
 }
 
 /// Every row: its label and how its cells are filled.
-const ROWS: [(&str, Fill); 17] = [
+const ROWS: [(&str, Fill); 18] = [
     ("Artifact launched", Fill::Plain(artifact)),
+    ("Base-image chain", Fill::Plain(base_chain)),
     ("Build", Fill::Timed(build)),
     ("Rebuild", Fill::Timed(rebuild)),
     (
@@ -440,6 +441,27 @@ fn artifact(scenarios: &[&ScenarioResult]) -> String {
                 shorten(digest, ARTIFACT_ID_CHARS)
             },
         )
+}
+
+/// The launched artifact's digest, then the base digest its pulled provenance names, then
+/// whether that base is approved: `sha256:1f2e… ← base sha256:9a8b… · local, approved by
+/// tag`. Without a chain read, the `base-chain` step's state.
+fn base_chain(scenarios: &[&ScenarioResult]) -> String {
+    match scenarios.iter().find_map(|s| s.base_chain.as_ref()) {
+        Some(chain) => {
+            let launched = chain
+                .launched
+                .rsplit_once('@')
+                .map_or(chain.launched.as_str(), |(_, digest)| digest);
+            format!(
+                "{} ← base {} · {}",
+                shorten(launched, ARTIFACT_ID_CHARS),
+                shorten(&chain.base_digest, ARTIFACT_ID_CHARS),
+                chain.approval
+            )
+        }
+        None => step_cell(scenarios, "base-chain", |_| NOTHING.to_owned()),
+    }
 }
 
 /// Where the build pushed its artifact to a registry: the build step's `push` timing, the
@@ -1394,11 +1416,13 @@ mod tests {
         let docker = ScenarioResult {
             base_credential: Some("ECR login token, made for this run".to_owned()),
             secrets_scan: None,
+            base_chain: None,
             ..lifecycle("docker", Source::Live)
         };
         let local = ScenarioResult {
             base_credential: Some("none: local base".to_owned()),
             secrets_scan: None,
+            base_chain: None,
             ..lifecycle("local", Source::Live)
         };
         // Nothing built: nothing to say.
@@ -1709,6 +1733,54 @@ mod tests {
             [
                 "0 · full (uid 0, 5120 files)",
                 "0 · partial (uid 1000, 8 unreadable)"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_base_chain_row_shows_the_launched_digest_the_base_and_its_approval() {
+        use crate::model::results::BaseChain;
+        let chained = |variant: &str, approved: bool, approval: &str| {
+            let mut scenario = lifecycle(variant, Source::Live);
+            let status = if approved {
+                StepStatus::Passed
+            } else {
+                failed(approval)
+            };
+            scenario
+                .steps
+                .push(step("base-chain", status, 40, 60, vec![], &[]));
+            scenario.base_chain = Some(BaseChain {
+                launched: format!("127.0.0.1:5000/sm/env@sha256:{}", "1f".repeat(32)),
+                read_from: "registry 127.0.0.1:5000, index sha256:1f1f…".to_owned(),
+                base: "sandbox-matrix/contract-base:v1".to_owned(),
+                base_digest: format!("sha256:{}", "9a".repeat(32)),
+                local: true,
+                approved,
+                approval: approval.to_owned(),
+            });
+            scenario
+        };
+        let mut docker = lifecycle("docker", Source::Live);
+        docker.steps.push(step(
+            "base-chain",
+            skipped("this variant keeps no provenance beside its artifacts"),
+            0,
+            60,
+            vec![],
+            &[],
+        ));
+        let table = render(&run(vec![
+            chained("datalayer", true, "local, approved by tag"),
+            chained("tampered", false, "not approved: a local base other than x"),
+            docker,
+        ]));
+        assert_eq!(
+            row(&table, "Base-image chain"),
+            [
+                "sha256:1f1f1f1f1f1f… ← base sha256:9a9a9a9a9a9a… · local, approved by tag",
+                "sha256:1f1f1f1f1f1f… ← base sha256:9a9a9a9a9a9a… · not approved: a local base other than x",
+                "skipped"
             ]
         );
     }

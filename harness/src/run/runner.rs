@@ -14,12 +14,12 @@ use sandbox_providers::{
 use tokio_util::sync::CancellationToken;
 
 use crate::checks::conformance::{self, Check, CheckParams};
-use crate::checks::secrets;
 use crate::checks::suite::{self, CheckTarget, check_answer, describe};
+use crate::checks::{chain, secrets};
 use crate::model::outcome::StepEnd;
 use crate::model::results::{
-    COMPRESSED_BYTES, ReusedArtifact, Sample, ScanCoverage, ScenarioResult, Source, StepResult,
-    StepStatus,
+    BaseChain, COMPRESSED_BYTES, ReusedArtifact, Sample, ScanCoverage, ScenarioResult, Source,
+    StepResult, StepStatus,
 };
 use crate::run::base::RunBase;
 use crate::run::events::{EventSink, RunEvent};
@@ -411,6 +411,7 @@ impl Runner {
             samples: state.samples,
             base_credential: state.base_credential,
             secrets_scan: state.secrets_scan,
+            base_chain: state.base_chain,
         };
         self.sink.emit(&RunEvent::ScenarioFinished {
             result: Box::new(result.clone()),
@@ -710,6 +711,8 @@ struct ScenarioState {
     secrets_found: Vec<String>,
     /// How much the secrets scan covered, once it scanned.
     secrets_scan: Option<ScanCoverage>,
+    /// The launched artifact's base as its pulled provenance names it, once read.
+    base_chain: Option<BaseChain>,
     samples: Vec<Sample>,
     /// What the variant did with the base's credential, once it built.
     base_credential: Option<String>,
@@ -860,6 +863,7 @@ impl StepContext {
             StepKind::Launch => self.launch().await,
             StepKind::FirstResult => self.first_result().await,
             StepKind::Restart => self.restart().await,
+            StepKind::BaseChain => self.base_chain().await,
             StepKind::SecretsScan => self.secrets_scan().await,
             StepKind::Shutdown => self.shutdown().await,
             StepKind::Cleanup => self.cleanup().await,
@@ -1201,6 +1205,35 @@ impl StepContext {
         let (output, timings) = self.provider.run_code(sandbox, code).await?;
         self.log.timings(timings);
         Ok(output)
+    }
+
+    /// Pulls the artifact's provenance from where the provider keeps it and judges the base
+    /// it names ([`chain::audit`]): fails on a provenance it cannot read as the launched
+    /// image's, and on a base that is not approved.
+    async fn base_chain(&self) -> Result<(), StepEnd> {
+        let artifact = self.artifact()?;
+        let pulled = self.provider.provenance(&artifact).await?;
+        self.log
+            .line(&format!("provenance pulled from {}", pulled.from));
+        let chain = chain::audit(
+            &artifact.id,
+            &pulled,
+            self.base.approved.as_ref(),
+            sandbox_providers::docker::base::BASE_IMAGE,
+        )
+        .map_err(StepEnd::Failed)?;
+        self.log.line(&format!(
+            "base {} ({}): {}",
+            chain.base, chain.base_digest, chain.approval
+        ));
+        let verdict = chain.approved.then_some(()).ok_or_else(|| {
+            StepEnd::Failed(format!(
+                "the provenance of {} names the base {} ({}), {}",
+                chain.launched, chain.base, chain.base_digest, chain.approval
+            ))
+        });
+        self.state().base_chain = Some(chain);
+        verdict
     }
 
     async fn secrets_scan(&self) -> Result<(), StepEnd> {
@@ -1704,6 +1737,9 @@ pub fn skip_reason(capabilities: &Capabilities, step: &Step) -> Option<String> {
             Some("this variant cannot restart a kernel or sandbox".to_owned())
         }
         StepKind::Restart if !capabilities.stateful_code => Some(conformance::STATELESS.to_owned()),
+        StepKind::BaseChain if !capabilities.provenance => {
+            Some("this variant keeps no provenance beside its artifacts".to_owned())
+        }
         _ => None,
     }
 }
@@ -1751,6 +1787,7 @@ pub fn unreachable_variant(
         samples: Vec::new(),
         base_credential: None,
         secrets_scan: None,
+        base_chain: None,
     }
 }
 

@@ -26,6 +26,10 @@ pub enum StepKind {
     FirstResult,
     /// Restart the kernel (or the sandbox); passes when state is gone and code answers again.
     Restart,
+    /// Pull the launched artifact's provenance from where the provider keeps it and read
+    /// its base; passes when that base is approved (`policies/approved-bases.yaml`, or the
+    /// local base by its tag).
+    BaseChain,
     /// Look for build-time credentials in the sandbox and artifact; passes when none is found.
     SecretsScan,
     /// Stop the sandbox; passes when it stopped on SIGTERM within the grace period.
@@ -44,10 +48,11 @@ pub enum StepKind {
 
 impl StepKind {
     /// Every step a scenario names with `step:`, lifecycle order first.
-    pub const ALL: [StepKind; 10] = [
+    pub const ALL: [StepKind; 11] = [
         StepKind::Build,
         StepKind::Rebuild,
         StepKind::Launch,
+        StepKind::BaseChain,
         StepKind::FirstResult,
         StepKind::Restart,
         StepKind::SecretsScan,
@@ -65,6 +70,7 @@ impl StepKind {
             StepKind::Launch => "launch",
             StepKind::FirstResult => "first-result",
             StepKind::Restart => "restart",
+            StepKind::BaseChain => "base-chain",
             StepKind::SecretsScan => "secrets-scan",
             StepKind::Shutdown => "shutdown",
             StepKind::Cleanup => "cleanup",

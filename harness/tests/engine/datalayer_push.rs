@@ -1,15 +1,18 @@
 //! The datalayer variant's artifact on real parts: the reference environment built on the
 //! local engine, pushed by digest to a local authenticated registry as an OCI index with an
 //! attestation manifest, read back with plain HTTP calls (the layout BuildKit uses, an SBOM
-//! listing python3 and jupyter_server that the SPDX project's validator accepts, a provenance naming the base's digest and the build
-//! arguments by name, no build secret in any blob), then launched: the local copy removed,
+//! listing python3 and jupyter_server that the SPDX project's validator accepts, an SLSA
+//! provenance v1 that the in-toto attestation library accepts, naming the local base by its
+//! image id and the build arguments by name, no build secret in any blob; the base-image
+//! chain read from the provenance pulled anew, and failing on a tampered one that names an
+//! unapproved base), then launched: the local copy removed,
 //! pulled by digest as a read-only user who cannot push, `1+1` through Jupyter; cleanup
 //! deletes the index and its manifests from the registry. Then the variant through the
 //! CLI: `preflight` checks both logins and names a refused one; with no registry
 //! configured and no `docker-registry` to start one, `run` skips the variant with the
 //! install command; a run killed with kill -9 (before its build) takes the registry it
 //! started down with it, and `sweep --run` removes what it left. Needs Docker (and, for the
-//! push, the SDK venv's spdx-tools).
+//! push, the SDK venv's spdx-tools and in-toto-attestation).
 
 use crate::common;
 
@@ -28,6 +31,9 @@ const REPOSITORY: &str = "sandbox-matrix/environment";
 /// The SDK venv's distribution that validates the pushed SBOM: the SPDX project's own
 /// validator (`pyspdxtools`), not our reader.
 pub const SDK: &str = "spdx-tools";
+/// The SDK venv's distribution that validates the pushed provenance: the in-toto
+/// attestation library, through harness/tests/sdk/validate_provenance.py.
+const PROVENANCE_SDK: &str = "in-toto-attestation";
 
 /// A deliberate fake, made up per run: a password the test's own registry is its only taker.
 fn fake(what: &str) -> String {
@@ -206,7 +212,25 @@ pub async fn pushes_an_index_with_attestations_and_launches_it_pulled_by_the_rea
         String::from_utf8_lossy(&validated.stderr)
     );
     let _ = std::fs::remove_dir_all(document.parent().unwrap());
-    let provenance = &statements[attest::SLSA_PREDICATE]["predicate"];
+    // An outside reader: the in-toto attestation library reads the statement and its SLSA
+    // provenance v1 strictly, and builder.id and buildType are URIs.
+    let statement = &statements[attest::SLSA_PREDICATE];
+    let python = common::sdk::required_python(PROVENANCE_SDK, &common::sdk::pinned(PROVENANCE_SDK));
+    let document = common::out_dir("datalayer-push-provenance").join("provenance.json");
+    std::fs::write(&document, serde_json::to_vec_pretty(statement).unwrap()).unwrap();
+    let validated = std::process::Command::new(&python)
+        .arg(common::root().join("harness/tests/sdk/validate_provenance.py"))
+        .arg(&document)
+        .output()
+        .expect("the provenance validator runs");
+    assert!(
+        validated.status.success(),
+        "the in-toto attestation library refuses the pushed provenance: {}{}",
+        String::from_utf8_lossy(&validated.stdout),
+        String::from_utf8_lossy(&validated.stderr)
+    );
+    let _ = std::fs::remove_dir_all(document.parent().unwrap());
+    let provenance = &statement["predicate"];
     let base_id = bollard::Docker::connect_with_local_defaults()
         .unwrap()
         .inspect_image(&base.reference)
@@ -214,21 +238,48 @@ pub async fn pushes_an_index_with_attestations_and_launches_it_pulled_by_the_rea
         .unwrap()
         .id
         .unwrap();
+    // The local base is named plainly as local, by the engine's image id.
+    let dependency = &provenance["buildDefinition"]["resolvedDependencies"][0];
+    assert_eq!(dependency["name"], sandbox_providers::PROVENANCE_BASE);
     assert_eq!(
-        provenance["materials"][0]["digest"]["sha256"],
+        dependency["digest"]["sha256"],
         base_id.trim_start_matches("sha256:")
     );
-    let args = provenance["invocation"]["parameters"]["buildArgNames"].to_string();
+    assert!(
+        dependency["annotations"][sandbox_providers::PROVENANCE_LOCAL].is_string(),
+        "{dependency}"
+    );
+    let args = provenance["buildDefinition"]["externalParameters"]["buildArgNames"].to_string();
     assert!(
         args.contains("REGISTRY_TOKEN") && args.contains("BASE_IMAGE"),
         "{args}"
     );
-    // Built by the builder the engine offers (BuildKit on a Linux engine of API 1.39 on),
-    // and the provenance says which.
+    // Built by the builder the engine offers (BuildKit on a Linux engine of API 1.39 on):
+    // the builder is a URI, and the words say which path it took.
     let builder = provider.builder().await.expect("a builder");
-    let builder_id = provenance["builder"]["id"].as_str().unwrap_or_default();
-    assert!(builder_id.contains(builder.describe()), "{builder_id}");
+    assert_eq!(
+        provenance["runDetails"]["builder"]["id"],
+        attest::BUILDER_ID
+    );
+    let words = provenance["buildDefinition"]["internalParameters"]["builder"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(words.contains(builder.describe()), "{words}");
 
+    // The chain, read from the provenance pulled anew as the puller: the local base,
+    // approved by its tag.
+    let pulled = provider.provenance(&artifact).await.expect("pulled");
+    assert_eq!(pulled.image_digest, pushed.image_manifest);
+    let chain = sandbox_matrix::checks::chain::audit(
+        &artifact.id,
+        &pulled,
+        None,
+        sandbox_providers::docker::base::BASE_IMAGE,
+    )
+    .expect("a provenance of the launched image");
+    assert!(chain.approved && chain.local, "{chain:?}");
+    assert_eq!(chain.base_digest, base_id);
+    assert_eq!(chain.approval, "local, approved by tag");
     // No secret in any pushed blob, the layers searched gunzipped.
     let image: Value = serde_json::from_slice(
         &get(
@@ -346,6 +397,58 @@ pub async fn pushes_an_index_with_attestations_and_launches_it_pulled_by_the_rea
             .unwrap();
         assert_eq!(answer.status(), 404, "{digest} is still served");
     }
+
+    // A tampered attestation: the same image (its blobs are still held), pushed with a
+    // provenance that names a base no approved bases file lists. The chain trusts what it
+    // pulls, so it fails.
+    let mut tampered = statement.clone();
+    let forged = format!("sha256:{}", "e".repeat(64));
+    tampered["predicate"]["buildDefinition"]["resolvedDependencies"][0] = serde_json::json!({
+        "name": sandbox_providers::PROVENANCE_BASE,
+        "uri": format!("pkg:docker/{}/someone/else@{forged}", registry.host),
+        "digest": { "sha256": forged.trim_start_matches("sha256:") },
+    });
+    let image = oci::image_manifest(&exported, &Default::default()).unwrap();
+    let tampered_index = oci::push(
+        &repository,
+        &settings.push,
+        &oci::assemble(
+            image,
+            oci::platform(&exported.config).unwrap(),
+            &[(attest::SLSA_PREDICATE, tampered)],
+        ),
+    )
+    .await
+    .expect("the tampered artifact is pushed");
+    let tampered_artifact = sandbox_providers::Artifact {
+        id: tampered_index.to_string(),
+        kind: artifact.kind.clone(),
+    };
+    let pulled = provider
+        .provenance(&tampered_artifact)
+        .await
+        .expect("the tampered provenance is pulled");
+    let approved_bases = sandbox_matrix::checks::approved::ApprovedBases::load(
+        &common::root().join(sandbox_matrix::checks::approved::APPROVED_BASES_FILE),
+    )
+    .expect("the project's approved bases");
+    let chain = sandbox_matrix::checks::chain::audit(
+        &tampered_artifact.id,
+        &pulled,
+        Some(&approved_bases),
+        sandbox_providers::docker::base::BASE_IMAGE,
+    )
+    .expect("still a provenance of the image");
+    assert!(!chain.approved && !chain.local, "{chain:?}");
+    assert_eq!(chain.base_digest, forged);
+    assert!(
+        chain.approval.contains("someone/else is not listed"),
+        "{}",
+        chain.approval
+    );
+    oci::delete(&tampered_index, &settings.push)
+        .await
+        .expect("the tampered index is deleted");
 }
 
 /// The registry variables, cleared so a test sees only what it sets.

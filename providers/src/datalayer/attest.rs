@@ -1,7 +1,9 @@
 //! The attestations pushed beside the image, as in-toto statements: an SPDX SBOM of what is
 //! installed, read from the image's own layers (the Debian packages in dpkg's status file
-//! and the Python distributions' `*.dist-info/METADATA`), and an SLSA-style provenance
-//! (the Dockerfile's digest, the base's digest, build arguments by name only, the builder).
+//! and the Python distributions' `*.dist-info/METADATA`), and an SLSA provenance v1 (the
+//! Dockerfile's digest, the base as a resolved dependency, build arguments by name only,
+//! the builder). Both are in-toto v1 statements, which the in-toto attestation library
+//! validates; docs/datalayer.md says why v1 and not BuildKit's v0.2.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -11,12 +13,23 @@ use serde_json::{Value, json};
 
 use crate::{ErrorKind, ProviderError, Result};
 
-/// The in-toto statement type BuildKit writes.
-pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v0.1";
+/// The in-toto statement type: v1, the one the in-toto attestation library validates.
+pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
 /// The predicate type of an SPDX document, as BuildKit names its SBOM.
 pub const SPDX_PREDICATE: &str = "https://spdx.dev/Document";
-/// The predicate type of the provenance, as BuildKit names its own.
-pub const SLSA_PREDICATE: &str = "https://slsa.dev/provenance/v0.2";
+/// The predicate type of the provenance: SLSA provenance v1.
+pub const SLSA_PREDICATE: &str = "https://slsa.dev/provenance/v1";
+/// The provenance's `buildType`: the page that says what its parameters mean.
+pub const BUILD_TYPE: &str = concat!(
+    env!("CARGO_PKG_REPOSITORY"),
+    "/blob/main/docs/datalayer.md#build-type"
+);
+/// The provenance's `builder.id`: the datalayer provider building on the run's Docker engine.
+pub const BUILDER_ID: &str = concat!(
+    env!("CARGO_PKG_REPOSITORY"),
+    "/blob/main/docs/datalayer.md#builder"
+);
+
 /// dpkg's database of installed packages.
 const DPKG_STATUS: &str = "var/lib/dpkg/status";
 
@@ -66,10 +79,14 @@ pub struct Provenance {
     pub base_reference: String,
     /// The base's `sha256:` digest: its manifest's in a registry, its image id when local.
     pub base_digest: String,
+    /// Whether the base is only in the building engine (no registry holds it).
+    pub base_local: bool,
     /// The build arguments' names; never their values.
     pub build_arg_names: Vec<String>,
-    /// The builder that made the image.
+    /// The builder in words: the engine's version and the build path it took.
     pub builder: String,
+    /// The run that built it.
+    pub invocation_id: String,
     /// When the build started and finished, RFC 3339.
     pub started: String,
     /// When the push was prepared, RFC 3339.
@@ -290,29 +307,45 @@ pub fn sbom(subject: &Subject, installed: &Installed, created: &str, tool: &str)
     statement(subject, SPDX_PREDICATE, document)
 }
 
-/// The provenance statement, SLSA v0.2 as BuildKit writes it: the Dockerfile as the
-/// config source, the base as the one material, the build arguments by name.
+/// The provenance statement, SLSA provenance v1: the Dockerfile and the build arguments'
+/// names as external parameters, the base as the one resolved dependency (by its registry
+/// reference, or marked [`crate::PROVENANCE_LOCAL`] when only the engine holds it), the builder
+/// by a URI with its words in `internalParameters`.
 pub fn provenance(subject: &Subject, facts: &Provenance) -> Value {
     let hex = |d: &str| d.trim_start_matches("sha256:").to_owned();
+    let mut base = json!({
+        "name": crate::PROVENANCE_BASE,
+        "uri": format!("pkg:docker/{}", facts.base_reference),
+        "digest": { "sha256": hex(&facts.base_digest) },
+    });
+    if facts.base_local {
+        base["annotations"] = json!({
+            (crate::PROVENANCE_LOCAL): "only in the building engine, which no registry serves: the digest is its image id",
+        });
+    }
     let predicate = json!({
-        "builder": { "id": facts.builder },
-        "buildType": "urn:sandbox-matrix:docker-engine-build:v1",
-        "invocation": {
-            "configSource": {
-                "entryPoint": "Dockerfile",
-                "digest": { "sha256": hex(&facts.dockerfile_digest) },
+        "buildDefinition": {
+            "buildType": BUILD_TYPE,
+            "externalParameters": {
+                "dockerfile": {
+                    "path": "Dockerfile",
+                    "digest": { "sha256": hex(&facts.dockerfile_digest) },
+                },
+                "buildArgNames": facts.build_arg_names,
             },
-            "parameters": { "buildArgNames": facts.build_arg_names },
+            "internalParameters": { "builder": facts.builder },
+            "resolvedDependencies": [base],
         },
-        "materials": [{
-            "uri": format!("pkg:docker/{}", facts.base_reference),
-            "digest": { "sha256": hex(&facts.base_digest) },
-        }],
-        "metadata": {
-            "buildStartedOn": facts.started,
-            "buildFinishedOn": facts.finished,
-            "completeness": { "parameters": false, "environment": false, "materials": true },
-            "reproducible": false,
+        "runDetails": {
+            "builder": {
+                "id": BUILDER_ID,
+                "version": { "sandbox-matrix": env!("CARGO_PKG_VERSION") },
+            },
+            "metadata": {
+                "invocationId": facts.invocation_id,
+                "startedOn": facts.started,
+                "finishedOn": facts.finished,
+            },
         },
     });
     statement(subject, SLSA_PREDICATE, predicate)
@@ -395,6 +428,13 @@ mod tests {
             .collect();
         let listed: Vec<&Value> = packages[1..].iter().map(|p| &p["SPDXID"]).collect();
         assert_eq!(contained, listed);
+    }
+
+    #[test]
+    fn the_builder_and_build_type_are_absolute_uris() {
+        for uri in [BUILDER_ID, BUILD_TYPE] {
+            assert!(uri.starts_with("https://"), "{uri}");
+        }
     }
 
     #[test]

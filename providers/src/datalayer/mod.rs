@@ -4,7 +4,7 @@
 //! one (else its classic builder; [`BUILDER_VAR`] chooses), then pushes the
 //! image to the configured registry by digest, with the push credential, as an OCI index
 //! holding the image manifest and an attestation manifest (an SPDX SBOM read from the
-//! image, and an SLSA-style provenance): see [`oci`] and [`attest`]. The artifact is
+//! image, and an SLSA v1 provenance): see [`oci`] and [`attest`]. The artifact is
 //! `<registry>/<repository>@sha256:<index digest>`. Launch removes the local copy, pulls by
 //! digest with the separate read-only pull credential, checks the pulled image is the one
 //! pushed, and starts it with the runtime pod's command (Jupyter Server with a token) as
@@ -28,8 +28,8 @@ use crate::registry::{DigestReference, Repository};
 use crate::{
     Artifact, ArtifactFacts, BASE_ARG, BaseImage, BuildRequest, Capabilities, CodeOutput,
     CommandOutput, CreateLog, CredentialSource, ErrorKind, Labelled, LogFn, Provider,
-    ProviderError, RegistryCredential, Resource, Result, RunLabels, SandboxId, Secret,
-    ShutdownReport, Timing,
+    ProviderError, PulledAttestation, RegistryCredential, Resource, Result, RunLabels, SandboxId,
+    Secret, ShutdownReport, Timing,
 };
 
 /// The repository artifacts are pushed to: `<host[:port]>/<repository>`.
@@ -59,7 +59,10 @@ pub const PULL_TIMING: &str = "pull";
 pub const BUILDER_VAR: &str = "SANDBOX_MATRIX_DATALAYER_BUILDER";
 
 /// What the datalayer variant can do: what the docker variant does, since it runs there.
-pub const CAPABILITIES: Capabilities = crate::docker::CAPABILITIES;
+pub const CAPABILITIES: Capabilities = Capabilities {
+    provenance: true,
+    ..crate::docker::CAPABILITIES
+};
 
 /// Where the variant pushes and how it logs in.
 #[derive(Debug, Clone)]
@@ -290,7 +293,9 @@ impl DatalayerProvider {
             dockerfile_digest: oci::sha256(dockerfile.as_bytes()),
             base_reference: request.base.reference.clone(),
             base_digest,
+            base_local: request.base.registry.is_none(),
             build_arg_names,
+            invocation_id: request.labels.run_id.clone(),
             builder: format!(
                 "{}, {}",
                 self.docker.provider_version().unwrap_or_default(),
@@ -455,6 +460,22 @@ impl Provider for DatalayerProvider {
             .expect("pushed table lock")
             .insert(artifact.id.clone(), pushed);
         Ok(artifact)
+    }
+
+    /// The SLSA statement in the attestation manifest the artifact's index lists, pulled
+    /// from the registry as the read-only user.
+    async fn provenance(&self, artifact: &Artifact) -> Result<PulledAttestation> {
+        let reference = DigestReference::parse(&artifact.id)?;
+        let pulled =
+            oci::pull_statement(&reference, &self.settings.pull, attest::SLSA_PREDICATE).await?;
+        Ok(PulledAttestation {
+            from: format!(
+                "registry {}, index {}",
+                reference.repository.registry, reference.digest
+            ),
+            image_digest: pulled.image_manifest,
+            statement: pulled.statement.to_vec(),
+        })
     }
 
     fn credential_use(&self, request: &BuildRequest) -> String {

@@ -565,6 +565,112 @@ pub async fn check_login(registry: &str, credential: &RegistryCredential) -> Res
     ))
 }
 
+/// An attestation as the registry serves it.
+#[derive(Debug, Clone)]
+pub struct PulledStatement {
+    /// The image manifest's digest the index names as the attestation's subject.
+    pub image_manifest: String,
+    /// The in-toto statement's bytes, checked against their digest.
+    pub statement: Bytes,
+}
+
+/// Pulls, with `credential`, the index `reference` names, then the attestation manifest it
+/// lists for its image (BuildKit's layout, as [`assemble`] writes it), then that
+/// manifest's layer whose predicate type is `predicate`. Each step's refusal names what
+/// is missing.
+pub async fn pull_statement(
+    reference: &DigestReference,
+    credential: &RegistryCredential,
+    predicate: &str,
+) -> Result<PulledStatement> {
+    let repository = &reference.repository;
+    let registry = &repository.registry;
+    let client = client(registry)?;
+    let at = |digest: &str| {
+        Reference::with_digest(registry.clone(), repository.path.clone(), digest.to_owned())
+    };
+    let failed = |what: String| {
+        move |e: oci_client::errors::OciDistributionError| {
+            ProviderError::new(
+                ErrorKind::Api,
+                format!(
+                    "pulling {what} of {reference} from registry {registry} as {}: {e}",
+                    credential.username
+                ),
+            )
+        }
+    };
+    let missing = |what: String| {
+        ProviderError::new(
+            ErrorKind::NotFound,
+            format!("{reference} in registry {registry}: {what}"),
+        )
+    };
+    let json = |what: &str, body: &[u8]| {
+        serde_json::from_slice::<Value>(body).map_err(|e| {
+            ProviderError::new(
+                ErrorKind::Protocol,
+                format!("{what} of {reference} is not JSON: {e}"),
+            )
+        })
+    };
+    let login = auth(credential);
+    let (body, _) = client
+        .pull_manifest_raw(&at(&reference.digest), &login, &[INDEX_TYPE])
+        .await
+        .map_err(failed("the index".into()))?;
+    let index = json("the index", &body)?;
+    let entries = index["manifests"].as_array().cloned().unwrap_or_default();
+    let kind = |entry: &Value| {
+        entry["annotations"][REFERENCE_TYPE_ANNOTATION]
+            .as_str()
+            .map(str::to_owned)
+    };
+    let image_manifest = entries
+        .iter()
+        .find(|entry| kind(entry).is_none())
+        .and_then(|entry| entry["digest"].as_str())
+        .ok_or_else(|| missing("the index lists no image manifest".into()))?
+        .to_owned();
+    let attestation = entries
+        .iter()
+        .find(|entry| {
+            kind(entry).as_deref() == Some(ATTESTATION_MANIFEST)
+                && entry["annotations"][REFERENCE_DIGEST_ANNOTATION] == image_manifest.as_str()
+        })
+        .and_then(|entry| entry["digest"].as_str())
+        .ok_or_else(|| {
+            missing(format!(
+                "the index lists no attestation manifest for its image {image_manifest}"
+            ))
+        })?;
+    let (body, _) = client
+        .pull_manifest_raw(&at(attestation), &login, &[MANIFEST_TYPE])
+        .await
+        .map_err(failed(format!("attestation manifest {attestation}")))?;
+    let manifest = json("the attestation manifest", &body)?;
+    let layer = manifest["layers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|layer| layer["annotations"][PREDICATE_ANNOTATION] == predicate)
+        .and_then(|layer| layer["digest"].as_str())
+        .ok_or_else(|| {
+            missing(format!(
+                "the attestation manifest {attestation} holds no statement of predicate type {predicate}"
+            ))
+        })?;
+    let mut statement = Vec::new();
+    client
+        .pull_blob(&at(layer), layer, &mut statement)
+        .await
+        .map_err(failed(format!("statement {layer}")))?;
+    Ok(PulledStatement {
+        image_manifest,
+        statement: statement.into(),
+    })
+}
+
 /// Whether the registry said the manifest is not there.
 fn manifest_unknown(e: &oci_client::errors::OciDistributionError) -> bool {
     use oci_client::errors::{OciDistributionError as E, OciErrorCode};

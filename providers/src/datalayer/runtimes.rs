@@ -99,6 +99,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     gpus: 0,
     egress_policy: false,
     artifacts_listed: true,
+    provenance: false,
 };
 
 /// A runtime as the API describes it.

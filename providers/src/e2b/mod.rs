@@ -814,6 +814,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     gpus: 0,
     egress_policy: false,
     artifacts_listed: true,
+    provenance: false,
 };
 
 #[async_trait]

@@ -108,6 +108,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     // Modal lists sandboxes by tag, but no image by anything: the images a run built are
     // known only from this client, so a leaked one cannot be counted from a listing.
     artifacts_listed: false,
+    provenance: false,
 };
 
 /// Request metadata replay compares (the control plane's and the router's).

@@ -34,6 +34,8 @@ pub const SDK: &str = "spdx-tools";
 /// The SDK venv's distribution that validates the pushed provenance: the in-toto
 /// attestation library, through harness/tests/sdk/validate_provenance.py.
 const PROVENANCE_SDK: &str = "in-toto-attestation";
+/// The SDK venv's distribution that checks the pushed SBOM for the NTIA minimum elements.
+const NTIA_SDK: &str = "ntia-conformance-checker";
 
 /// A deliberate fake, made up per run: a password the test's own registry is its only taker.
 fn fake(what: &str) -> String {
@@ -210,6 +212,21 @@ pub async fn pushes_an_index_with_attestations_and_launches_it_pulled_by_the_rea
         "pyspdxtools refuses the pushed SBOM: {}{}",
         String::from_utf8_lossy(&validated.stdout),
         String::from_utf8_lossy(&validated.stderr)
+    );
+    // A second consumer, as an SBOM's users run one: the NTIA minimum elements checker
+    // (its own SPDX parser, then supplier, name, version, identifiers, relationships,
+    // author and timestamp of every component).
+    let python = common::sdk::required_python(NTIA_SDK, &common::sdk::pinned(NTIA_SDK));
+    let checked = std::process::Command::new(python.with_file_name("ntia-checker"))
+        .args(["--comply", "ntia", "--output", "json"])
+        .arg(&document)
+        .output()
+        .expect("ntia-checker runs");
+    assert!(
+        checked.status.success(),
+        "the NTIA minimum elements checker refuses the pushed SBOM: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
     );
     let _ = std::fs::remove_dir_all(document.parent().unwrap());
     // An outside reader: the in-toto attestation library reads the statement and its SLSA

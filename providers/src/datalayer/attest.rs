@@ -32,6 +32,8 @@ pub const BUILDER_ID: &str = concat!(
 
 /// dpkg's database of installed packages.
 const DPKG_STATUS: &str = "var/lib/dpkg/status";
+/// dpkg's folder of per-package file lists.
+const DPKG_INFO: &str = "var/lib/dpkg/info";
 
 /// What a purl's version keeps as is; everything else is percent-encoded.
 const PURL_VERSION: &AsciiSet = &NON_ALPHANUMERIC
@@ -49,6 +51,9 @@ pub struct Package {
     pub version: String,
     /// Its architecture (Debian packages).
     pub arch: Option<String>,
+    /// Who supplies it, as its metadata says: dpkg's `Maintainer`, or a distribution's
+    /// `Maintainer`/`Author` (or their `-email` forms), `Name <email>`.
+    pub supplier: Option<String>,
 }
 
 /// What the image has installed.
@@ -135,10 +140,20 @@ pub fn installed(layers: &[impl AsRef<[u8]>]) -> Result<Installed> {
     if let Some(status) = files.get(DPKG_STATUS) {
         found.debian = dpkg_installed(&String::from_utf8_lossy(status));
     }
+    let owners = dpkg_owners(&files);
     for (path, data) in &files {
-        if path.ends_with(".dist-info/METADATA")
-            && let Some(package) = python_metadata(&String::from_utf8_lossy(data))
+        if let Some(folder) = path.strip_suffix("/METADATA")
+            && folder.ends_with(".dist-info")
+            && let Some(mut package) = python_metadata(&String::from_utf8_lossy(data))
         {
+            // A distribution whose metadata names nobody is supplied by the Debian package
+            // that installed it, when one did.
+            if package.supplier.is_none() {
+                package.supplier = owners
+                    .get(folder)
+                    .and_then(|owner| found.debian.iter().find(|d| &d.name == owner))
+                    .and_then(|owner| owner.supplier.clone());
+            }
             found.python.push(package);
         }
     }
@@ -147,9 +162,33 @@ pub fn installed(layers: &[impl AsRef<[u8]>]) -> Result<Installed> {
     Ok(found)
 }
 
+/// Which Debian package installed each `.dist-info` folder, from dpkg's file lists
+/// (`var/lib/dpkg/info/<package>[:<arch>].list`, one installed path per line).
+fn dpkg_owners(files: &BTreeMap<String, Vec<u8>>) -> BTreeMap<String, String> {
+    let mut owners = BTreeMap::new();
+    for (path, data) in files.range(format!("{DPKG_INFO}/")..) {
+        let Some(list) = path
+            .strip_prefix(DPKG_INFO)
+            .and_then(|p| p.strip_prefix('/'))
+            .and_then(|p| p.strip_suffix(".list"))
+        else {
+            break;
+        };
+        let package = list.split_once(':').map_or(list, |(name, _)| name);
+        for line in String::from_utf8_lossy(data).lines() {
+            let installed = line.trim_start_matches('/');
+            if installed.ends_with(".dist-info") {
+                owners.insert(installed.to_owned(), package.to_owned());
+            }
+        }
+    }
+    owners
+}
+
 /// The files [`installed`] reads.
 fn wanted(path: &str) -> bool {
     path == DPKG_STATUS
+        || (path.starts_with(DPKG_INFO) && path.ends_with(".list"))
         || (path.ends_with(".dist-info/METADATA")
             && (path.contains("/site-packages/") || path.contains("/dist-packages/")))
 }
@@ -172,6 +211,7 @@ fn dpkg_installed(status: &str) -> Vec<Package> {
                 name,
                 version,
                 arch: field("Architecture"),
+                supplier: field("Maintainer"),
             });
         }
     }
@@ -190,10 +230,15 @@ fn python_metadata(metadata: &str) -> Option<Package> {
                 .map(|v| v.trim().to_owned())
         })
     };
+    let supplier = ["Maintainer", "Author", "Maintainer-email", "Author-email"]
+        .into_iter()
+        .filter_map(field)
+        .find(|value| !value.is_empty() && !value.eq_ignore_ascii_case("unknown"));
     Some(Package {
         name: field("Name")?,
         version: field("Version")?,
         arch: None,
+        supplier,
     })
 }
 
@@ -224,6 +269,55 @@ fn statement(subject: &Subject, predicate_type: &str, predicate: Value) -> Value
     })
 }
 
+/// The words that mark a supplier as an organization rather than a person.
+const ORGANIZATION_WORDS: [&str; 12] = [
+    "team",
+    "project",
+    "maintainers",
+    "developers",
+    "foundation",
+    "group",
+    "community",
+    "contributors",
+    "authority",
+    "inc",
+    "ltd",
+    "debian",
+];
+
+/// A package's supplier as SPDX 2.3 writes it (`Person: name (email)` or `Organization:
+/// name (email)`) from metadata's `Name <email>`; the first of several. `NOASSERTION`
+/// without one. A name holding a word such as `team` or `project` is an organization.
+fn spdx_supplier(raw: Option<&str>) -> String {
+    let Some(first) = raw.and_then(|r| r.split(',').map(str::trim).find(|r| !r.is_empty())) else {
+        return "NOASSERTION".to_owned();
+    };
+    let (name, email) = match first.split_once('<') {
+        Some((name, rest)) => (name.trim(), rest.trim_end_matches('>').trim()),
+        None if first.contains('@') => ("", first),
+        None => (first, ""),
+    };
+    let name = name.trim_matches('"');
+    let name = if name.is_empty() { email } else { name };
+    let words: Vec<String> = name
+        .split(|c: char| !c.is_alphanumeric())
+        .map(str::to_lowercase)
+        .collect();
+    let kind = if ORGANIZATION_WORDS
+        .iter()
+        .any(|w| words.iter().any(|word| word == w))
+    {
+        "Organization"
+    } else {
+        "Person"
+    };
+    if email.is_empty() || email == name {
+        format!("{kind}: {name}")
+    } else {
+        format!("{kind}: {name} ({email})")
+    }
+}
+
 /// The SPDX id of the image's own package in the SBOM, which the document describes.
 const IMAGE_SPDX_ID: &str = "SPDXRef-Image";
 
@@ -249,6 +343,7 @@ pub fn sbom(subject: &Subject, installed: &Installed, created: &str, tool: &str)
                 "name": p.name,
                 "SPDXID": format!("SPDXRef-Package-{kind}-{i}"),
                 "versionInfo": p.version,
+                "supplier": spdx_supplier(p.supplier.as_deref()),
                 "downloadLocation": "NOASSERTION",
                 "filesAnalyzed": false,
                 "externalRefs": [{
@@ -268,10 +363,19 @@ pub fn sbom(subject: &Subject, installed: &Installed, created: &str, tool: &str)
         .split(['@', '?'])
         .next()
         .unwrap_or(&subject.name);
+    // The image's supplier is whoever owns the repository it is pushed to: its namespace
+    // (`<registry>/<namespace>/…`), or the repository itself where it has none.
+    let path = repository
+        .split_once('/')
+        .map_or(repository, |(_, path)| path);
+    let namespace = path
+        .split_once('/')
+        .map_or(path, |(namespace, _)| namespace);
     let image = json!({
         "name": repository,
         "SPDXID": IMAGE_SPDX_ID,
         "versionInfo": subject.digest,
+        "supplier": format!("Organization: {namespace}"),
         "downloadLocation": "NOASSERTION",
         "filesAnalyzed": false,
         "primaryPackagePurpose": "CONTAINER",
@@ -369,7 +473,7 @@ mod tests {
         builder.into_inner().expect("tar")
     }
 
-    const STATUS: &str = "Package: python3\nStatus: install ok installed\nArchitecture: amd64\nVersion: 3.13.5-1\n\nPackage: gone\nStatus: deinstall ok config-files\nVersion: 1\n";
+    const STATUS: &str = "Package: python3\nStatus: install ok installed\nMaintainer: Matthias Klose <doko@debian.org>\nArchitecture: amd64\nVersion: 3.13.5-1\n\nPackage: gone\nStatus: deinstall ok config-files\nVersion: 1\n";
 
     #[test]
     fn reads_packages_through_whiteouts() {
@@ -377,7 +481,7 @@ mod tests {
             ("var/lib/dpkg/status", STATUS),
             (
                 "usr/lib/python3/dist-packages/jupyter_server-2.17.0.dist-info/METADATA",
-                "Metadata-Version: 2.1\nName: jupyter_server\nVersion: 2.17.0\n\nName: not-this\n",
+                "Metadata-Version: 2.1\nName: jupyter_server\nVersion: 2.17.0\nAuthor-email: Jupyter Development Team <jupyter@googlegroups.com>\n\nName: not-this\n",
             ),
             (
                 "usr/lib/python3/dist-packages/removed-1.dist-info/METADATA",
@@ -391,7 +495,8 @@ mod tests {
             [Package {
                 name: "python3".into(),
                 version: "3.13.5-1".into(),
-                arch: Some("amd64".into())
+                arch: Some("amd64".into()),
+                supplier: Some("Matthias Klose <doko@debian.org>".into()),
             }]
         );
         assert_eq!(found.python.len(), 1, "{found:?}");
@@ -418,6 +523,19 @@ mod tests {
         );
         let packages = document["packages"].as_array().expect("packages");
         assert_eq!(packages[0]["SPDXID"], "SPDXRef-Image");
+        // Every package names its supplier, as the NTIA minimum elements ask.
+        let suppliers: Vec<&str> = packages
+            .iter()
+            .map(|p| p["supplier"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            suppliers,
+            [
+                "Organization: x",
+                "Person: Matthias Klose (doko@debian.org)",
+                "Organization: Jupyter Development Team (jupyter@googlegroups.com)"
+            ]
+        );
         assert_eq!(packages[0]["name"], "x");
         let contained: Vec<&Value> = relationships[1..]
             .iter()
@@ -428,6 +546,63 @@ mod tests {
             .collect();
         let listed: Vec<&Value> = packages[1..].iter().map(|p| &p["SPDXID"]).collect();
         assert_eq!(contained, listed);
+    }
+
+    #[test]
+    fn a_distribution_naming_nobody_is_supplied_by_the_debian_package_that_installed_it() {
+        let stubs = "usr/lib/python3/dist-packages/types_PyYAML-6.0.dist-info";
+        let image = layer(&[
+            (
+                "var/lib/dpkg/status",
+                "Package: python3-typeshed\nStatus: install ok installed\nMaintainer: Debian Python Team <team+python@tracker.debian.org>\nVersion: 0.0~git20241223\n",
+            ),
+            (
+                "var/lib/dpkg/info/python3-typeshed:all.list",
+                &format!("/.\n/usr\n/{stubs}\n/{stubs}/METADATA\n"),
+            ),
+            (
+                &format!("{stubs}/METADATA"),
+                "Metadata-Version: 2.1\nName: types-PyYAML\nVersion: 6.0\n",
+            ),
+            (
+                "usr/local/lib/python3.13/site-packages/nobody-1.dist-info/METADATA",
+                "Name: nobody\nVersion: 1\n",
+            ),
+        ]);
+        let found = installed(&[image]).unwrap();
+        let supplier = |name: &str| {
+            found
+                .python
+                .iter()
+                .find(|p| p.name == name)
+                .and_then(|p| p.supplier.clone())
+        };
+        assert_eq!(
+            supplier("types-PyYAML").as_deref(),
+            Some("Debian Python Team <team+python@tracker.debian.org>")
+        );
+        assert_eq!(supplier("nobody"), None);
+    }
+
+    #[test]
+    fn suppliers_are_written_as_spdx_asks() {
+        assert_eq!(spdx_supplier(None), "NOASSERTION");
+        assert_eq!(
+            spdx_supplier(Some("Debian Python Team <team+python@tracker.debian.org>")),
+            "Organization: Debian Python Team (team+python@tracker.debian.org)"
+        );
+        assert_eq!(
+            spdx_supplier(Some("\"Ada L\" <ada@example.org>, Bob <b@example.org>")),
+            "Person: Ada L (ada@example.org)"
+        );
+        assert_eq!(
+            spdx_supplier(Some("a@example.org")),
+            "Person: a@example.org"
+        );
+        assert_eq!(
+            spdx_supplier(Some("The Python Project")),
+            "Organization: The Python Project"
+        );
     }
 
     #[test]

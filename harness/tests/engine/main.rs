@@ -115,6 +115,8 @@ fn main() {
             sync sandbox_state::a_sandbox_stopped_during_restart_or_the_secrets_scan_is_said_so,
             async(2) server_rules::daytona_answers_404_for_the_build_logs_of_a_snapshot_no_runner_holds,
             async(2) server_rules::daytona_runs_process_execute_as_its_toolbox_does,
+            async(2) server_rules::daytona_refuses_a_negative_interpreter_timeout_and_an_execute_field_it_does_not_implement,
+            async(2) server_rules::daytona_runs_interpreter_code_with_envs_and_within_its_timeout_as_its_toolbox_does,
             sync shared_build::scenarios_of_one_environment_build_once_and_the_last_removes_it,
             async(2) violations::each_violating_image_fails_what_it_breaks_and_nothing_else,
         ];

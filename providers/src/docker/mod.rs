@@ -126,7 +126,7 @@ pub struct DockerProvider {
     base: BaseRecipe,
     sandboxes: Mutex<HashMap<String, Arc<Sandbox>>>,
     /// Extra kernels by (sandbox, context), each with its own socket, so they run at once.
-    contexts: Mutex<HashMap<(String, String), SharedSocket>>,
+    contexts: Mutex<HashMap<(String, String), ContextKernel>>,
     /// How the local base was made, once [`DockerProvider::ensure_base`] made or reused it.
     made_from: Mutex<Option<MadeFrom>>,
     /// The environment variable that names the builder.
@@ -166,6 +166,13 @@ pub struct Limits {
 /// A kernel socket several tasks may take turns on.
 type SharedSocket = Arc<tokio::sync::Mutex<KernelSocket>>;
 
+/// An extra kernel: its id, read without waiting for code that holds its socket, and
+/// its socket.
+struct ContextKernel {
+    id: String,
+    socket: SharedSocket,
+}
+
 /// A running container with its Jupyter Server and, once code has run, its kernel.
 struct Sandbox {
     container_id: String,
@@ -173,6 +180,9 @@ struct Sandbox {
     /// Held while code runs, a restart or a shutdown: only the kernel is behind it, so an
     /// exec (the secrets scan, probes through python3) runs while the kernel is busy.
     kernel: tokio::sync::Mutex<Kernel>,
+    /// The default kernel's id from its start on, read without waiting for code that
+    /// holds `kernel`.
+    kernel_id: Mutex<Option<String>>,
 }
 
 /// A sandbox's default kernel.
@@ -363,6 +373,7 @@ impl DockerProvider {
             container_id: id.clone(),
             server: Arc::new(server),
             kernel: tokio::sync::Mutex::default(),
+            kernel_id: Mutex::default(),
         };
         self.sandboxes
             .lock()
@@ -718,6 +729,192 @@ impl DockerProvider {
         ))
     }
 
+    /// [`Provider::run_code`], waiting up to `deadline` for the answer.
+    async fn run_default(
+        &self,
+        sandbox: &SandboxId,
+        code: &str,
+        deadline: Duration,
+    ) -> Result<(CodeOutput, Vec<Timing>)> {
+        let sandbox = self.sandbox(sandbox)?;
+        let mut kernel = sandbox.kernel.lock().await;
+        let mut timings = Vec::new();
+        if let Some(failure) = &kernel.failure {
+            return Err(failure
+                .clone()
+                .context("the kernel failed to start earlier"));
+        }
+        if kernel.started.is_none() {
+            let started = Instant::now();
+            let server = sandbox.server.clone();
+            // A kernel whose process dies at start (ipykernel missing, say) is only found
+            // out by the server dropping it after its restarts; until then its socket is
+            // answered by nothing, so connecting and the first answer race that watch.
+            let failed = |kernel: &mut Kernel, e: ProviderError| {
+                kernel.failure = Some(e.clone());
+                e
+            };
+            let kernel_id = match server.start_kernel(KERNEL_NAME).await {
+                Ok(id) => id,
+                Err(e) => return Err(failed(&mut kernel, e)),
+            };
+            *sandbox.kernel_id.lock().expect("kernel id lock") = Some(kernel_id.clone());
+            let gone = server.kernel_gone(&kernel_id);
+            tokio::pin!(gone);
+            let mut socket = tokio::select! {
+                socket = server.connect(&kernel_id) => match socket {
+                    Ok(socket) => socket,
+                    Err(e) => return Err(failed(&mut kernel, e)),
+                },
+                e = &mut gone => return Err(failed(&mut kernel, e)),
+            };
+            // Jupyter Server opens a new kernel's channels once the kernel answers (a
+            // first `1+1` after it takes as long as a later one), so this is the
+            // kernel's start without the first code's own run.
+            timings.push(Timing {
+                name: "kernel-start-to-channels".into(),
+                duration: started.elapsed(),
+                resolution: None,
+            });
+            let output = tokio::select! {
+                output = socket.execute(code, deadline) => output,
+                e = &mut gone => return Err(failed(&mut kernel, e)),
+            };
+            kernel.started = Some((kernel_id.clone(), socket));
+            let output = output?;
+            timings.push(Timing {
+                name: "kernel-start-to-first-answer".into(),
+                duration: started.elapsed(),
+                resolution: None,
+            });
+            return Ok((output, timings));
+        }
+        let (kernel_id, socket) = kernel.started.as_mut().expect("kernel is present");
+        renew_if_lost(&sandbox.server, kernel_id, socket).await?;
+        Ok((socket.execute(code, deadline).await?, timings))
+    }
+
+    /// [`Provider::run_code_in`], waiting up to `deadline` for the answer.
+    async fn run_context(
+        &self,
+        sandbox: &SandboxId,
+        context: &str,
+        code: &str,
+        deadline: Duration,
+    ) -> Result<CodeOutput> {
+        let key = (sandbox.0.clone(), context.to_owned());
+        let existing = self
+            .contexts
+            .lock()
+            .expect("context table lock")
+            .get(&key)
+            .map(|kernel| kernel.socket.clone());
+        let socket = match existing {
+            Some(socket) => socket,
+            None => {
+                let server = self.sandbox(sandbox)?.server.clone();
+                let kernel_id = server.start_kernel(KERNEL_NAME).await?;
+                let socket = Arc::new(tokio::sync::Mutex::new(server.connect(&kernel_id).await?));
+                self.contexts.lock().expect("context table lock").insert(
+                    key,
+                    ContextKernel {
+                        id: kernel_id,
+                        socket: socket.clone(),
+                    },
+                );
+                socket
+            }
+        };
+        let mut socket = socket.lock().await;
+        let server = self.sandbox(sandbox)?.server.clone();
+        let kernel_id = socket.kernel_id().to_owned();
+        renew_if_lost(&server, &kernel_id, &mut socket).await?;
+        socket.execute(code, deadline).await
+    }
+
+    /// Runs `code` on context `context`'s kernel, or with none on the default kernel, as
+    /// [`Provider::run_code_in`] and [`Provider::run_code`] do, waiting up to `deadline`
+    /// for the answer instead of their 300 s.
+    pub async fn run_code_within(
+        &self,
+        sandbox: &SandboxId,
+        context: Option<&str>,
+        code: &str,
+        deadline: Duration,
+    ) -> Result<CodeOutput> {
+        match context {
+            Some(context) => self.run_context(sandbox, context, code, deadline).await,
+            None => Ok(self.run_default(sandbox, code, deadline).await?.0),
+        }
+    }
+
+    /// The id of context `context`'s kernel, or with none the default kernel's, once it
+    /// started.
+    fn kernel_of(&self, sandbox: &SandboxId, context: Option<&str>) -> Result<Option<String>> {
+        Ok(match context {
+            Some(context) => self
+                .contexts
+                .lock()
+                .expect("context table lock")
+                .get(&(sandbox.0.clone(), context.to_owned()))
+                .map(|kernel| kernel.id.clone()),
+            None => self
+                .sandbox(sandbox)?
+                .kernel_id
+                .lock()
+                .expect("kernel id lock")
+                .clone(),
+        })
+    }
+
+    /// Interrupts the code that runs on context `context`'s kernel, or with none on the
+    /// default kernel ([`JupyterServer::interrupt_kernel`]), while a run waits for it:
+    /// that run then answers the code's `KeyboardInterrupt`. Nothing to do before the
+    /// kernel started.
+    pub async fn interrupt_kernel(&self, sandbox: &SandboxId, context: Option<&str>) -> Result<()> {
+        let server = self.sandbox(sandbox)?.server.clone();
+        match self.kernel_of(sandbox, context)? {
+            Some(kernel_id) => server.interrupt_kernel(&kernel_id).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Shuts down context `context`'s kernel, or with none the default kernel, whatever it
+    /// runs: the next code there starts a new kernel, with none of the old one's state.
+    /// Call it once no run waits on that kernel (drop the run first: it holds the kernel).
+    pub async fn kill_kernel(&self, sandbox: &SandboxId, context: Option<&str>) -> Result<()> {
+        let entry = self.sandbox(sandbox)?;
+        let kernel_id = match context {
+            Some(context) => {
+                let removed = self
+                    .contexts
+                    .lock()
+                    .expect("context table lock")
+                    .remove(&(sandbox.0.clone(), context.to_owned()));
+                match removed {
+                    Some(ContextKernel { id, socket }) => {
+                        if let Ok(socket) = Arc::try_unwrap(socket) {
+                            socket.into_inner().close().await;
+                        }
+                        Some(id)
+                    }
+                    None => None,
+                }
+            }
+            None => {
+                let mut kernel = entry.kernel.lock().await;
+                if let Some((_, socket)) = kernel.started.take() {
+                    socket.close().await;
+                }
+                entry.kernel_id.lock().expect("kernel id lock").take()
+            }
+        };
+        match kernel_id {
+            Some(kernel_id) => entry.server.shutdown_kernel(&kernel_id).await,
+            None => Ok(()),
+        }
+    }
+
     /// Pushes the reference base ([`base::BASE_IMAGE`], which must exist: see
     /// [`Provider::prepare`]) to `target` under its tag, logging in with `credential`, and
     /// returns the reference by digest the registry gave it. `progress` gets the engine's
@@ -1039,61 +1236,7 @@ impl Provider for DockerProvider {
     }
 
     async fn run_code(&self, sandbox: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)> {
-        let sandbox = self.sandbox(sandbox)?;
-        let mut kernel = sandbox.kernel.lock().await;
-        let mut timings = Vec::new();
-        if let Some(failure) = &kernel.failure {
-            return Err(failure
-                .clone()
-                .context("the kernel failed to start earlier"));
-        }
-        if kernel.started.is_none() {
-            let started = Instant::now();
-            let server = sandbox.server.clone();
-            // A kernel whose process dies at start (ipykernel missing, say) is only found
-            // out by the server dropping it after its restarts; until then its socket is
-            // answered by nothing, so connecting and the first answer race that watch.
-            let failed = |kernel: &mut Kernel, e: ProviderError| {
-                kernel.failure = Some(e.clone());
-                e
-            };
-            let kernel_id = match server.start_kernel(KERNEL_NAME).await {
-                Ok(id) => id,
-                Err(e) => return Err(failed(&mut kernel, e)),
-            };
-            let gone = server.kernel_gone(&kernel_id);
-            tokio::pin!(gone);
-            let mut socket = tokio::select! {
-                socket = server.connect(&kernel_id) => match socket {
-                    Ok(socket) => socket,
-                    Err(e) => return Err(failed(&mut kernel, e)),
-                },
-                e = &mut gone => return Err(failed(&mut kernel, e)),
-            };
-            // Jupyter Server opens a new kernel's channels once the kernel answers (a
-            // first `1+1` after it takes as long as a later one), so this is the
-            // kernel's start without the first code's own run.
-            timings.push(Timing {
-                name: "kernel-start-to-channels".into(),
-                duration: started.elapsed(),
-                resolution: None,
-            });
-            let output = tokio::select! {
-                output = socket.execute(code, EXECUTE_DEADLINE) => output,
-                e = &mut gone => return Err(failed(&mut kernel, e)),
-            };
-            kernel.started = Some((kernel_id.clone(), socket));
-            let output = output?;
-            timings.push(Timing {
-                name: "kernel-start-to-first-answer".into(),
-                duration: started.elapsed(),
-                resolution: None,
-            });
-            return Ok((output, timings));
-        }
-        let (kernel_id, socket) = kernel.started.as_mut().expect("kernel is present");
-        renew_if_lost(&sandbox.server, kernel_id, socket).await?;
-        Ok((socket.execute(code, EXECUTE_DEADLINE).await?, timings))
+        self.run_default(sandbox, code, EXECUTE_DEADLINE).await
     }
 
     async fn run_code_in(
@@ -1102,31 +1245,8 @@ impl Provider for DockerProvider {
         context: &str,
         code: &str,
     ) -> Result<CodeOutput> {
-        let key = (sandbox.0.clone(), context.to_owned());
-        let existing = self
-            .contexts
-            .lock()
-            .expect("context table lock")
-            .get(&key)
-            .cloned();
-        let socket = match existing {
-            Some(socket) => socket,
-            None => {
-                let server = self.sandbox(sandbox)?.server.clone();
-                let kernel_id = server.start_kernel(KERNEL_NAME).await?;
-                let socket = Arc::new(tokio::sync::Mutex::new(server.connect(&kernel_id).await?));
-                self.contexts
-                    .lock()
-                    .expect("context table lock")
-                    .insert(key, socket.clone());
-                socket
-            }
-        };
-        let mut socket = socket.lock().await;
-        let server = self.sandbox(sandbox)?.server.clone();
-        let kernel_id = socket.kernel_id().to_owned();
-        renew_if_lost(&server, &kernel_id, &mut socket).await?;
-        socket.execute(code, EXECUTE_DEADLINE).await
+        self.run_context(sandbox, context, code, EXECUTE_DEADLINE)
+            .await
     }
 
     async fn exec(

@@ -207,6 +207,16 @@ impl JupyterServer {
         Ok(())
     }
 
+    /// `POST /api/kernels/{id}/interrupt`: Jupyter Server sends a kernel interrupted by
+    /// signal (ipykernel) SIGINT, which raises `KeyboardInterrupt` in the code it runs. It
+    /// answers without waiting for that code to stop.
+    pub async fn interrupt_kernel(&self, kernel_id: &str) -> Result<()> {
+        check_kernel_id(kernel_id)?;
+        let path = format!("/api/kernels/{kernel_id}/interrupt");
+        self.call(Method::POST, &path, None, HTTP_TIMEOUT).await?;
+        Ok(())
+    }
+
     /// `DELETE /api/kernels/{id}`.
     pub async fn shutdown_kernel(&self, kernel_id: &str) -> Result<()> {
         check_kernel_id(kernel_id)?;

@@ -8,6 +8,21 @@ use serde::{Deserialize, Serialize};
 
 /// The key of a build step's data that holds its artifact's compressed size in bytes.
 pub const COMPRESSED_BYTES: &str = "compressed_bytes";
+/// A launch's time from its create to its first correct `1+1`.
+pub const CREATE_TO_FIRST_RESULT: &str = "create-to-first-result";
+/// A launch's time from its create to the create's return.
+pub const CREATED: &str = "created";
+/// A launch's time from its create to its first command's success: the public boards'
+/// TTI (time to interactive).
+pub const TTI: &str = "tti";
+/// The command whose first success ends TTI, as the public boards time it: a trivial
+/// command through the provider's command channel that shows the runtime is there (the
+/// boards run `node -v`; these sandboxes' runtime is Python).
+pub const FIRST_COMMAND: [&str; 2] = ["python3", "--version"];
+/// The first command's own duration, from its call to its answer.
+pub const FIRST_COMMAND_SAMPLE: &str = "first-command";
+/// The same command's own duration the second time, after the first `1+1`.
+pub const SECOND_COMMAND_SAMPLE: &str = "second-command";
 
 /// Version of the `results.json` schema; bump it on any incompatible change.
 pub const RESULTS_SCHEMA_VERSION: &str = "sandbox-matrix/results/v2";

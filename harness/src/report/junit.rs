@@ -7,7 +7,8 @@ use std::{fs, io};
 use quick_junit::{NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestSuite};
 use sandbox_providers::Timing;
 
-use crate::model::results::{Mode, Modes, RunResults, ScenarioResult, StepResult, StepStatus};
+use crate::analyze::{board, stats};
+use crate::model::results::{Mode, Modes, RunResults, ScenarioResult, StepResult, StepStatus, TTI};
 
 /// The JUnit report's name.
 pub const REPORT_NAME: &str = "sandbox-matrix";
@@ -33,7 +34,10 @@ pub const FAILURE_TYPE: &str = "step-failed";
 /// `<scenario>.cassette-origin`, `<scenario>.cassette-written` (when known) and
 /// `<scenario>.pace`, for an emulated result `<scenario>.emulator`, then `<scenario>.scenario_hash`,
 /// `<scenario>.artifact_id`, `<scenario>.provider_version` and `<scenario>.region`
-/// (when known) and the cross-step timings as `<scenario>.timing.<name>_ms`. Case
+/// (when known), the cross-step timings as `<scenario>.timing.<name>_ms`, and for a
+/// scenario with a `sequential`, `staggered` or `burst` step the boards' score of its TTIs
+/// as `<scenario>.board_score`, `<scenario>.board_tti_ok` and
+/// `<scenario>.board_methodology`. Case
 /// properties hold `budget_ms`, `duration_ms` and the step's timings as
 /// `timing.<name>_ms` (and `timing.<name>.resolution_ms` when polled); the step's log
 /// is its `<system-out>`. Milliseconds are written as decimals, such as `1234.5`.
@@ -130,6 +134,27 @@ fn suite(results: &RunResults, name: &str, scenarios: &[&ScenarioResult]) -> Tes
             suite.add_property(Property::new(format!("{name}.region"), region));
         }
         suite.add_properties(timing_properties(&format!("{name}."), &scenario.timings));
+        // A sequential, staggered or burst step: the public boards' score of its TTIs.
+        let launched = scenario
+            .steps
+            .iter()
+            .any(|s| matches!(s.step.as_str(), "sequential" | "staggered" | "burst"));
+        if launched
+            && let Some(figures) = board::BoardFigures::of(&stats::attempts(&[scenario], TTI))
+        {
+            suite.add_property(Property::new(
+                format!("{name}.board_score"),
+                format!("{:.1}", figures.score),
+            ));
+            suite.add_property(Property::new(
+                format!("{name}.board_tti_ok"),
+                format!("{}/{}", figures.successes, figures.n),
+            ));
+            suite.add_property(Property::new(
+                format!("{name}.board_methodology"),
+                board::METHODOLOGY,
+            ));
+        }
         let classname = format!("{}.{}", scenario.variant, scenario.scenario);
         for step in &scenario.steps {
             time += step.duration;

@@ -6,9 +6,10 @@ use comfy_table::Table;
 use comfy_table::presets::ASCII_MARKDOWN;
 use sandbox_providers::{BuildLogMode, Timing};
 
-use crate::analyze::stats;
+use crate::analyze::{board, stats};
 use crate::model::results::{
-    COMPRESSED_BYTES, Class, Modes, ReplayPace, RunResults, ScenarioResult, StepResult, StepStatus,
+    COMPRESSED_BYTES, CREATE_TO_FIRST_RESULT, Class, FIRST_COMMAND, FIRST_COMMAND_SAMPLE, Modes,
+    ReplayPace, RunResults, SECOND_COMMAND_SAMPLE, ScenarioResult, StepResult, StepStatus, TTI,
 };
 
 /// The build step's timing of a push to a registry, and the launch step's of the pull.
@@ -17,9 +18,6 @@ const PULL: &str = sandbox_providers::datalayer::PULL_TIMING;
 
 /// What a cell holds when the run has nothing to put in it.
 const NOTHING: &str = "—";
-
-/// The cross-step timing from creating a sandbox to the first correct result.
-const CREATE_TO_FIRST_RESULT: &str = "create-to-first-result";
 
 /// The longest a failed shutdown's cell runs before it is cut short.
 const SHUTDOWN_FAILURE_CHARS: usize = 60;
@@ -83,7 +81,7 @@ impl Timed<'_> {
 }
 
 /// Every row: its label and how its cells are filled.
-const ROWS: [(&str, Fill); 18] = [
+const ROWS: [(&str, Fill); 22] = [
     ("Artifact launched", Fill::Plain(artifact)),
     ("Base-image chain", Fill::Plain(base_chain)),
     ("Build", Fill::Timed(build)),
@@ -107,6 +105,19 @@ const ROWS: [(&str, Fill); 18] = [
         Fill::Timed(|s| floor(s, "floor-kernel")),
     ),
     ("Burst: create to first 1+1", Fill::Timed(burst)),
+    (
+        "Sequential: score · TTI",
+        Fill::Timed(|s| launch_mode(s, "sequential")),
+    ),
+    (
+        "Staggered: score · TTI",
+        Fill::Timed(|s| launch_mode(s, "staggered")),
+    ),
+    (
+        "Burst: score · TTI",
+        Fill::Timed(|s| launch_mode(s, "burst")),
+    ),
+    ("Readiness: first ÷ second command", Fill::Plain(readiness)),
     ("Restart", Fill::Timed(restart)),
     ("Shutdown", Fill::Timed(shutdown)),
     ("Doctor and core tier", Fill::Plain(core_tier)),
@@ -188,7 +199,7 @@ pub(crate) fn grid(results: &RunResults) -> Grid {
                 .map_or(Class::Measured, |s| s.source.class())
         })
         .collect();
-    let rows = ROWS
+    let rows: Vec<(&str, Vec<String>)> = ROWS
         .iter()
         .map(|(label, fill)| {
             let cells = variants
@@ -210,11 +221,26 @@ pub(crate) fn grid(results: &RunResults) -> Grid {
         })
         .collect();
     let columns = headers(&variants);
-    let notes = variants
+    let mut notes: Vec<Note> = variants
         .iter()
         .zip(&columns)
         .filter_map(|((_, scenarios), header)| note(header, scenarios))
         .collect();
+    let scored = rows.iter().any(|(label, cells)| {
+        label.ends_with("score · TTI") && cells.iter().any(|c| c.contains("score "))
+    });
+    if scored {
+        notes.push(Note {
+            heading: "Scores".to_owned(),
+            lines: vec![
+                board::METHODOLOGY.to_owned(),
+                format!(
+                    "TTI's first command: `{}` through the provider's exec; `create to first 1+1` adds the first correct 1+1",
+                    FIRST_COMMAND.join(" ")
+                ),
+            ],
+        });
+    }
     Grid {
         columns,
         rows,
@@ -560,10 +586,11 @@ fn repeated_step<'a>(scenarios: &[&'a ScenarioResult], name: &str) -> Option<Tim
 /// first scenario that burst: `p50 · p90 · p99 · k/n ok`, a failed launch counting as +∞.
 fn burst<'a>(scenarios: &[&'a ScenarioResult]) -> Timed<'a> {
     let Some(first) = scenarios.iter().find(|scenario| {
-        scenario
-            .samples
-            .iter()
-            .any(|sample| sample.name == CREATE_TO_FIRST_RESULT)
+        scenario.step("burst").is_some()
+            && scenario
+                .samples
+                .iter()
+                .any(|sample| sample.name == CREATE_TO_FIRST_RESULT)
     }) else {
         return Timed::Text(NOTHING.to_owned());
     };
@@ -583,6 +610,98 @@ fn burst<'a>(scenarios: &[&'a ScenarioResult]) -> Timed<'a> {
         },
         None => Timed::Text(NOTHING.to_owned()),
     }
+}
+
+/// The public boards' figures of the launches of the first scenario with a `step` step
+/// (`sequential`, `staggered` or `burst`), over its repetitions: `score 97.3 · p50 0.41 s ·
+/// p95 0.52 s · p99 0.60 s · trimmed 0.41 · 0.50 · 0.55 s · 16/16 ok`, TTI being the
+/// create to the first command's success ([`board::METHODOLOGY`]); untrimmed, a failure
+/// is +∞.
+fn launch_mode<'a>(scenarios: &[&'a ScenarioResult], step: &str) -> Timed<'a> {
+    let Some(first) = scenarios.iter().find(|s| s.step(step).is_some()) else {
+        return Timed::Text(NOTHING.to_owned());
+    };
+    let reps: Vec<&ScenarioResult> = scenarios
+        .iter()
+        .filter(|scenario| scenario.scenario == first.scenario)
+        .copied()
+        .collect();
+    match board::BoardFigures::of(&stats::attempts(&reps, TTI)) {
+        Some(figures) => {
+            let trimmed = figures.trimmed.map_or_else(
+                || "none".to_owned(),
+                |t| {
+                    format!(
+                        "{} · {} · {}",
+                        seconds_of(t.p50),
+                        seconds_of(t.p95),
+                        seconds_of(t.p99)
+                    )
+                },
+            );
+            Timed::Value {
+                from: first,
+                value: format!(
+                    "score {:.1} · p50 {} · p95 {} · p99 {} · trimmed {trimmed}",
+                    figures.score,
+                    figures.untrimmed.p50,
+                    figures.untrimmed.p95,
+                    figures.untrimmed.p99
+                ),
+                rest: format!(" · {}/{} ok", figures.successes, figures.n),
+            }
+        }
+        None => match first.step(step).map(|s| &s.status) {
+            Some(StepStatus::Skipped { .. }) => Timed::Text("skipped".to_owned()),
+            _ => Timed::Text(NOTHING.to_owned()),
+        },
+    }
+}
+
+/// A trimmed percentile without its unit: `0.41`, or `failed`.
+fn seconds_of(value: stats::Value) -> String {
+    match value {
+        stats::Value::Measured(d) => format!("{:.2}", d.as_secs_f64()),
+        stats::Value::Failed => "failed".to_owned(),
+    }
+}
+
+/// How much slower each launch's first command was than its second, over every launch of
+/// the column: `×3.1 median, ×12.0 worst (40 launches)`. A provider whose "ready" is not
+/// ready shows a large ratio. Each launch records one first and one second command, in
+/// launch order, so the k-th of each belong to one launch.
+fn readiness(scenarios: &[&ScenarioResult]) -> String {
+    let mut ratios: Vec<f64> = Vec::new();
+    for scenario in scenarios {
+        let of = |name: &str| {
+            scenario
+                .samples
+                .iter()
+                .filter(|s| s.name == name)
+                .map(|s| s.value)
+                .collect::<Vec<_>>()
+        };
+        for (first, second) in of(FIRST_COMMAND_SAMPLE)
+            .into_iter()
+            .zip(of(SECOND_COMMAND_SAMPLE))
+        {
+            if let (Some(first), Some(second)) = (first, second)
+                && !second.is_zero()
+            {
+                ratios.push(first.as_secs_f64() / second.as_secs_f64());
+            }
+        }
+    }
+    if ratios.is_empty() {
+        return NOTHING.to_owned();
+    }
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios[(ratios.len() - 1) / 2];
+    let worst = ratios[ratios.len() - 1];
+    format!(
+        "×{median:.1} median, ×{worst:.1} worst ({} launches)",
+        ratios.len()
+    )
 }
 
 /// What the variant did with the base's registry credential, as the first scenario that
@@ -1735,6 +1854,65 @@ mod tests {
                 "0 · partial (uid 1000, 8 unreadable)"
             ]
         );
+    }
+
+    /// A scenario named `mode` with one `mode` step and launches whose first command took
+    /// `first` ms and second `second` ms, their TTI `tti` ms; `None` is a failed launch.
+    fn launched(variant: &str, mode: &str, launches: &[Option<(u64, u64, u64)>]) -> ScenarioResult {
+        use crate::model::results::Sample;
+        let mut scenario = crate::report::fixture::scenario(variant, mode);
+        scenario
+            .steps
+            .push(step(mode, StepStatus::Passed, 1_000, 600, vec![], &[]));
+        for launch in launches {
+            let sample = |name: &str, ms: Option<u64>| Sample {
+                name: name.to_owned(),
+                value: ms.map(Duration::from_millis),
+                error: ms.is_none().then(|| "launch: refused".to_owned()),
+            };
+            scenario.samples.extend([
+                sample(TTI, launch.map(|l| l.0)),
+                sample(FIRST_COMMAND_SAMPLE, launch.map(|l| l.1)),
+                sample(SECOND_COMMAND_SAMPLE, launch.map(|l| l.2)),
+            ]);
+        }
+        scenario
+    }
+
+    #[test]
+    fn the_mode_rows_score_tti_as_the_boards_do_and_readiness_shows_a_slow_first_command() {
+        // Ten sequential launches of 2 s TTI: every percentile 2 s, score 80.
+        let sequential = launched("docker", "sequential", &[Some((2_000, 50, 50)); 10]);
+        // A burst where one of four failed: its untrimmed p95 is +inf, its score times 3/4.
+        let mut burst = vec![Some((1_000, 40, 40)); 3];
+        burst.push(None);
+        let burst = launched("docker", "burst", &burst);
+        // A provider whose "ready" is not: its first command costs 20 times its second.
+        let unready = launched("slow", "sequential", &[Some((2_000, 400, 20)); 2]);
+        let table = render(&run(vec![sequential, burst, unready]));
+        assert_eq!(
+            row(&table, "Sequential: score · TTI"),
+            [
+                "score 80.0 · p50 2.00 s · p95 2.00 s · p99 2.00 s · trimmed 2.00 · 2.00 · 2.00 · 10/10 ok",
+                "score 80.0 · p50 2.00 s · p95 2.00 s · p99 2.00 s · trimmed 2.00 · 2.00 · 2.00 · 2/2 ok"
+            ]
+        );
+        assert_eq!(
+            row(&table, "Burst: score · TTI"),
+            [
+                "score 67.5 · p50 1.00 s · p95 failed · p99 failed · trimmed 1.00 · 1.00 · 1.00 · 3/4 ok",
+                "—"
+            ]
+        );
+        assert_eq!(row(&table, "Staggered: score · TTI"), ["—", "—"]);
+        assert_eq!(
+            row(&table, "Readiness: first ÷ second command"),
+            [
+                "×1.0 median, ×1.0 worst (13 launches)",
+                "×20.0 median, ×20.0 worst (2 launches)"
+            ]
+        );
+        assert!(table.contains(board::METHODOLOGY), "{table}");
     }
 
     #[test]

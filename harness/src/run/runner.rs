@@ -18,13 +18,14 @@ use crate::checks::suite::{self, CheckTarget, check_answer, describe};
 use crate::checks::{chain, secrets};
 use crate::model::outcome::StepEnd;
 use crate::model::results::{
-    BaseChain, COMPRESSED_BYTES, ReusedArtifact, Sample, ScanCoverage, ScenarioResult, Source,
-    StepResult, StepStatus,
+    BaseChain, COMPRESSED_BYTES, CREATE_TO_FIRST_RESULT, CREATED, FIRST_COMMAND,
+    FIRST_COMMAND_SAMPLE, ReusedArtifact, SECOND_COMMAND_SAMPLE, Sample, ScanCoverage,
+    ScenarioResult, Source, StepResult, StepStatus, TTI,
 };
 use crate::run::base::RunBase;
 use crate::run::events::{EventSink, RunEvent};
 use crate::run::ledger::Ledger;
-use crate::run::scenario::{Expectation, Scenario, Step, StepKind};
+use crate::run::scenario::{Expectation, LaunchMode, Scenario, Step, StepKind};
 use crate::run::shared::{AtCleanup, SharedArtifact, SharedBuilds};
 
 /// Budget of the cleanup the runner adds when a scenario lists none.
@@ -867,7 +868,9 @@ impl StepContext {
             StepKind::SecretsScan => self.secrets_scan().await,
             StepKind::Shutdown => self.shutdown().await,
             StepKind::Cleanup => self.cleanup().await,
-            StepKind::Burst => self.burst().await,
+            StepKind::Burst | StepKind::Sequential | StepKind::Staggered => {
+                self.launch_many().await
+            }
             StepKind::Doctor | StepKind::Check => match &self.step.expect {
                 Expectation::Check(check, params) => self.check(*check, params).await,
                 _ => Err(StepEnd::Failed("a check step without its check".to_owned())),
@@ -1043,108 +1046,100 @@ impl StepContext {
     /// Launches `launches` sandboxes at once, times each from its create request to its
     /// first correct `1+1`, then stops them all. A failed launch is a sample without a
     /// value (+∞ in percentiles), never left out.
-    async fn burst(&self) -> Result<(), StepEnd> {
+    /// Launches `n` sandboxes as the step's [`LaunchMode`] paces them and times each
+    /// ([`launch_once`]): the public boards' TTI, our stricter create to first `1+1`, and
+    /// the first and second command's own durations. A launch that fails is a failed
+    /// attempt of every timing it did not reach. Sandboxes are stopped once timed (in
+    /// `sequential`, each before the next create); cleanup removes them.
+    async fn launch_many(&self) -> Result<(), StepEnd> {
         let artifact = self.artifact()?;
-        let Expectation::Launches(launches) = self.step.expect else {
-            return Err(StepEnd::Failed("burst has no launch count".to_owned()));
+        let Expectation::Launches(launches, mode) = self.step.expect else {
+            return Err(StepEnd::Failed(format!(
+                "{} has no launch count",
+                self.step.name()
+            )));
         };
-        let mut tasks = tokio::task::JoinSet::new();
-        for index in 0..launches {
-            self.intend("sandbox")?;
-            let (provider, artifact, labels) =
-                (self.provider.clone(), artifact.clone(), self.labels.clone());
-            tasks.spawn(async move {
-                let started = Instant::now();
-                let (sandbox, _) = provider
-                    .launch(&artifact, &labels)
-                    .await
-                    .map_err(|e| (index, None, format!("launch: {e}")))?;
-                let answered = provider
-                    .run_code(&sandbox, crate::run::scenario::DEFAULT_CODE)
-                    .await
-                    .map_err(|e| e.to_string())
-                    .and_then(|(output, _)| {
-                        check_answer(
-                            crate::run::scenario::DEFAULT_CODE,
-                            crate::run::scenario::DEFAULT_ANSWER,
-                            &output,
-                        )
-                    });
-                let elapsed = started.elapsed();
-                match answered {
-                    Ok(()) => Ok((index, sandbox, elapsed)),
-                    Err(e) => Err((index, Some(sandbox), format!("first result: {e}"))),
-                }
-            });
-        }
-        let mut samples = vec![None; launches as usize];
-        let mut sandboxes = Vec::new();
-        while let Some(joined) = tasks.join_next().await {
-            let (index, sample) = match joined {
-                Ok(Ok((index, sandbox, elapsed))) => {
-                    sandboxes.push(sandbox);
-                    (index, Ok(elapsed))
-                }
-                Ok(Err((index, sandbox, error))) => {
-                    sandboxes.extend(sandbox);
-                    (index, Err(error))
-                }
-                Err(e) => {
-                    self.log
-                        .line(&format!("a launch task ended abnormally: {e}"));
-                    continue;
-                }
-            };
-            samples[index as usize] = Some(sample);
-        }
-        // Stopped after every launch was timed, so stopping does not load the others.
         let grace = Duration::from_secs(sandbox_contract::GRACEFUL_SHUTDOWN_SECS);
-        let stops = sandboxes
-            .iter()
-            .map(|sandbox| self.provider.shutdown(sandbox, grace));
-        for (sandbox, stopped) in sandboxes
-            .iter()
-            .zip(futures_util::future::join_all(stops).await)
-        {
-            if let Err(e) = stopped {
-                self.log
-                    .line(&format!("stopping {}: {e} (cleanup removes it)", sandbox.0));
+        let mut attempts: Vec<Option<LaunchTimes>> = vec![None; launches as usize];
+        let mut sandboxes = Vec::new();
+        if mode == LaunchMode::Sequential {
+            for index in 0..launches {
+                self.intend("sandbox")?;
+                let (times, sandbox) =
+                    launch_once(self.provider.clone(), artifact.clone(), self.labels.clone()).await;
+                if let Some(sandbox) = sandbox
+                    && let Err(e) = self.provider.shutdown(&sandbox, grace).await
+                {
+                    self.log
+                        .line(&format!("stopping {}: {e} (cleanup removes it)", sandbox.0));
+                }
+                attempts[index as usize] = Some(times);
+            }
+        } else {
+            let interval = match mode {
+                LaunchMode::Staggered(interval) => interval,
+                _ => Duration::ZERO,
+            };
+            let began = tokio::time::Instant::now();
+            let mut tasks = tokio::task::JoinSet::new();
+            for index in 0..launches {
+                self.intend("sandbox")?;
+                let (provider, artifact, labels) =
+                    (self.provider.clone(), artifact.clone(), self.labels.clone());
+                let at = began + interval * index;
+                tasks.spawn(async move {
+                    tokio::time::sleep_until(at).await;
+                    (index, launch_once(provider, artifact, labels).await)
+                });
+            }
+            while let Some(joined) = tasks.join_next().await {
+                match joined {
+                    Ok((index, (times, sandbox))) => {
+                        sandboxes.extend(sandbox);
+                        attempts[index as usize] = Some(times);
+                    }
+                    Err(e) => self
+                        .log
+                        .line(&format!("a launch task ended abnormally: {e}")),
+                }
+            }
+            // Stopped after every launch was timed, so stopping does not load the others.
+            let stops = sandboxes
+                .iter()
+                .map(|sandbox| self.provider.shutdown(sandbox, grace));
+            for (sandbox, stopped) in sandboxes
+                .iter()
+                .zip(futures_util::future::join_all(stops).await)
+            {
+                if let Err(e) = stopped {
+                    self.log
+                        .line(&format!("stopping {}: {e} (cleanup removes it)", sandbox.0));
+                }
             }
         }
-        let samples: Vec<Sample> = samples
-            .into_iter()
-            .enumerate()
-            .map(|(index, sample)| match sample {
-                Some(Ok(elapsed)) => Sample {
-                    name: "create-to-first-result".into(),
-                    value: Some(elapsed),
-                    error: None,
-                },
-                Some(Err(error)) => Sample {
-                    name: "create-to-first-result".into(),
-                    value: None,
-                    error: Some(format!("launch {}: {error}", index + 1)),
-                },
-                None => Sample {
-                    name: "create-to-first-result".into(),
-                    value: None,
-                    error: Some(format!("launch {}: its task ended abnormally", index + 1)),
-                },
-            })
-            .collect();
-        let failed: Vec<&str> = samples.iter().filter_map(|s| s.error.as_deref()).collect();
+        let mut samples = Vec::new();
+        let mut failures = Vec::new();
+        for (index, times) in attempts.into_iter().enumerate() {
+            let times = times.unwrap_or_else(|| LaunchTimes::failed("its task ended abnormally"));
+            if let Some(error) = &times.error {
+                failures.push(format!("launch {}: {error}", index + 1));
+            }
+            samples.extend(times.samples(index + 1));
+        }
         self.log.line(&format!(
-            "burst of {launches}: {} answered `1+1`, {} failed",
-            samples.len() - failed.len(),
-            failed.len()
+            "{} of {launches}: {} answered `1+1`, {} failed; TTI's first command: {}",
+            self.step.name(),
+            launches as usize - failures.len(),
+            failures.len(),
+            FIRST_COMMAND.join(" ")
         ));
-        let first_failure = failed.first().map(|e| (*e).to_owned());
-        let failures = failed.len();
+        let first_failure = failures.first().cloned();
+        let failed = failures.len();
         self.state().samples.extend(samples);
         match first_failure {
             None => Ok(()),
             Some(first) => Err(StepEnd::Failed(format!(
-                "{failures} of {launches} launches failed; the first: {first}"
+                "{failed} of {launches} launches failed; the first: {first}"
             ))),
         }
     }
@@ -1725,6 +1720,117 @@ pub const NOT_OBSERVABLE: &str = "ended through the API; exit on SIGTERM not obs
 /// Why a variant that can do what `capabilities` say cannot run `step`, or why the step has
 /// nothing to test on it; `None` when it has something. Such a step is skipped with this
 /// reason, never passed.
+/// What one launch of a `burst`, `sequential` or `staggered` step measured.
+#[derive(Debug, Clone, Default)]
+struct LaunchTimes {
+    /// From the create to the launch's return.
+    created: Option<Duration>,
+    /// From the create to the first command's success: the boards' TTI.
+    tti: Option<Duration>,
+    /// The first command's own duration.
+    first_command: Option<Duration>,
+    /// From the create to the first correct `1+1`.
+    first_result: Option<Duration>,
+    /// The second command's own duration, after the first `1+1`.
+    second_command: Option<Duration>,
+    /// Why the launch stopped short, where it did.
+    error: Option<String>,
+}
+
+impl LaunchTimes {
+    fn failed(error: &str) -> Self {
+        Self {
+            error: Some(error.to_owned()),
+            ..Self::default()
+        }
+    }
+
+    /// One sample per timing of launch `number`, a failed attempt where it was not reached.
+    fn samples(&self, number: usize) -> Vec<Sample> {
+        [
+            (CREATED, self.created),
+            (TTI, self.tti),
+            (FIRST_COMMAND_SAMPLE, self.first_command),
+            (CREATE_TO_FIRST_RESULT, self.first_result),
+            (SECOND_COMMAND_SAMPLE, self.second_command),
+        ]
+        .into_iter()
+        .map(|(name, value)| Sample {
+            name: name.to_owned(),
+            value,
+            error: match (value, &self.error) {
+                (None, Some(error)) => Some(format!("launch {number}: {error}")),
+                (None, None) => Some(format!("launch {number}: not measured")),
+                (Some(_), _) => None,
+            },
+        })
+        .collect()
+    }
+}
+
+/// One launch, timed from its create: the launch, [`FIRST_COMMAND`] (TTI), the first
+/// correct `1+1`, then the command again. Returns its times and the sandbox, if one came.
+async fn launch_once(
+    provider: Arc<dyn Provider>,
+    artifact: Artifact,
+    labels: RunLabels,
+) -> (LaunchTimes, Option<SandboxId>) {
+    let started = Instant::now();
+    let mut times = LaunchTimes::default();
+    let sandbox = match provider.launch(&artifact, &labels).await {
+        Ok((sandbox, _)) => sandbox,
+        Err(e) => return (LaunchTimes::failed(&format!("launch: {e}")), None),
+    };
+    times.created = Some(started.elapsed());
+    let command: Vec<String> = FIRST_COMMAND.iter().map(|s| (*s).to_owned()).collect();
+    let run_command = async || {
+        let called = Instant::now();
+        match provider.exec(&sandbox, &command, false).await {
+            Ok(out) if out.exit_code == Some(0) => Ok(called.elapsed()),
+            Ok(out) => Err(format!(
+                "`{}` ended with exit code {:?}: {}",
+                FIRST_COMMAND.join(" "),
+                out.exit_code,
+                out.stderr.trim()
+            )),
+            Err(e) => Err(format!("`{}`: {e}", FIRST_COMMAND.join(" "))),
+        }
+    };
+    match run_command().await {
+        Ok(took) => {
+            times.first_command = Some(took);
+            times.tti = Some(started.elapsed());
+        }
+        Err(e) => {
+            times.error = Some(format!("first command: {e}"));
+            return (times, Some(sandbox));
+        }
+    }
+    let answered = provider
+        .run_code(&sandbox, crate::run::scenario::DEFAULT_CODE)
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|(output, _)| {
+            check_answer(
+                crate::run::scenario::DEFAULT_CODE,
+                crate::run::scenario::DEFAULT_ANSWER,
+                &output,
+            )
+        });
+    match answered {
+        Ok(()) => times.first_result = Some(started.elapsed()),
+        Err(e) => {
+            times.error = Some(format!("first result: {e}"));
+            return (times, Some(sandbox));
+        }
+    }
+    match run_command().await {
+        Ok(took) => times.second_command = Some(took),
+        Err(e) => times.error = Some(format!("second command: {e}")),
+    }
+    (times, Some(sandbox))
+}
+
 pub fn skip_reason(capabilities: &Capabilities, step: &Step) -> Option<String> {
     if let Expectation::Check(check, params) = &step.expect {
         return conformance::nothing_to_test(*check, params, capabilities);

@@ -38,9 +38,15 @@ pub enum StepKind {
     Cleanup,
     /// Run the contract's doctor in the sandbox; passes when every row passes.
     Doctor,
-    /// Launch many sandboxes at once from the built artifact, each timed from create to
-    /// its first correct `1+1`; passes when every launch answered.
+    /// Launch many sandboxes at once from the built artifact (see [`LaunchMode`]); passes
+    /// when every launch answered.
     Burst,
+    /// Launch sandboxes one after another, each stopped before the next is created; passes
+    /// when every launch answered.
+    Sequential,
+    /// Launch sandboxes `interval` apart (200 ms unless given), each left running until
+    /// all are timed; passes when every launch answered.
+    Staggered,
     /// A conformance check, written `check: <name>` in a scenario file.
     #[serde(skip_deserializing)]
     Check,
@@ -48,7 +54,7 @@ pub enum StepKind {
 
 impl StepKind {
     /// Every step a scenario names with `step:`, lifecycle order first.
-    pub const ALL: [StepKind; 11] = [
+    pub const ALL: [StepKind; 13] = [
         StepKind::Build,
         StepKind::Rebuild,
         StepKind::Launch,
@@ -60,6 +66,8 @@ impl StepKind {
         StepKind::Cleanup,
         StepKind::Doctor,
         StepKind::Burst,
+        StepKind::Sequential,
+        StepKind::Staggered,
     ];
 
     /// The step's name as scenario files and reports spell it.
@@ -76,10 +84,38 @@ impl StepKind {
             StepKind::Cleanup => "cleanup",
             StepKind::Doctor => "doctor",
             StepKind::Burst => "burst",
+            StepKind::Sequential => "sequential",
+            StepKind::Staggered => "staggered",
             StepKind::Check => "check",
         }
     }
 }
+
+impl StepKind {
+    /// The steps that launch many sandboxes and time each ([`LaunchMode`]).
+    pub fn launches_many(self) -> bool {
+        matches!(
+            self,
+            StepKind::Burst | StepKind::Sequential | StepKind::Staggered
+        )
+    }
+}
+
+/// How a `burst`, `sequential` or `staggered` step paces its launches, as the public
+/// sandbox boards run their three modes: all at once, one after another (each stopped
+/// before the next), or a fixed interval apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaunchMode {
+    /// Every create at the same moment.
+    Burst,
+    /// One launch at a time, each stopped before the next create.
+    Sequential,
+    /// Creates this far apart, whatever the earlier ones are doing.
+    Staggered(Duration),
+}
+
+/// The interval of a `staggered` step that names none: the public boards' 200 ms.
+pub const DEFAULT_STAGGER: Duration = Duration::from_millis(200);
 
 impl fmt::Display for StepKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -112,6 +148,8 @@ struct StepFile {
     kernels: Option<u32>,
     #[serde(default, deserialize_with = "bounded::launches")]
     launches: Option<u32>,
+    #[serde(default, deserialize_with = "bounded::within")]
+    interval: Option<Duration>,
     accept_partial: Option<Spanned<Vec<String>>>,
 }
 
@@ -231,8 +269,8 @@ pub enum Expectation {
     StoppedWithin(Duration),
     /// `doctor` or `check: <name>`: the conformance check and what it is given.
     Check(Check, CheckParams),
-    /// `burst`: how many sandboxes to launch at once.
-    Launches(u32),
+    /// `burst`, `sequential` and `staggered`: how many sandboxes to launch, and how.
+    Launches(u32, LaunchMode),
     /// `secrets-scan`: the variants whose partial scan (as non-root, or with unreadable
     /// files) is accepted, as they offer no root to scan with. Any other variant's partial
     /// scan fails.
@@ -424,13 +462,24 @@ impl Scenario {
                     built = true;
                     None
                 }
-                StepKind::Launch | StepKind::Burst | StepKind::Rebuild if !built => Some("`build`"),
+                StepKind::Launch
+                | StepKind::Burst
+                | StepKind::Sequential
+                | StepKind::Staggered
+                | StepKind::Rebuild
+                    if !built =>
+                {
+                    Some("`build`")
+                }
                 StepKind::Rebuild => None,
                 StepKind::Launch => {
                     launched = true;
                     None
                 }
-                StepKind::Burst | StepKind::Cleanup => None,
+                StepKind::Burst
+                | StepKind::Sequential
+                | StepKind::Staggered
+                | StepKind::Cleanup => None,
                 _ if !launched => Some("`launch`"),
                 _ => None,
             };
@@ -529,7 +578,7 @@ fn step_from_file(
         ));
     }
     let is = |c: Check| check == Some(c);
-    let fields: [(&str, bool, bool); 12] = [
+    let fields: [(&str, bool, bool); 13] = [
         ("code", s.code.is_some(), kind == StepKind::FirstResult),
         (
             "expect",
@@ -548,7 +597,12 @@ fn step_from_file(
         ("cuda", s.cuda.is_some(), is(Check::Gpu)),
         ("minimum", s.minimum.is_some(), is(Check::Throughput)),
         ("kernels", s.kernels.is_some(), is(Check::ConcurrentKernels)),
-        ("launches", s.launches.is_some(), kind == StepKind::Burst),
+        ("launches", s.launches.is_some(), kind.launches_many()),
+        (
+            "interval",
+            s.interval.is_some(),
+            kind == StepKind::Staggered,
+        ),
         (
             "accept_partial",
             s.accept_partial.is_some(),
@@ -589,25 +643,21 @@ fn step_from_file(
             Some(variants) => Expectation::PartialScansFrom(variants),
             None => Expectation::Default,
         },
-        (StepKind::Burst, _) => match s.launches {
-            Some(n) if (1..=MAX_LAUNCHES).contains(&n) => Expectation::Launches(n),
-            Some(n) => {
+        (StepKind::Burst | StepKind::Sequential | StepKind::Staggered, _) => {
+            let Some(n) = s.launches else {
                 return Err(invalid(
                     line,
                     column,
-                    format!(
-                        "`launches: {n}` is out of range; a burst launches 1 to {MAX_LAUNCHES}"
-                    ),
+                    format!("`{name}` needs `launches: <n>`, how many sandboxes to start"),
                 ));
-            }
-            None => {
-                return Err(invalid(
-                    line,
-                    column,
-                    "`burst` needs `launches: <n>`, how many sandboxes to start at once".into(),
-                ));
-            }
-        },
+            };
+            let mode = match kind {
+                StepKind::Burst => LaunchMode::Burst,
+                StepKind::Sequential => LaunchMode::Sequential,
+                _ => LaunchMode::Staggered(s.interval.unwrap_or(DEFAULT_STAGGER)),
+            };
+            Expectation::Launches(n, mode)
+        }
         (_, Some(check)) => Expectation::Check(
             check,
             CheckParams {
@@ -804,7 +854,10 @@ mod tests {
             "name: t\nenvironment: e\nsteps:\n  - step: burst\n    launches: 100\n    budget: 5m\n",
         )
         .unwrap();
-        assert_eq!(s.steps[0].expect, Expectation::Launches(100));
+        assert_eq!(
+            s.steps[0].expect,
+            Expectation::Launches(100, LaunchMode::Burst)
+        );
         let e = parse("name: t\nenvironment: e\nsteps:\n  - step: burst\n    budget: 5m\n")
             .unwrap_err()
             .to_string();

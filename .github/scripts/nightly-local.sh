@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The nightly workflow's commands for e2b, daytona and modal against replay, no credentials: a first
-# replay run as the baseline, then shards, merge, compare, gate and the summary, as the jobs
-# of .github/workflows/nightly.yml run them. REPEAT sets the repetitions (default 3);
-# the argument, a folder for the runs (default: a new one under /tmp).
+# The nightly workflow's commands for datalayer-runtimes, e2b, daytona and modal against replay,
+# no credentials: a first replay run as the baseline, then shards (each variant in PARTITIONS
+# partitions, default 2), merge, compare, gate and the summary, as the jobs of
+# .github/workflows/nightly.yml run them. Replay keeps to the scenarios with a cassette and
+# names those it leaves out. REPEAT sets the repetitions (default 3); the argument, a folder
+# for the runs (default: a new one under /tmp).
 exec "$(dirname "$0")/nightly.sh" local "$@"

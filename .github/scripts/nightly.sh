@@ -2,7 +2,11 @@
 # The nightly matrix's sandbox-matrix commands, shared by .github/workflows/nightly.yml and
 # a local run against replay (no credentials):
 #
-#   nightly.sh shard VARIANT live|replay REPEAT DIR   run one variant's shard into DIR/<run-id>/
+#   nightly.sh shard VARIANT live|replay REPEAT DIR [K/N]
+#                                                     run one variant's shard (with K/N, its
+#                                                     partition K of N) into DIR/<run-id>/
+#   nightly.sh plan VARIANT live|replay REPEAT [K/N]  what that shard runs, one
+#                                                     variant::scenario::step a line (`list`)
 #   nightly.sh merge SHARDS_DIR OUT                   merge every results.json under SHARDS_DIR
 #   nightly.sh compare OUT [BASELINE_RESULTS_JSON]    OUT/compare.md; no baseline is a note
 #   nightly.sh gate POLICY OUT [BASELINE_RESULTS_JSON] OUT/gate.txt; exits 1 on hold
@@ -11,42 +15,64 @@
 #                                                     itself, kept in OUT/history/ (30 at most)
 #   nightly.sh summary OUT                            verdict, table, comparison to
 #                                                     $GITHUB_STEP_SUMMARY (stdout without it)
-#   nightly.sh local [WORK_DIR]                       all of the above for e2b, daytona, modal
-#                                                     against replay, with a first replay
-#                                                     run as the baseline
+#   nightly.sh local [WORK_DIR]                       all of the above for datalayer-runtimes,
+#                                                     e2b, daytona, modal against replay, each
+#                                                     in PARTITIONS partitions (default 2), with
+#                                                     a first replay run as the baseline
+#
+# A shard runs every scenario in scenarios/: live, all of them (each variant's own skips
+# aside); replayed, those its variant has a cassette for (`run` passes over the others and
+# `local` names them).
 #
 # SANDBOX_MATRIX names the binary (default: sandbox-matrix on PATH; `local` builds it).
 set -euo pipefail
 
-# The scenarios every shard runs: the ones the cloud variants have cassettes for.
-SCENARIOS=(lifecycle core-tier)
 SM=${SANDBOX_MATRIX:-sandbox-matrix}
 
 die() { echo "nightly.sh: $*" >&2; exit 2; }
 
-shard() {
-  [ $# -eq 4 ] || die "usage: shard VARIANT live|replay REPEAT DIR"
-  local variant=$1 mode=$2 repeat=$3 dir=$4 args=()
+# Sets SELECTION to the `run` and `list` options of VARIANT's shard: live or replay,
+# REPEAT times, and, given K/N, partition K of N. No --scenario: every scenario in scenarios/.
+selection() {
+  local variant=$1 mode=$2 repeat=$3 partition=${4:-}
+  SELECTION=(--variant "$variant" --repeat "$repeat")
   case $mode in
-    live) args+=(--live) ;;
+    live) SELECTION+=(--live) ;;
     replay) ;;
-    *) die "shard: mode is live or replay, not \`$mode\`" ;;
+    *) die "mode is live or replay, not \`$mode\`" ;;
   esac
-  local s
-  for s in "${SCENARIOS[@]}"; do args+=(--scenario "$s"); done
+  if [ -n "$partition" ]; then SELECTION+=(--partition "$partition"); fi
+}
+
+plan() {
+  [ $# -eq 3 ] || [ $# -eq 4 ] || die "usage: plan VARIANT live|replay REPEAT [K/N]"
+  selection "$@"
+  "$SM" list "${SELECTION[@]}"
+}
+
+# The scenarios a replay of VARIANT leaves out for want of a cassette, comma-separated.
+left_out() {
+  "$SM" list --variant "$1" 2>&1 >/dev/null |
+    sed -n "s/^$1::\([^:]*\): not run: .*/\1/p" | paste -sd, - | sed 's/,/, /g'
+}
+
+shard() {
+  [ $# -eq 4 ] || [ $# -eq 5 ] || die "usage: shard VARIANT live|replay REPEAT DIR [K/N]"
+  local variant=$1 mode=$2 repeat=$3 dir=$4 partition=${5:-}
+  selection "$variant" "$mode" "$repeat" "$partition"
   local code=0
-  "$SM" run "${args[@]}" --variant "$variant" --repeat "$repeat" --out "$dir" || code=$?
+  "$SM" run "${SELECTION[@]}" --out "$dir" || code=$?
   # 1 is a failed step: the shard is complete and the gate judges it. Anything else
   # (bad input, reports not written, interrupted) leaves no shard to trust.
   if [ "$code" -gt 1 ]; then
-    echo "nightly.sh: sandbox-matrix run for $variant exited $code" >&2
+    echo "nightly.sh: sandbox-matrix run for $variant${partition:+ (partition $partition)} exited $code" >&2
     return "$code"
   fi
   # One copy of the run folder in the artifact: drop the `latest` link.
   local run
   run=$(readlink "$dir/latest")
   rm "$dir/latest"
-  echo "shard $variant: $dir/$run (exit $code)"
+  echo "shard $variant${partition:+ $partition}: $dir/$run (exit $code)"
 }
 
 merge() {
@@ -139,7 +165,7 @@ summary_text() {
 local_run() {
   local work=${1:-}
   [ -n "$work" ] || work=$(mktemp -d /tmp/sandbox-matrix-nightly.XXXXXX)
-  local root repeat=${REPEAT:-3}
+  local root repeat=${REPEAT:-3} partitions=${PARTITIONS:-2}
   root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
   cd "$root"
   if [ -z "${SANDBOX_MATRIX:-}" ]; then
@@ -148,15 +174,25 @@ local_run() {
   fi
   # Replay needs no credentials; make sure none is used.
   unset DATALAYER_API_KEY E2B_API_KEY DAYTONA_API_KEY DAYTONA_JWT_TOKEN DAYTONA_ORGANIZATION_ID MODAL_TOKEN_ID MODAL_TOKEN_SECRET GITHUB_STEP_SUMMARY
-  echo "== local nightly against replay in $work, repeat $repeat"
-  local v
+  echo "== local nightly against replay in $work, repeat $repeat, $partitions partition(s) per variant"
+  local v k skipped
+  for v in datalayer-runtimes e2b daytona modal; do
+    skipped=$(left_out "$v")
+    if [ -n "$skipped" ]; then
+      echo "== $v replays what has a cassette; left out: $skipped (no cassette in fixtures/cassettes/$v/)"
+    fi
+  done
   echo "== baseline: a first replay run"
   for v in datalayer-runtimes e2b daytona modal; do
     shard "$v" replay "$repeat" "$work/baseline-shards/$v" >/dev/null 2>&1 || die "the baseline's $v shard failed"
   done
   merge "$work/baseline-shards" "$work/baseline"
   echo "== the nightly's jobs, replayed"
-  for v in datalayer-runtimes e2b daytona modal; do shard "$v" replay "$repeat" "$work/shards/$v" 2>/dev/null | tail -1; done
+  for v in datalayer-runtimes e2b daytona modal; do
+    for k in $(seq "$partitions"); do
+      shard "$v" replay "$repeat" "$work/shards/$v-$k" "$k/$partitions" 2>/dev/null | tail -1
+    done
+  done
   merge "$work/shards" "$work/merged"
   compare "$work/merged" "$work/baseline/results.json" >/dev/null
   # The gate ships nothing on replays unless the policy allows them, and replayed timings
@@ -176,11 +212,11 @@ local_run() {
   return "$code"
 }
 
-[ $# -ge 1 ] || die "usage: nightly.sh shard|merge|compare|gate|report|summary|local ARGS..."
+[ $# -ge 1 ] || die "usage: nightly.sh shard|plan|merge|compare|gate|report|summary|local ARGS..."
 command=$1
 shift
 case $command in
-  shard | merge | compare | gate | report | summary) "$command" "$@" ;;
+  shard | plan | merge | compare | gate | report | summary) "$command" "$@" ;;
   local) local_run "$@" ;;
   *) die "unknown command \`$command\`" ;;
 esac

@@ -106,6 +106,7 @@ fn nightly_results() -> RunResults {
             started_at: "2026-11-29T00:00:00Z".into(),
             base: None,
             shards: Vec::new(),
+            partition: None,
         },
         scenarios,
     }

@@ -201,6 +201,7 @@ fn example_results() -> RunResults {
             started_at: "2025-11-29T12:13:14Z".to_owned(),
             base: None,
             shards: Vec::new(),
+            partition: None,
         },
         scenarios,
     }

@@ -123,6 +123,7 @@ async fn burst(launches: usize, failures: usize) -> (ScenarioResult, stats::Summ
             started_at: "2026-11-29T00:00:00Z".into(),
             base: None,
             shards: Vec::new(),
+            partition: None,
         },
         scenarios: vec![result.clone()],
     };

@@ -155,6 +155,7 @@ fn combine(shards: Vec<RunResults>, run_id: String, host: String) -> RunResults 
         started_at,
         base: None,
         shards: Vec::new(),
+        partition: None,
     };
     let mut scenarios = Vec::new();
     let mut counts: HashMap<(String, String), u32> = HashMap::new();

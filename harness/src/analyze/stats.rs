@@ -449,6 +449,7 @@ mod tests {
                 started_at: "2025-01-01T00:00:00Z".to_owned(),
                 base: None,
                 shards: Vec::new(),
+                partition: None,
             },
             scenarios: vec![
                 rep(

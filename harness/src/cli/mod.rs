@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 use sandbox_matrix::checks::approved::APPROVED_BASES_FILE;
+use sandbox_matrix::run::partition::Partition;
 use sandbox_matrix::run::scenario::Scenario;
 use sandbox_matrix::run::variants;
 
@@ -70,7 +71,8 @@ pub(crate) enum Command {
     ///
     /// A cloud variant replays its cassettes: a scenario it has none for is not run (and,
     /// asked for by name with its variant, refused, exit 2), as `run` does; with --live it
-    /// is listed.
+    /// is listed. With --repeat N each repetition k is listed as `variant::scenario[k]::step`;
+    /// with --partition K/N, only the items of that share.
     List(ListArgs),
     /// Build the docker variant's reference base image if it is missing or out of date.
     ///
@@ -267,8 +269,28 @@ pub(crate) struct Selection {
     /// repeat for several. Default: every file in scenarios/.
     #[arg(long = "scenario", value_name = "NAME|PATH")]
     scenarios: Vec<String>,
+    /// Each variant × scenario this many times, one after another; reports give percentiles
+    /// and the success rate over the repetitions (`list` names repetition k `<scenario>[k]`).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000), value_name = "N")]
+    repeat: u32,
+    /// Only share K of N (1 ≤ K ≤ N) of the variant × scenario × repetition items, each
+    /// placed by a hash of `variant::scenario::repetition` that is the same on every
+    /// machine and run: the N shares are disjoint and together are the whole selection, one
+    /// per CI job; `merge` joins their results.
+    #[arg(long, value_name = "K/N")]
+    partition: Option<String>,
     #[command(flatten)]
     root: RootArg,
+}
+
+/// What a [`Selection`] resolved to.
+struct Selected {
+    /// The variant names, in order.
+    variants: Vec<String>,
+    /// The scenarios, loaded and checked.
+    scenarios: Vec<Scenario>,
+    /// The share of the items to run, when `--partition` was given.
+    partition: Option<Partition>,
 }
 
 #[derive(Args)]
@@ -324,8 +346,16 @@ pub(crate) async fn dispatch(command: Command) -> u8 {
     }
 }
 
-/// Resolves the selected scenarios and variant names, or says what is wrong.
-fn select(selection: &Selection) -> Result<(Vec<String>, Vec<Scenario>), String> {
+/// Resolves the selected scenarios, variant names and partition, or says what is wrong.
+fn select(selection: &Selection) -> Result<Selected, String> {
+    let partition = selection
+        .partition
+        .as_deref()
+        .map(|text| {
+            text.parse::<Partition>()
+                .map_err(|e| format!("--partition {text}: {e}"))
+        })
+        .transpose()?;
     let root = &selection.root.root;
     let known = variants::known();
     let variants = if selection.variants.is_empty() {
@@ -393,7 +423,11 @@ fn select(selection: &Selection) -> Result<(Vec<String>, Vec<Scenario>), String>
             root.join("scenarios").display()
         ));
     }
-    Ok((variants, scenarios))
+    Ok(Selected {
+        variants,
+        scenarios,
+        partition,
+    })
 }
 
 fn scenario_path(root: &Path, arg: &str) -> PathBuf {

@@ -15,7 +15,9 @@ use sandbox_matrix::report::{self, run_folder};
 use sandbox_matrix::run::base::RunBase;
 use sandbox_matrix::run::events::{EventSink, Fanout, RunEvent};
 use sandbox_matrix::run::ledger::Ledger;
+use sandbox_matrix::run::partition;
 use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id, unreachable_variant};
+use sandbox_matrix::run::scenario::Scenario;
 use sandbox_matrix::run::variants;
 use sandbox_matrix::run::variants::CloudMode;
 use sandbox_providers::api::replay::Pace;
@@ -25,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     EXIT_BAD_INPUT, EXIT_FAILED, EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_PASSED, EXIT_REPORT,
-    EXIT_TERMINATED, Selection, harness_executable, host_name, select,
+    EXIT_TERMINATED, Selected, Selection, harness_executable, host_name, select,
 };
 
 #[derive(Args)]
@@ -61,10 +63,6 @@ pub(crate) struct RunArgs {
     /// `replayed`), or after their recorded latency (shown marked `(recorded <date>)`).
     #[arg(long, value_enum, default_value_t = PaceArg::Instant)]
     pace: PaceArg,
-    /// Run each variant × scenario this many times, one after another; reports give
-    /// percentiles and the success rate over the repetitions.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000), value_name = "N")]
-    repeat: u32,
     /// Folder of cassettes. Default: <root>/fixtures/cassettes.
     #[arg(long, value_name = "DIR")]
     cassettes: Option<PathBuf>,
@@ -199,13 +197,41 @@ impl EventSink for Collector {
 }
 
 pub(crate) async fn run(args: RunArgs) -> u8 {
-    let (variant_names, scenarios) = match select(&args.selection) {
+    let Selected {
+        variants: mut variant_names,
+        scenarios,
+        partition,
+    } = match select(&args.selection) {
         Ok(selected) => selected,
         Err(e) => {
             eprintln!("error: {e}");
             return EXIT_BAD_INPUT;
         }
     };
+    let repeat = args.selection.repeat;
+    // The items of this share, per variant: a variant with none is not set up at all.
+    let share = |variant: &str| -> Vec<(&Scenario, u32)> {
+        scenarios
+            .iter()
+            .flat_map(|s| {
+                partition::repetitions(partition, variant, &s.name, repeat).map(move |r| (s, r))
+            })
+            .collect()
+    };
+    if let Some(partition) = partition {
+        let all = variant_names.len() * scenarios.len() * repeat as usize;
+        let held: usize = variant_names.iter().map(|v| share(v).len()).sum();
+        eprintln!(
+            "partition {partition}: {held} of the {all} variant × scenario × repetition items"
+        );
+        variant_names.retain(|v| {
+            let empty = share(v).is_empty();
+            if empty {
+                eprintln!("{v}: nothing in partition {partition}");
+            }
+            !empty
+        });
+    }
     let root = &args.selection.root.root;
     let out = args.out.clone().unwrap_or_else(|| root.join("reports"));
     let collector = Arc::new(Collector(Mutex::new(Vec::new())));
@@ -249,6 +275,8 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         started_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         base: Some(runner.base().base.reference.clone()),
         shards: Vec::new(),
+        // Which share of the selection this run is.
+        partition: partition.map(|p| p.to_string()),
     };
     let cassettes = args
         .cassettes
@@ -272,7 +300,6 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         }
     };
     let explicit = !args.selection.variants.is_empty();
-    let mut variant_names = variant_names;
     // Without --variant, run every variant that can run here: the local ones when an
     // engine answers, a cloud variant live when asked, else where it has cassettes.
     let mut skip = std::collections::HashMap::new();
@@ -452,25 +479,24 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
             }
             Some(Err(e)) => Some((None, Some(e.clone()))),
         };
+        let items = share(name);
         // Live variants build each environment once per run; a cassette holds its own build.
         if plan.is_some()
             || (variants::cloud(name).is_some() && matches!(cloud_mode, CloudMode::Live))
         {
             runner.plan_shared_builds(
                 name,
-                scenarios
+                items
                     .iter()
-                    .filter(|s| !skip.contains_key(&(name.clone(), s.name.clone())))
-                    .flat_map(|s| std::iter::repeat_n(s, args.repeat as usize)),
+                    .filter(|(s, _)| !skip.contains_key(&(name.clone(), s.name.clone())))
+                    .map(|(s, _)| *s),
             );
         }
         let mut last_provider: Option<Arc<dyn sandbox_providers::Provider>> = None;
-        for (scenario, repetition) in scenarios
-            .iter()
-            .flat_map(|s| (1..=args.repeat).map(move |r| (s, r)))
-        {
+        let mut noted_skips = std::collections::HashSet::new();
+        for (scenario, repetition) in items {
             if let Some(reason) = skip.get(&(name.clone(), scenario.name.clone())) {
-                if repetition == 1 {
+                if noted_skips.insert(&scenario.name) {
                     eprintln!("{name}::{}: skipped, {reason}", scenario.name);
                 }
                 continue;
@@ -660,7 +686,7 @@ pub(crate) async fn emulator_backend(root: &Path) -> Result<Arc<DockerProvider>,
 /// reaches it with.
 async fn start_emulator(
     variant: &str,
-    scenario: &sandbox_matrix::run::scenario::Scenario,
+    scenario: &Scenario,
     run_id: &str,
     docker: &Arc<DockerProvider>,
     scratch: &Path,

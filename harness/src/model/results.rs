@@ -151,6 +151,10 @@ pub struct Provenance {
     /// empty for a run that was not merged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shards: Vec<Provenance>,
+    /// The share of the selection this run ran (`run --partition K/N`), as `K/N`; absent
+    /// for a whole run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
 }
 
 /// One scenario run on one variant.

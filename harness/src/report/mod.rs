@@ -175,6 +175,7 @@ pub(crate) mod fixture {
                 started_at: "2025-11-29T12:13:14.512+00:00".to_owned(),
                 base: None,
                 shards: Vec::new(),
+                partition: None,
             },
             scenarios,
         }

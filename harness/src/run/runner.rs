@@ -1788,9 +1788,12 @@ async fn launch_once(
         match provider.exec(&sandbox, &command, false).await {
             Ok(out) if out.exit_code == Some(0) => Ok(called.elapsed()),
             Ok(out) => Err(format!(
-                "`{}` ended with exit code {:?}: {}",
+                "`{}` {}: {}",
                 FIRST_COMMAND.join(" "),
-                out.exit_code,
+                out.exit_code.map_or_else(
+                    || "ended with no exit code".to_owned(),
+                    |c| format!("exited {c}")
+                ),
                 out.stderr.trim()
             )),
             Err(e) => Err(format!("`{}`: {e}", FIRST_COMMAND.join(" "))),

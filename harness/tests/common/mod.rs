@@ -204,6 +204,7 @@ pub fn write_reports(
             started_at: "2026-11-29T00:00:00Z".to_owned(),
             base: None,
             shards: Vec::new(),
+            partition: None,
         },
         scenarios,
     };

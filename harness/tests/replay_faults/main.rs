@@ -50,6 +50,7 @@ fn one_run(result: &ScenarioResult) -> RunResults {
             started_at: "2026-11-29T00:00:00Z".into(),
             base: None,
             shards: Vec::new(),
+            partition: None,
         },
         scenarios: vec![result.clone()],
     }

@@ -109,6 +109,7 @@ fn nightly_results() -> RunResults {
             partition: None,
         },
         scenarios,
+        orphans: Vec::new(),
     }
 }
 

@@ -204,6 +204,7 @@ fn example_results() -> RunResults {
             partition: None,
         },
         scenarios,
+        orphans: Vec::new(),
     }
 }
 

@@ -126,6 +126,7 @@ async fn burst(launches: usize, failures: usize) -> (ScenarioResult, stats::Summ
             partition: None,
         },
         scenarios: vec![result.clone()],
+        orphans: Vec::new(),
     };
     let summary = stats::metrics(&results)
         .into_iter()

@@ -1,7 +1,7 @@
 //! The runner's own guarantees, shown with a scripted provider (no engine needed): a step
 //! that panics or hangs fails with the reason, later steps are skipped with a reason, and
 //! cleanup still runs and deletes what was created; a floor is measured once per artifact
-//! and run.
+//! and run; the orphan audit catches a sandbox left behind and sweeps it.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -405,4 +405,70 @@ async fn an_unlisted_artifact_is_not_counted_and_its_failed_delete_fails_cleanup
             id: "img-1".into(),
         }]
     );
+}
+
+/// A sandbox that outlived its scenario's cleanup (a create whose answer was lost, say),
+/// deliberately left in the provider's inventory: the orphan audit lists it, deletes it and
+/// counts it against the creates the ledger recorded for the variant, and no other's.
+#[tokio::test]
+async fn the_orphan_audit_catches_a_sandbox_left_behind_and_sweeps_it() {
+    use sandbox_matrix::run::ledger::Ledger;
+    use sandbox_matrix::run::orphans;
+    let dir = std::env::temp_dir().join(format!("sm-orphans-{}", std::process::id()));
+    let ledger = Ledger::create(&dir, "run-orphans").expect("a ledger");
+    let labels = |variant: &str| sandbox_providers::RunLabels {
+        run_id: "run-orphans".to_owned(),
+        variant: variant.to_owned(),
+        scenario: "burst".to_owned(),
+    };
+    for _ in 0..4 {
+        ledger
+            .intent(&labels("scripted"), "sandbox")
+            .expect("recorded");
+    }
+    ledger
+        .intent(&labels("scripted"), "image")
+        .expect("recorded");
+    ledger
+        .intent(&labels("other"), "sandbox")
+        .expect("recorded");
+    let creates = orphans::creates(ledger.path(), "scripted").expect("read");
+    assert_eq!(creates, 4, "sandbox creates of this variant only");
+
+    let provider = scripted(Fault::HangOnLaunch);
+    let before = orphans::inventory(
+        provider.as_ref(),
+        "run-orphans",
+        "scripted",
+        &["burst".to_owned()],
+    )
+    .await
+    .expect("listed");
+    assert!(before.is_empty());
+    let leaked = Resource {
+        kind: "container".to_owned(),
+        id: "lost-create-1".to_owned(),
+    };
+    provider.resources.lock().unwrap().push(leaked.clone());
+    let lines = Mutex::new(Vec::new());
+    let audit = orphans::audit(
+        provider.as_ref(),
+        "run-orphans",
+        "scripted",
+        &["burst".to_owned()],
+        creates,
+        before,
+        &|line| lines.lock().unwrap().push(line.to_owned()),
+    )
+    .await
+    .expect("audited");
+    assert_eq!(audit.orphans, ["container lost-create-1"]);
+    assert_eq!(audit.swept, 1);
+    assert_eq!(audit.per_1000(), Some(250.0));
+    assert!(provider.resources.lock().unwrap().is_empty(), "swept");
+    assert_eq!(
+        lines.into_inner().unwrap(),
+        ["orphan container lost-create-1: deleted"]
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -41,6 +41,7 @@ struct PolicyFile {
     #[serde(default)]
     required: Vec<Spanned<String>>,
     success_rate: Option<Spanned<f64>>,
+    max_orphans_per_1000: Option<Spanned<f64>>,
     #[serde(default)]
     p90_budgets: BTreeMap<String, Spanned<String>>,
     regression: Option<RegressionFile>,
@@ -69,6 +70,9 @@ pub struct Policy {
     pub required: Vec<Requirement>,
     /// The lowest share of successful attempts any metric may have, from 0 to 1.
     pub success_rate: Option<f64>,
+    /// The most orphans a variant's live run may leave per 1,000 sandbox creates, as its
+    /// orphan audit counts them; a variant run live without an audit holds.
+    pub max_orphans_per_1000: Option<f64>,
     /// p90 budgets, by scenario and metric, in the order of their keys.
     pub p90_budgets: Vec<Budget>,
     /// How much slower than the baseline's median a metric may be, as a fraction (0.25 is
@@ -120,7 +124,7 @@ pub enum PolicyError {
     /// The file names no rule (empty, comments only, `{}`, or only `variants`), so every
     /// run would ship.
     #[error(
-        "{}: policy checks nothing: name at least one rule (`required`, `success_rate`, `p90_budgets` or `regression`)",
+        "{}: policy checks nothing: name at least one rule (`required`, `success_rate`, `max_orphans_per_1000`, `p90_budgets` or `regression`)",
         path.display()
     )]
     ChecksNothing {
@@ -253,6 +257,17 @@ impl Policy {
                 ),
             ));
         }
+        if let Some(rate) = &file.max_orphans_per_1000
+            && !(rate.value >= 0.0 && rate.value.is_finite())
+        {
+            return Err(invalid(
+                &rate.referenced,
+                format!(
+                    "max_orphans_per_1000 is {}, and must be a number of 0 or more",
+                    rate.value
+                ),
+            ));
+        }
         if let Some(old) = &file.allow_replayed_timings {
             return Err(invalid(
                 &old.referenced,
@@ -264,6 +279,7 @@ impl Policy {
         }
         if file.required.is_empty()
             && file.success_rate.is_none()
+            && file.max_orphans_per_1000.is_none()
             && file.p90_budgets.is_empty()
             && file.regression.is_none()
         {
@@ -273,6 +289,7 @@ impl Policy {
             variants: file.variants,
             required,
             success_rate: file.success_rate.map(|r| r.value),
+            max_orphans_per_1000: file.max_orphans_per_1000.map(|r| r.value),
             p90_budgets,
             regression_tolerance: file.regression.map(|r| r.tolerance.value),
             allow_replay: file.allow_replay,
@@ -280,6 +297,25 @@ impl Policy {
             ship_partial_scans: file.ship_partial_scans,
         })
     }
+}
+
+/// Why `variant`'s orphan audit exceeds `most` per 1,000 creates, or why there is none
+/// to judge; nothing when it is within.
+fn orphans_over(results: &RunResults, variant: &str, most: f64) -> Option<String> {
+    let Some(audit) = results.orphans.iter().find(|a| a.variant == variant) else {
+        return Some(format!(
+            "no orphan audit for {variant}: max_orphans_per_1000 needs a live run that finished (an interrupted run lists no inventory)"
+        ));
+    };
+    let rate = audit.per_1000().unwrap_or(0.0);
+    (rate > most).then(|| {
+        format!(
+            "{} orphans of {} sandbox creates ({rate:.1} per 1,000), over the most of {most}: {}",
+            audit.orphans.len(),
+            audit.creates,
+            audit.orphans.join(", ")
+        )
+    })
 }
 
 /// Ship or hold for one variant, with why.
@@ -389,6 +425,11 @@ pub fn gate(policy: &Policy, results: &RunResults, baseline: Option<&RunResults>
                 ));
             }
             leaks_and_secrets(&scenarios, &mut verdict.reasons);
+            if let Some(most) = policy.max_orphans_per_1000
+                && count(&scenarios, Class::Measured) > 0
+            {
+                verdict.reasons.extend(orphans_over(results, variant, most));
+            }
             partial_scans(&scenarios, policy.ship_partial_scans, &mut verdict);
             for requirement in &policy.required {
                 verdict.reasons.extend(required(requirement, &scenarios));
@@ -777,7 +818,7 @@ mod tests {
             let e = policy(text).expect_err("checks nothing");
             assert_eq!(
                 e,
-                "policy.yaml: policy checks nothing: name at least one rule (`required`, `success_rate`, `p90_budgets` or `regression`)",
+                "policy.yaml: policy checks nothing: name at least one rule (`required`, `success_rate`, `max_orphans_per_1000`, `p90_budgets` or `regression`)",
                 "{text:?}"
             );
         }
@@ -880,6 +921,41 @@ mod tests {
                 "lifecycle (repetition 4) leaked container `9c2e41d07a5b`",
                 "lifecycle (repetition 6) found a secret: REGISTRY_TOKEN at /etc/leak",
             ]
+        );
+    }
+
+    #[test]
+    fn orphans_past_the_policy_rate_hold_and_a_live_run_without_an_audit_holds() {
+        use crate::model::results::OrphanAudit;
+        let strict = policy("max_orphans_per_1000: 5\n").expect("parses");
+        let mut results = seventy_percent();
+        // No audit: the run was interrupted, or never listed the inventory.
+        let unaudited = gate(&strict, &results, None);
+        assert!(
+            unaudited[0].reasons[0].starts_with("no orphan audit for docker"),
+            "{:?}",
+            unaudited[0].reasons
+        );
+        results.orphans = vec![OrphanAudit {
+            variant: "docker".to_owned(),
+            creates: 100,
+            before: Vec::new(),
+            orphans: vec!["container 9c2e41d07a5b".to_owned()],
+            swept: 1,
+        }];
+        // 1 in 100 is 10 per 1,000: over 5, within 10.
+        assert_eq!(
+            gate(&strict, &results, None)[0].reasons,
+            [
+                "1 orphans of 100 sandbox creates (10.0 per 1,000), over the most of 5: container 9c2e41d07a5b"
+            ]
+        );
+        let loose = policy("max_orphans_per_1000: 10\n").expect("parses");
+        assert!(gate(&loose, &results, None)[0].ships());
+        let negative = policy("max_orphans_per_1000: -1\n").expect_err("negative");
+        assert!(
+            negative.to_string().contains("max_orphans_per_1000 is -1"),
+            "{negative}"
         );
     }
 

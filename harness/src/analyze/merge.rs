@@ -158,8 +158,10 @@ fn combine(shards: Vec<RunResults>, run_id: String, host: String) -> RunResults 
         partition: None,
     };
     let mut scenarios = Vec::new();
+    let mut orphans = Vec::new();
     let mut counts: HashMap<(String, String), u32> = HashMap::new();
-    for shard in shards {
+    for mut shard in shards {
+        orphans.append(&mut shard.orphans);
         if shard.provenance.shards.is_empty() {
             provenance.shards.push(shard.provenance);
         } else {
@@ -178,6 +180,7 @@ fn combine(shards: Vec<RunResults>, run_id: String, host: String) -> RunResults 
         schema_version: RESULTS_SCHEMA_VERSION.to_owned(),
         provenance,
         scenarios,
+        orphans,
     }
 }
 

@@ -467,6 +467,7 @@ mod tests {
                     None,
                 ),
             ],
+            orphans: Vec::new(),
         };
         let metrics = metrics(&results);
         let got: Vec<(&str, &[Option<Duration>])> = metrics

@@ -8,18 +8,18 @@ use clap::Args;
 use sandbox_matrix::checks::approved::APPROVED_BASES_FILE;
 use sandbox_matrix::emulate;
 use sandbox_matrix::model::results::{
-    Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, Source,
+    OrphanAudit, Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, Source,
 };
 use sandbox_matrix::report::terminal::Terminal;
 use sandbox_matrix::report::{self, run_folder};
 use sandbox_matrix::run::base::RunBase;
 use sandbox_matrix::run::events::{EventSink, Fanout, RunEvent};
 use sandbox_matrix::run::ledger::Ledger;
-use sandbox_matrix::run::partition;
 use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id, unreachable_variant};
 use sandbox_matrix::run::scenario::Scenario;
 use sandbox_matrix::run::variants;
 use sandbox_matrix::run::variants::CloudMode;
+use sandbox_matrix::run::{orphans, partition};
 use sandbox_providers::api::replay::Pace;
 use sandbox_providers::api::settings::Settings;
 use sandbox_providers::docker::DockerProvider;
@@ -463,6 +463,7 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
     eprintln!("{base_line}");
     let mut report_error = None;
     let mut noted_emulated = std::collections::HashSet::new();
+    let mut audits: Vec<OrphanAudit> = Vec::new();
     for name in &variant_names {
         let plan = match local.get(name.as_str()) {
             None => None,
@@ -494,6 +495,18 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         }
         let mut last_provider: Option<Arc<dyn sandbox_providers::Provider>> = None;
         let mut noted_skips = std::collections::HashSet::new();
+        // A live variant's inventory is audited for orphans; a replay, a recording or an
+        // emulator's cannot be listed after the scenario it belongs to.
+        let audited = plan.is_some() || matches!(cloud_mode, CloudMode::Live);
+        let mut audited_scenarios: Vec<String> = Vec::new();
+        for (scenario, _) in &items {
+            if !skip.contains_key(&(name.clone(), scenario.name.clone()))
+                && !audited_scenarios.contains(&scenario.name)
+            {
+                audited_scenarios.push(scenario.name.clone());
+            }
+        }
+        let mut before = None;
         for (scenario, repetition) in items {
             if let Some(reason) = skip.get(&(name.clone(), scenario.name.clone())) {
                 if noted_skips.insert(&scenario.name) {
@@ -561,6 +574,12 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
             };
             match provider {
                 Some(p) => {
+                    // The inventory before the variant's first repetition, when audited.
+                    if audited && before.is_none() {
+                        before = Some(
+                            orphans::inventory(p.as_ref(), &run_id, name, &audited_scenarios).await,
+                        );
+                    }
                     last_provider = Some(p.clone());
                     runner
                         .run_scenario_checked(p, scenario, not_ready, check, source, repetition)
@@ -584,7 +603,7 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
                     scenario.name
                 );
             }
-            let results = snapshot(&provenance, &collector);
+            let results = snapshot(&provenance, &collector, &audits);
             if let Err(e) = run_folder::write(&out, &results, &written_secrets) {
                 report_error = Some(e);
             }
@@ -595,6 +614,28 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         if let Some(p) = &last_provider {
             for line in runner.release_shared(p).await {
                 eprintln!("{name}: {line}");
+            }
+            if audited && !cancel.is_cancelled() {
+                match audit_orphans(
+                    p.as_ref(),
+                    &run_id,
+                    name,
+                    &audited_scenarios,
+                    before.take(),
+                    ledger.path(),
+                )
+                .await
+                {
+                    Ok(audit) => {
+                        eprintln!(
+                            "{name}: orphans: {} of {} sandbox creates",
+                            audit.orphans.len(),
+                            audit.creates
+                        );
+                        audits.push(audit);
+                    }
+                    Err(e) => eprintln!("warning: {name}: no orphan audit: {e}"),
+                }
             }
         }
         // A registry started for the variant stops once its cleanup is done.
@@ -618,7 +659,7 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
     if let Some(Err(e)) = registered.map(|r| r.release()) {
         eprintln!("warning: {e}");
     }
-    let results = snapshot(&provenance, &collector);
+    let results = snapshot(&provenance, &collector, &audits);
     println!(
         "{}",
         report::self_scan::scrub(&report::table::render(&results), &written_secrets).0
@@ -661,12 +702,37 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
     }
 }
 
-fn snapshot(provenance: &Provenance, collector: &Collector) -> RunResults {
+fn snapshot(provenance: &Provenance, collector: &Collector, orphans: &[OrphanAudit]) -> RunResults {
     RunResults {
         schema_version: RESULTS_SCHEMA_VERSION.to_owned(),
         provenance: provenance.clone(),
         scenarios: collector.0.lock().expect("collector lock").clone(),
+        orphans: orphans.to_vec(),
     }
+}
+
+/// The orphan audit of `variant` after its last repetition ([`orphans::audit`]), the
+/// inventory `before` its first one as listed then.
+async fn audit_orphans(
+    provider: &dyn sandbox_providers::Provider,
+    run_id: &str,
+    variant: &str,
+    scenarios: &[String],
+    before: Option<Result<Vec<sandbox_providers::Resource>, String>>,
+    ledger: &Path,
+) -> Result<OrphanAudit, String> {
+    let before = before.unwrap_or_else(|| Ok(Vec::new()))?;
+    let creates = orphans::creates(ledger, variant)?;
+    orphans::audit(
+        provider,
+        run_id,
+        variant,
+        scenarios,
+        creates,
+        before,
+        &|line| eprintln!("{variant}: {line}"),
+    )
+    .await
 }
 
 /// The docker variant the emulators of a run build and launch on, its base image ready.

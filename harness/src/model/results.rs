@@ -129,6 +129,36 @@ pub struct RunResults {
     pub provenance: Provenance,
     /// One entry per variant × scenario, in run order.
     pub scenarios: Vec<ScenarioResult>,
+    /// Per variant run live, what the provider's own inventory held of the run before its
+    /// first repetition and after its last: the orphans. Absent for a run with none audited.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub orphans: Vec<OrphanAudit>,
+}
+
+/// What the provider's own inventory held of one variant's part of a run, listed by the
+/// run's labels (run, variant, scenario) before its first repetition and after its last
+/// repetition's cleanup. A resource still listed then is an orphan: a create the run lost
+/// track of, or one that appeared after a create failed or timed out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrphanAudit {
+    /// The variant.
+    pub variant: String,
+    /// Sandbox creates the run asked for (the ledger's intents), failed and timed-out
+    /// ones included.
+    pub creates: u64,
+    /// Resources already listed before the first repetition.
+    pub before: Vec<String>,
+    /// Resources listed after the last repetition's cleanup, `kind id`: the orphans.
+    pub orphans: Vec<String>,
+    /// How many of the orphans this audit deleted.
+    pub swept: usize,
+}
+
+impl OrphanAudit {
+    /// Orphans per 1,000 creates; `None` with no create.
+    pub fn per_1000(&self) -> Option<f64> {
+        (self.creates > 0).then(|| self.orphans.len() as f64 * 1000.0 / self.creates as f64)
+    }
 }
 
 /// Where a run happened and with what.

@@ -178,6 +178,7 @@ pub(crate) mod fixture {
                 partition: None,
             },
             scenarios,
+            orphans: Vec::new(),
         }
     }
 

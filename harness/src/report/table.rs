@@ -220,6 +220,23 @@ pub(crate) fn grid(results: &RunResults) -> Grid {
             (*label, cells)
         })
         .collect();
+    // The orphan audit is the run's, per variant, not any scenario's: it sits after the
+    // leaks its scenarios counted.
+    let mut rows = rows;
+    let orphans: Vec<String> = variants
+        .iter()
+        .zip(&classes)
+        .map(|((variant, _), class)| match class {
+            Class::Measured => orphan_cell(results, variant),
+            Class::Replayed => replay_cell(ORPHANS_ROW, NOTHING.to_owned()),
+            Class::Emulated => emulated_cell(NOTHING.to_owned()),
+        })
+        .collect();
+    let at = rows
+        .iter()
+        .position(|(label, _)| *label == "Resources leaked")
+        .map_or(rows.len(), |i| i + 1);
+    rows.insert(at, (ORPHANS_ROW, orphans));
     let columns = headers(&variants);
     let mut notes: Vec<Note> = variants
         .iter()
@@ -704,6 +721,32 @@ fn readiness(scenarios: &[&ScenarioResult]) -> String {
     )
 }
 
+/// The label of the orphan audit's row.
+const ORPHANS_ROW: &str = "Orphans per 1,000 creates";
+
+/// The variant's orphan audit ([`crate::model::results::OrphanAudit`]): `0 of 17 sandbox
+/// creates`, or `2 of 17 sandbox creates: 117.6 per 1,000, swept 2 (container 3f2a…)`;
+/// `—` where none was made (a replay, an emulated or interrupted run).
+fn orphan_cell(results: &RunResults, variant: &str) -> String {
+    let Some(audit) = results.orphans.iter().find(|a| a.variant == variant) else {
+        return NOTHING.to_owned();
+    };
+    let count = format!(
+        "{} of {} sandbox creates",
+        audit.orphans.len(),
+        audit.creates
+    );
+    match (audit.orphans.first(), audit.per_1000()) {
+        (None, _) => count,
+        (Some(first), rate) => format!(
+            "{count}: {} per 1,000, swept {} ({})",
+            rate.map_or_else(|| "—".to_owned(), |r| format!("{r:.1}")),
+            audit.swept,
+            shorten(first, ARTIFACT_ID_CHARS + 10)
+        ),
+    }
+}
+
 /// What the variant did with the base's registry credential, as the first scenario that
 /// built says (`ECR login token, made for this run; …`, `none: local base`).
 fn base_credential(scenarios: &[&ScenarioResult]) -> String {
@@ -1184,7 +1227,7 @@ mod tests {
         let (table, notes) = table.split_once("\n\n").expect("a note on the replay");
         assert!(notes.starts_with(r"e2b|x · replay: "), "{notes}");
         let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines.len(), 2 + ROWS.len(), "{table}");
+        assert_eq!(lines.len(), 3 + ROWS.len(), "{table}");
         assert_eq!(cells(lines[0]), ["", r"docker · live", r"e2b\|x · replay"]);
         assert!(
             cells(lines[1])
@@ -1198,7 +1241,13 @@ mod tests {
             .iter()
             .map(|line| cells(line).remove(0))
             .collect();
-        assert_eq!(labels, ROWS.map(|(label, _)| label));
+        let mut wanted: Vec<&str> = ROWS.iter().map(|(label, _)| *label).collect();
+        let leaked = wanted
+            .iter()
+            .position(|l| *l == "Resources leaked")
+            .unwrap();
+        wanted.insert(leaked + 1, ORPHANS_ROW);
+        assert_eq!(labels, wanted);
     }
 
     #[test]
@@ -1913,6 +1962,41 @@ mod tests {
             ]
         );
         assert!(table.contains(board::METHODOLOGY), "{table}");
+    }
+
+    #[test]
+    fn the_orphan_row_counts_what_the_inventory_still_held_per_1000_creates() {
+        use crate::model::results::OrphanAudit;
+        let mut results = run(vec![
+            lifecycle("docker", Source::Live),
+            lifecycle("datalayer", Source::Live),
+            lifecycle("e2b", replay_source(ReplayPace::Instant)),
+        ]);
+        results.orphans = vec![
+            OrphanAudit {
+                variant: "docker".to_owned(),
+                creates: 17,
+                before: Vec::new(),
+                orphans: Vec::new(),
+                swept: 0,
+            },
+            OrphanAudit {
+                variant: "datalayer".to_owned(),
+                creates: 8,
+                before: Vec::new(),
+                orphans: vec!["container 3f2a9c1d5e7b8a0f".to_owned()],
+                swept: 1,
+            },
+        ];
+        let table = render(&results);
+        assert_eq!(
+            row(&table, ORPHANS_ROW),
+            [
+                "0 of 17 sandbox creates",
+                "1 of 8 sandbox creates: 125.0 per 1,000, swept 1 (container 3f2a9c1d5e7b8a0f)",
+                "—"
+            ]
+        );
     }
 
     #[test]

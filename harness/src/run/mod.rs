@@ -6,6 +6,7 @@ pub mod events;
 pub mod ledger;
 pub mod live_runs;
 pub mod local_registry;
+pub mod orphans;
 pub mod partition;
 pub mod preflight;
 pub mod runner;

@@ -207,6 +207,7 @@ pub fn write_reports(
             partition: None,
         },
         scenarios,
+        orphans: Vec::new(),
     };
     sandbox_matrix::report::run_folder::write(out, &results, secrets).expect("reports written");
 }

@@ -53,6 +53,7 @@ fn one_run(result: &ScenarioResult) -> RunResults {
             partition: None,
         },
         scenarios: vec![result.clone()],
+        orphans: Vec::new(),
     }
 }
 

@@ -39,11 +39,14 @@
 //! - `sb.terminate()`: `SandboxTerminate`; `sb.wait()`: `SandboxWait` long polls.
 //!
 //! What it serves: the RPCs above plus `SandboxList`, `SecretGetOrCreate`, `SecretDelete`,
-//! `ImageDelete` and `TaskExecPoll`; any other is `Unimplemented`. Control-plane calls must carry the
+//! `ImageDelete`, `TaskExecPoll` and the Mount RPCs of a build's context mount
+//! (`MountBatchedCheckExistence`, `MountPutFile`, `MountGetOrCreate`: `modal_mounts.rs`);
+//! any other is `Unimplemented`. Control-plane calls must carry the
 //! token id and secret it generated at start (fakes), else `Unauthenticated`; router calls
 //! a JWT it issued for that task that has not expired, else `Unauthenticated`. Images are
-//! docker builds of the Dockerfile commands and context files (the base is the local one,
-//! or pulled by digest with the static credential of the build's registry Secret; the
+//! docker builds of the Dockerfile commands, context files and context mount's files (the
+//! base is the local one, another image of the emulator's that `base_images` names, or
+//! pulled by digest with the static credential of the build's registry Secret; the
 //! environment of the image's `secret_ids` is handed to the build as its secrets); a sandbox is the docker
 //! variant's container of the image (its main process is the docker variant's, so
 //! entrypoint arguments are refused); an exec is a docker exec in it, as root unless the
@@ -111,7 +114,7 @@ const BUILD_DRAIN: Duration = Duration::from_secs(45);
 const TERMINATE_GRACE: Duration = Duration::from_secs(10);
 
 /// The control-plane RPCs it serves, by method name.
-pub const CONTROL_RPCS: [&str; 15] = [
+pub const CONTROL_RPCS: [&str; 18] = [
     "AppGetOrCreate",
     "AuthTokenGet",
     "ClientHello",
@@ -119,6 +122,9 @@ pub const CONTROL_RPCS: [&str; 15] = [
     "ImageDelete",
     "ImageGetOrCreate",
     "ImageJoinStreaming",
+    "MountBatchedCheckExistence",
+    "MountGetOrCreate",
+    "MountPutFile",
     "SandboxCreate",
     "SandboxGetTaskId",
     "SandboxList",
@@ -188,9 +194,10 @@ struct Exec {
 struct World {
     apps: HashMap<String, String>,
     images: HashMap<String, Arc<Build>>,
-    /// Image ids by their Dockerfile commands and context files' digests, for builds that
-    /// may be reused.
+    /// Image ids by their Dockerfile commands, context files' and context mount's digests
+    /// and base images, for builds that may be reused.
     by_commands: HashMap<Vec<String>, String>,
+    mounts: super::modal_mounts::Mounts,
     secrets: HashMap<String, HashMap<String, String>>,
     named_secrets: HashMap<String, String>,
     sandboxes: HashMap<String, Arc<SandboxEntry>>,
@@ -551,14 +558,15 @@ impl Emulator {
             .ok_or_else(|| Status::not_found(format!("no exec {exec_id} in task {task_id}")))
     }
 
-    /// Builds `commands` as image `id`: a Dockerfile of them, on the local base or the
-    /// one its `FROM` names by digest, pulled with the registry Secret's credential.
-    fn start_build(&self, id: String, image: api::Image, build: Arc<Build>) {
+    /// Builds `commands` as image `id`: a Dockerfile of them, on the local base, a base
+    /// image of `inputs`, or the one its `FROM` names by digest, pulled with the registry
+    /// Secret's credential.
+    fn start_build(&self, id: String, image: api::Image, inputs: Inputs, build: Arc<Build>) {
         let emulator = self.clone();
         tokio::spawn(async move {
             let dir =
                 std::env::temp_dir().join(format!("sm-modal-emulator-{}-{id}", std::process::id()));
-            let result = emulator.build(&dir, &image, &build).await;
+            let result = emulator.build(&dir, &image, &inputs, &build).await;
             let _ = std::fs::remove_dir_all(&dir);
             *lock(&build.outcome) = Some(result);
         });
@@ -568,10 +576,26 @@ impl Emulator {
         &self,
         dir: &std::path::Path,
         image: &api::Image,
+        inputs: &Inputs,
         build: &Arc<Build>,
     ) -> Result<Artifact, String> {
-        let commands = &image.dockerfile_commands;
-        let reference = from_reference(commands)?;
+        let mut commands = image.dockerfile_commands.clone();
+        for (docker_tag, image_id, artifact) in &inputs.bases {
+            // The engine knows the emulator's build of a base image by its id alone: a
+            // local tag names it where the Dockerfile names the base's `docker_tag`.
+            let options = bollard::query_parameters::TagImageOptionsBuilder::default()
+                .repo(super::modal_mounts::BASE_REPOSITORY)
+                .tag(image_id)
+                .build();
+            self.inner
+                .engine
+                .tag_image(&artifact.id, Some(options))
+                .await
+                .map_err(|e| format!("cannot tag base image {image_id} ({}): {e}", artifact.id))?;
+            let local = format!("{}:{image_id}", super::modal_mounts::BASE_REPOSITORY);
+            commands = super::modal_mounts::from_base(&commands, docker_tag, &local);
+        }
+        let reference = from_reference(&commands)?;
         let secret_id = image
             .image_registry_config
             .as_ref()
@@ -622,14 +646,8 @@ impl Emulator {
                 Some(credential),
             )
         };
-        std::fs::create_dir_all(dir)
-            .and_then(|()| std::fs::write(dir.join("Dockerfile"), commands.join("\n") + "\n"))
-            .map_err(|e| {
-                format!(
-                    "cannot write the build's Dockerfile in {}: {e}",
-                    dir.display()
-                )
-            })?;
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        super::modal_mounts::write_context(dir, &inputs.mounted)?;
         for file in &image.context_files {
             let relative = std::path::Path::new(&file.filename);
             if file.filename.is_empty()
@@ -649,6 +667,19 @@ impl Emulator {
             }
             std::fs::write(&path, &file.data).map_err(|e| format!("{}: {e}", path.display()))?;
         }
+        if dir.join("Dockerfile").exists() {
+            return Err(
+                "the build context holds a file named Dockerfile, which the emulator's docker \
+                 build would take for the image's commands: not emulated"
+                    .into(),
+            );
+        }
+        std::fs::write(dir.join("Dockerfile"), commands.join("\n") + "\n").map_err(|e| {
+            format!(
+                "cannot write the build's Dockerfile in {}: {e}",
+                dir.display()
+            )
+        })?;
         let request = BuildRequest {
             environment_dir: dir.to_owned(),
             base,
@@ -1051,7 +1082,9 @@ impl ModalClient for Control {
             .image
             .ok_or_else(|| Status::invalid_argument("ImageGetOrCreate has no image"))?;
         from_reference(&image.dockerfile_commands).map_err(Status::invalid_argument)?;
-        // An image is reused for the same commands and context, as Modal reuses one.
+        let mut world = self.emulator.world();
+        let inputs = build_inputs(&world, &image)?;
+        // An image is reused for the same commands, context and bases, as Modal reuses one.
         let mut key = image.dockerfile_commands.clone();
         key.extend(
             image
@@ -1059,7 +1092,16 @@ impl ModalClient for Control {
                 .iter()
                 .map(|f| format!("{}:{}", f.filename, hex_sha256(&f.data))),
         );
-        let mut world = self.emulator.world();
+        key.extend(inputs.mounted.iter().map(|f| {
+            let mode = f.mode.map(|m| format!("{m:o}")).unwrap_or_default();
+            format!("mount:{}:{}:{mode}", f.path.display(), f.sha256_hex)
+        }));
+        key.extend(
+            inputs
+                .bases
+                .iter()
+                .map(|(tag, id, _)| format!("base:{tag}={id}")),
+        );
         if !request.force_build
             && let Some(id) = world.by_commands.get(&key).cloned()
             && let Some(build) = world.images.get(&id)
@@ -1076,7 +1118,7 @@ impl ModalClient for Control {
         world.images.insert(id.clone(), build.clone());
         world.by_commands.insert(key, id.clone());
         drop(world);
-        self.emulator.start_build(id.clone(), image, build);
+        self.emulator.start_build(id.clone(), image, inputs, build);
         Ok(Response::new(api::ImageGetOrCreateResponse {
             image_id: id,
             result: None,
@@ -1147,6 +1189,48 @@ impl ModalClient for Control {
             }
         });
         Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn mount_batched_check_existence(
+        &self,
+        request: Request<api::MountBatchedCheckExistenceRequest>,
+    ) -> Result<Response<api::MountBatchedCheckExistenceResponse>, Status> {
+        self.emulator.fault("MountBatchedCheckExistence")?;
+        let request = request.into_inner();
+        Ok(Response::new(
+            self.emulator.world().mounts.check_existence(&request),
+        ))
+    }
+
+    async fn mount_get_or_create(
+        &self,
+        request: Request<api::MountGetOrCreateRequest>,
+    ) -> Result<Response<api::MountGetOrCreateResponse>, Status> {
+        self.emulator.fault("MountGetOrCreate")?;
+        let request = request.into_inner();
+        let mut world = self.emulator.world();
+        // An anonymous mount is owned by the app it names (api.proto's `app_id`).
+        if !world.apps.values().any(|id| *id == request.app_id) {
+            return Err(Status::not_found(format!(
+                "MountGetOrCreate: no app {}",
+                sandbox_providers::quoted(&request.app_id)
+            )));
+        }
+        let id = format!("mo-{}", random_id(22));
+        world.mounts.get_or_create(request, id).map(Response::new)
+    }
+
+    async fn mount_put_file(
+        &self,
+        request: Request<api::MountPutFileRequest>,
+    ) -> Result<Response<api::MountPutFileResponse>, Status> {
+        self.emulator.fault("MountPutFile")?;
+        let request = request.into_inner();
+        self.emulator
+            .world()
+            .mounts
+            .put_file(request)
+            .map(Response::new)
     }
 
     async fn sandbox_create(
@@ -1688,6 +1772,8 @@ const HONOURED: &[(&str, &[(&str, Honoured)])] = &[
             ("app_id", Honoured::Any),
             ("image.dockerfile_commands", Honoured::Any),
             ("image.context_files", Honoured::Any),
+            ("image.context_mount_id", Honoured::Any),
+            ("image.base_images", Honoured::Any),
             ("image.secret_ids", Honoured::Any),
             ("image.image_registry_config.secret_id", Honoured::Any),
             (
@@ -1713,6 +1799,30 @@ const HONOURED: &[(&str, &[(&str, Honoured)])] = &[
         ],
     ),
     ("ImageDelete", &[("image_id", Honoured::Any)]),
+    // A context mount as modal 1.6.4 uploads one (modal/mount.py, `_Mount._load_mount`):
+    // not a named mount (`deployment_name`, `namespace`, `environment_name`), nor a file
+    // put through the blob store (`data_blob_id`), nor a file's `size`.
+    (
+        "MountBatchedCheckExistence",
+        &[("sha256_hex_hashes", Honoured::Any)],
+    ),
+    (
+        "MountPutFile",
+        &[("sha256_hex", Honoured::Any), ("data", Honoured::Any)],
+    ),
+    (
+        "MountGetOrCreate",
+        &[
+            (
+                "object_creation_type",
+                Honoured::Only(&["OBJECT_CREATION_TYPE_ANONYMOUS_OWNED_BY_APP"]),
+            ),
+            ("app_id", Honoured::Any),
+            ("files.filename", Honoured::Any),
+            ("files.sha256_hex", Honoured::Any),
+            ("files.mode", Honoured::Any),
+        ],
+    ),
     (
         "SecretGetOrCreate",
         &[
@@ -1861,7 +1971,7 @@ fn walk_set_fields(
 /// `providers/proto/modal/`, have no name for it), or one they have that its handler does
 /// not implement ([`HONOURED`], named by path): the emulator would otherwise drop it
 /// unseen, as prost drops unknown fields.
-fn unknown_fields(path: &str, body: &[u8]) -> Option<String> {
+pub(super) fn unknown_fields(path: &str, body: &[u8]) -> Option<String> {
     let (service, method) = path.trim_start_matches('/').split_once('/')?;
     let pool = sandbox_providers::modal::proto::descriptors();
     let input = pool
@@ -1922,7 +2032,55 @@ fn grpc_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
     })
 }
 
-fn hex_sha256(data: &[u8]) -> String {
+/// What a build takes besides its image definition: its context mount's files, and each
+/// base image's build, by the `docker_tag` its Dockerfile names it by and its image id.
+struct Inputs {
+    mounted: Vec<super::modal_mounts::MountedFile>,
+    bases: Vec<(String, String, Artifact)>,
+}
+
+/// The inputs of a build of `image`: the mount it names and the base images it names,
+/// each built.
+#[allow(clippy::result_large_err)]
+fn build_inputs(world: &World, image: &api::Image) -> Result<Inputs, Status> {
+    let mounted = match image.context_mount_id.as_str() {
+        "" => Vec::new(),
+        id => world.mounts.files(id)?,
+    };
+    let mut bases = Vec::new();
+    for base in &image.base_images {
+        if base.docker_tag.is_empty() {
+            return Err(Status::invalid_argument(format!(
+                "base image {} has no docker_tag",
+                base.image_id
+            )));
+        }
+        let build = world
+            .images
+            .get(&base.image_id)
+            .ok_or_else(|| Status::not_found(format!("no image {} (a base)", base.image_id)))?;
+        match lock(&build.outcome).clone() {
+            Some(Ok(artifact)) => {
+                bases.push((base.docker_tag.clone(), base.image_id.clone(), artifact));
+            }
+            Some(Err(_)) => {
+                return Err(Status::failed_precondition(format!(
+                    "base image {} failed to build",
+                    base.image_id
+                )));
+            }
+            None => {
+                return Err(Status::failed_precondition(format!(
+                    "base image {} is still building",
+                    base.image_id
+                )));
+            }
+        }
+    }
+    Ok(Inputs { mounted, bases })
+}
+
+pub(crate) fn hex_sha256(data: &[u8]) -> String {
     use sha2::Digest as _;
     sha2::Sha256::digest(data)
         .iter()

@@ -3,7 +3,8 @@
 //! front, whose test CA a client must trust), refuses bad requests by name, and runs a
 //! sandbox's exec through the task command router only with a JWT it issued for that task
 //! and that has not expired (`--router-jwt-ttl 2`: a client must fetch a fresh one, as on
-//! `Unauthenticated` it does). An exec and a sandbox end at their `timeout_secs`; a field
+//! `Unauthenticated` it does). A build takes its COPY's file from a context mount (the Mount
+//! RPCs) and builds on a base image; an exec and a sandbox end at their `timeout_secs`; a field
 //! the emulator has but does not implement is refused by its path. Terminate is
 //! idempotent, and nothing of the run is left.
 //!
@@ -198,36 +199,103 @@ pub async fn emulate_modal_checks_tokens_requests_and_router_jwts() {
         .expect_err("router access to an unknown task");
     assert_eq!(no_task.code(), Code::NotFound);
 
-    // A sandbox of the base, built as the client follows it.
-    let base = format!("FROM {}", sandbox_providers::docker::base::BASE_IMAGE);
-    let image_id = control
-        .image_get_or_create(signed(image(&[&base]), token))
-        .await
-        .expect("an image")
-        .into_inner()
-        .image_id;
-    let mut joined = control
-        .image_join_streaming(signed(
-            api::ImageJoinStreamingRequest {
-                image_id: image_id.clone(),
-                timeout: 55.0,
-                ..Default::default()
+    // A sandbox of the base with a file COPYed from a context mount, uploaded as the
+    // official client uploads one (modal 1.6.4 modal/mount.py, `_Mount._load_mount`), in
+    // a layer on a base image (`base_images`, as its `Image.from_dockerfile` builds), each
+    // built as the client follows it.
+    let copied = br#"{"copied": "from a context mount"}"#.to_vec();
+    let sha256_hex: String = {
+        use sha2::Digest as _;
+        sha2::Sha256::digest(&copied)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let missing = control
+        .mount_batched_check_existence(signed(
+            api::MountBatchedCheckExistenceRequest {
+                sha256_hex_hashes: vec![sha256_hex.clone()],
             },
             token,
         ))
         .await
-        .expect("the build's stream")
-        .into_inner();
-    let mut result = None;
-    while let Some(message) = joined.message().await.expect("a build message") {
-        result = message.result.or(result);
-    }
-    let result = result.expect("the build's stream ends with its result");
-    assert_eq!(
-        result.status(),
-        api::generic_result::GenericStatus::Success,
-        "{result:?}"
+        .expect("which contents the emulator holds")
+        .into_inner()
+        .missing_sha256_hex_hashes;
+    assert_eq!(missing, vec![sha256_hex.clone()]);
+    let put = |data| api::MountPutFileRequest {
+        sha256_hex: sha256_hex.clone(),
+        data_oneof: Some(data),
+    };
+    use api::mount_put_file_request::DataOneof;
+    // The blob store is not emulated: a file put through it is refused by its field.
+    let blob = control
+        .mount_put_file(signed(put(DataOneof::DataBlobId("bl-1".into())), token))
+        .await
+        .expect_err("a file put through the blob store");
+    assert_eq!(blob.code(), Code::Unimplemented, "{blob:?}");
+    assert!(
+        blob.message().contains("`data_blob_id` (set to bl-1)"),
+        "{blob:?}"
     );
+    let put = control
+        .mount_put_file(signed(put(DataOneof::Data(copied.clone())), token))
+        .await
+        .expect("a file put")
+        .into_inner();
+    assert!(put.exists);
+    let file = api::MountFile {
+        filename: "/environment.json".into(),
+        sha256_hex: sha256_hex.clone(),
+        mode: Some(0o640),
+        size: None,
+    };
+    let mount = |files| api::MountGetOrCreateRequest {
+        object_creation_type: api::ObjectCreationType::AnonymousOwnedByApp as i32,
+        app_id: app_id.clone(),
+        files,
+        ..Default::default()
+    };
+    let size = u64::try_from(copied.len()).expect("small");
+    let sized = control
+        .mount_get_or_create(signed(
+            mount(vec![api::MountFile {
+                size: Some(size),
+                ..file.clone()
+            }]),
+            token,
+        ))
+        .await
+        .expect_err("a mount file with its size");
+    assert_eq!(sized.code(), Code::Unimplemented, "{sized:?}");
+    assert!(
+        sized
+            .message()
+            .contains(&format!("`files.size` (set to {size})")),
+        "{sized:?}"
+    );
+    let mount_id = control
+        .mount_get_or_create(signed(mount(vec![file]), token))
+        .await
+        .expect("a context mount")
+        .into_inner()
+        .mount_id;
+    let base = format!("FROM {}", sandbox_providers::docker::base::BASE_IMAGE);
+    let layer = api::Image {
+        dockerfile_commands: vec![base, "COPY environment.json /etc/copied.json".into()],
+        context_mount_id: mount_id,
+        ..Default::default()
+    };
+    let layer = built(&mut control, token, &app_id, layer).await;
+    let on_base = api::Image {
+        base_images: vec![api::BaseImage {
+            image_id: layer,
+            docker_tag: "base".into(),
+        }],
+        dockerfile_commands: vec!["FROM base".into()],
+        ..Default::default()
+    };
+    let image_id = built(&mut control, token, &app_id, on_base).await;
     // A field the emulator has but does not implement is refused by its path.
     let mut sized = sandbox(&image_id);
     if let Some(definition) = sized.definition.as_mut() {
@@ -347,6 +415,35 @@ pub async fn emulate_modal_checks_tokens_requests_and_router_jwts() {
         }
         assert_eq!(String::from_utf8_lossy(&data), expected, "{fd:?}");
     }
+    // The COPY put the mount's file into the image, with the mode the mount gave it.
+    let (jwt, _) = access(&mut control, token, &task_id).await;
+    let script = "stat -c %a /etc/copied.json && cat /etc/copied.json";
+    tasks
+        .task_exec_start(bearer(start(&task_id, "e-copied", script), &jwt))
+        .await
+        .expect("an exec reading the copied file");
+    let mut read = tasks
+        .task_exec_stdio_read(bearer(
+            router::TaskExecStdioReadRequest {
+                task_id: task_id.clone(),
+                exec_id: "e-copied".into(),
+                offset: 0,
+                file_descriptor: router::TaskExecStdioFileDescriptor::Stdout as i32,
+            },
+            &jwt,
+        ))
+        .await
+        .expect("the exec's output")
+        .into_inner();
+    let mut data = Vec::new();
+    while let Some(message) = read.message().await.expect("an output message") {
+        data.extend(message.data);
+    }
+    assert_eq!(
+        String::from_utf8_lossy(&data),
+        format!("640\n{}", String::from_utf8_lossy(&copied))
+    );
+
     // An exec ends at its timeout_secs, killed (128 + 9).
     let (jwt, _) = access(&mut control, token, &task_id).await;
     let slow = router::TaskExecStartRequest {
@@ -452,13 +549,25 @@ pub async fn emulate_modal_checks_tokens_requests_and_router_jwts() {
 /// An image of the reference base, built: its id.
 async fn base_image(control: &mut ModalClientClient<Channel>, token: (&str, &str)) -> String {
     let base = format!("FROM {}", sandbox_providers::docker::base::BASE_IMAGE);
+    let image = api::Image {
+        dockerfile_commands: vec![base],
+        ..Default::default()
+    };
+    built(control, token, "", image).await
+}
+
+/// `image` of app `app_id`, built as the client follows a build: its id.
+async fn built(
+    control: &mut ModalClientClient<Channel>,
+    token: (&str, &str),
+    app_id: &str,
+    image: api::Image,
+) -> String {
     let image_id = control
         .image_get_or_create(signed(
             api::ImageGetOrCreateRequest {
-                image: Some(api::Image {
-                    dockerfile_commands: vec![base],
-                    ..Default::default()
-                }),
+                image: Some(image),
+                app_id: app_id.to_owned(),
                 ..Default::default()
             },
             token,

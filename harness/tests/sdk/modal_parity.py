@@ -4,11 +4,19 @@ harness/tests/engine/parity/modal.rs can set the calls the emulator kept for eac
 beside those the project's client sent.
 
 Intents, in order (the parity file says why the others are not applicable):
-  build            App.lookup, Image.from_registry(<base>, setup_dockerfile_commands=<the
-                   environment's RUN and USER>).build(app)
+  build            App.lookup, Image.from_dockerfile(<the environment's Dockerfile from its
+                   FROM, the base resolved>, context_dir=<the environment>).build(app): the
+                   COPY's file goes in a context mount, as the client sends one by default
+                   (MountBatchedCheckExistence, MountPutFile, MountGetOrCreate; the image
+                   names it in context_mount_id), and builder version 2025.06 adds a
+                   layer `FROM base` on it (base_images). Read from modal 1.6.4's
+                   modal/_image.py (from_dockerfile, _create_context_mount_function,
+                   _create_context_mount) and modal/mount.py (_Mount._load_mount)
   create           Sandbox.create(app=, image=, timeout=, tags=, region=)
   command-root     exec("id", "-un"): Modal runs an exec as root
   command-default  exec("id", "-un") again: the client has no other default user
+  (no intent)      exec("cat", <the COPY's destination>): the COPY put the environment's
+                   file into the image
   state            poll() (None: still running)
   list             Sandbox.list(app_id=, tags=)
   delete           terminate()
@@ -42,17 +50,46 @@ import modal  # noqa: E402  (after the settings above)
 state = {}
 
 
-def build():
+def dockerfile_steps():
+    """The environment's Dockerfile from its first FROM, comments dropped, its base
+    argument resolved (the base given): the commands the project's client sends."""
     with open(os.path.join(given["environment"], "Dockerfile")) as f:
         lines = [line.strip() for line in f if line.strip() and not line.startswith("#")]
-    # The Dockerfile's own steps after FROM, but its COPY: the client sends a COPY's files
-    # in a context mount, which the emulator does not implement (see the parity file).
-    steps = [line for line in lines if line.split()[0] in ("RUN", "USER")]
+    first = next(i for i, line in enumerate(lines) if line.split()[0].upper() == "FROM")
+    return [f"FROM {given['base']}", *lines[first + 1:]]
+
+
+def build():
+    steps = dockerfile_steps()
+    # Written beside the flow (its working folder), not in the environment: the same
+    # Dockerfile as the project's client sends, whose COPY takes its file from the
+    # environment folder, the build context.
+    dockerfile = os.path.join(os.getcwd(), "Dockerfile")
+    with open(dockerfile, "w") as f:
+        f.write("\n".join(steps))  # no newline at the end: the client splits on "\n"
     app = modal.App.lookup("sandbox-matrix", create_if_missing=True)
-    image = modal.Image.from_registry(given["base"], setup_dockerfile_commands=steps)
+    image = modal.Image.from_dockerfile(dockerfile, context_dir=given["environment"])
     image.build(app)
     state["app"], state["image"] = app, image
     return {"image_id": image.object_id, "steps": steps}
+
+
+def copied():
+    """Outside any intent: each COPY of the Dockerfile put its file into the image."""
+    copies = [step.split() for step in dockerfile_steps() if step.split()[0].upper() == "COPY"]
+    if not copies:
+        raise RuntimeError("the parity environment's Dockerfile has no COPY to check")
+    for words in copies:
+        step = " ".join(words)
+        source, destination = words[-2], words[-1]
+        p = state["sandbox"].exec("cat", destination)
+        found = p.stdout.read()
+        code = p.wait()
+        with open(os.path.join(given["environment"], source)) as f:
+            expected = f.read()
+        if code != 0 or found != expected:
+            raise RuntimeError(f"{step}: {destination} in the sandbox (exit {code}) is not "
+                               f"the environment's {source}: {found!r}")
 
 
 def create():
@@ -103,6 +140,7 @@ intent("modal", "create", create)
 try:
     intent("modal", "command-root", command)
     intent("modal", "command-default", command)
+    copied()
     intent("modal", "state", sandbox_state)
     intent("modal", "list", listed)
 finally:

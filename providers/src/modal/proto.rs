@@ -70,6 +70,19 @@ mod tests {
                 .map(|f| f.number()),
             Some(17)
         );
+        assert_eq!(
+            image
+                .get_field_by_name("context_mount_id")
+                .map(|f| f.number()),
+            Some(15)
+        );
+        let put = pool
+            .get_message_by_name("modal.client.MountPutFileRequest")
+            .expect("MountPutFileRequest");
+        assert_eq!(
+            put.get_field_by_name("data_blob_id").map(|f| f.number()),
+            Some(5)
+        );
         let start = pool
             .get_message_by_name("modal.task_command_router.TaskExecStartRequest")
             .expect("TaskExecStartRequest");

@@ -152,7 +152,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--json", type=Path, help="also write every measurement to this file "
-                        "(bench/performance.py keeps it in docs/performance-runs/)")
+                        "(bench/performance.py keeps it in docs/measurements/performance-runs/)")
     args = parser.parse_args()
     root = Path(__file__).resolve().parent.parent
     rows = {"reference (code-sandboxes 1.10.0)": [], "sandbox-matrix": []}

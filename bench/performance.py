@@ -1,5 +1,5 @@
-"""Measures what docs/performance.md reports and keeps every measurement in a run folder
-(default docs/performance-runs/), from which `harness/tests/performance_doc.rs` renders the
+"""Measures what docs/measurements/performance.md reports and keeps every measurement in a run folder
+(default docs/measurements/performance-runs/), from which `harness/tests/performance_doc.rs` renders the
 document's tables: nothing in them is typed by hand.
 
 Usage (from the checkout, with the base image bootstrapped, on a machine doing nothing else):
@@ -89,7 +89,7 @@ def timed_run(folder, name):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "docs/performance-runs")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs/measurements/performance-runs")
     parser.add_argument("--runs", type=int, default=3, help="default runs with the base present")
     parser.add_argument("--no-base", action="store_true",
                         help="also time one default run after removing the base image")

@@ -4,5 +4,6 @@
 # partitions, default 2), merge, compare, gate and the summary, as the jobs of
 # .github/workflows/nightly.yml run them. Replay keeps to the scenarios with a cassette and
 # names those it leaves out. REPEAT sets the repetitions (default 3); the argument, a folder
-# for the runs (default: a new one under /tmp).
+# for the runs (default: a new one under /tmp). It builds sandbox-matrix in the debug profile
+# and runs that, unless SANDBOX_MATRIX names a binary (such as target/release/sandbox-matrix).
 exec "$(dirname "$0")/nightly.sh" local "$@"

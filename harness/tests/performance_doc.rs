@@ -1,7 +1,8 @@
-//! docs/performance.md's numbers are generated, not pasted: `bench/performance.py` keeps
-//! every measurement in `docs/performance-runs/` (the default runs' wall times and redacted
-//! results.json, the reference comparison, the overhead bench's medians), and this test
-//! renders the document's tables from that folder and fails when the document differs.
+//! docs/measurements/performance.md's numbers are generated, not pasted:
+//! `bench/performance.py` keeps every measurement in `docs/measurements/performance-runs/`
+//! (the default runs' wall times and redacted results.json, the reference comparison, the
+//! overhead bench's medians), and this test renders the document's tables from that
+//! folder and fails when the document differs.
 //! `SANDBOX_MATRIX_BLESS=1 cargo test -p sandbox-matrix --test performance_doc` writes
 //! them after a new measurement.
 
@@ -15,8 +16,8 @@ use std::time::Duration;
 use sandbox_matrix::model::results::{self, RunResults};
 use serde::Deserialize;
 
-/// The line before the generated part of docs/performance.md.
-const BEGIN: &str = "<!-- performance: generated from docs/performance-runs/ by `SANDBOX_MATRIX_BLESS=1 cargo test -p sandbox-matrix --test performance_doc`; not edited by hand -->";
+/// The line before the generated part of docs/measurements/performance.md.
+const BEGIN: &str = "<!-- performance: generated from docs/measurements/performance-runs/ by `SANDBOX_MATRIX_BLESS=1 cargo test -p sandbox-matrix --test performance_doc`; not edited by hand -->";
 /// The line after it.
 const END: &str = "<!-- /performance -->";
 
@@ -184,11 +185,12 @@ fn floor_ratios(run: &RunResults) -> Vec<f64> {
         .collect()
 }
 
-/// The generated part of docs/performance.md.
+/// The generated part of docs/measurements/performance.md.
 fn generated() -> String {
-    let dir = root().join("docs/performance-runs");
-    let measured: Measured = read(&dir.join("measured.json"))
-        .expect("docs/performance-runs/measured.json (bench/performance.py writes it)");
+    let dir = root().join("docs/measurements/performance-runs");
+    let measured: Measured = read(&dir.join("measured.json")).expect(
+        "docs/measurements/performance-runs/measured.json (bench/performance.py writes it)",
+    );
     let m = &measured.machine;
     let mut out = vec![
         format!(
@@ -381,22 +383,22 @@ fn generated() -> String {
 #[test]
 fn the_performance_tables_are_what_the_committed_measurements_render_to() {
     generated_section::check(
-        &root().join("docs/performance.md"),
+        &root().join("docs/measurements/performance.md"),
         BEGIN,
         END,
         &generated(),
-        "docs/performance-runs/",
+        "docs/measurements/performance-runs/",
     );
 }
 
 #[test]
 fn the_measurements_name_no_machine() {
-    let dir = root().join("docs/performance-runs");
+    let dir = root().join("docs/measurements/performance-runs");
     let machine = [
         Some(root().display().to_string()),
         std::env::var("HOME").ok(),
     ];
-    for entry in std::fs::read_dir(&dir).expect("docs/performance-runs/") {
+    for entry in std::fs::read_dir(&dir).expect("docs/measurements/performance-runs/") {
         let path = entry.expect("an entry").path();
         let text = std::fs::read_to_string(&path).expect("a text file");
         for place in machine.iter().flatten().filter(|p| p.len() > 1) {

@@ -1,6 +1,7 @@
-//! Every cloud variant has each of the places a provider lives in (docs/adding-a-provider.md):
+//! Every cloud variant has each of the places a provider lives in
+//! (docs/contributing/adding-a-provider.md):
 //! its cassettes, the sources of its spec, its wire schemas (or protos), an emulator, a
-//! parity recording and test, the official SDK's flow, and a docs section. A variant
+//! parity recording and test, the official SDK's flow, and a docs page. A variant
 //! added without one of them fails here, naming what is missing.
 
 use std::path::Path;
@@ -37,17 +38,20 @@ fn missing_places(root: &Path, variant: &str, grpc: bool) -> Vec<String> {
             "an emulator (sandbox_matrix::emulate::Emulated::of_variant(\"{variant}\"))"
         ));
     }
-    let documented = ["docs/cloud-variants.md", "docs/datalayer.md"]
-        .iter()
-        .filter_map(|doc| std::fs::read_to_string(root.join(doc)).ok())
-        .any(|text| {
-            text.lines()
-                .any(|line| line.starts_with(&format!("## {variant}:")))
-        });
+    // Its provider's page, with a heading naming the variant: `# e2b: …`, or
+    // `## datalayer-runtimes: …` on Datalayer's page, which holds both its variants.
+    let page = format!("docs/providers/{provider}.md");
+    let documented = std::fs::read_to_string(root.join(&page)).is_ok_and(|text| {
+        text.lines().any(|line| {
+            line.starts_with('#')
+                && line
+                    .trim_start_matches('#')
+                    .trim_start()
+                    .starts_with(&format!("{variant}:"))
+        })
+    });
     if !documented {
-        missing.push(format!(
-            "a docs section `## {variant}: …` in docs/cloud-variants.md or docs/datalayer.md"
-        ));
+        missing.push(format!("a docs page {page} with a heading `{variant}: …`"));
     }
     missing
 }
@@ -62,7 +66,7 @@ fn every_cloud_variant_has_each_place_a_provider_lives_in() {
         let missing = missing_places(root(), cloud.name, cloud.grpc.is_some());
         assert!(
             missing.is_empty(),
-            "the {} variant lacks (see docs/adding-a-provider.md): {}",
+            "the {} variant lacks (see docs/contributing/adding-a-provider.md): {}",
             cloud.name,
             missing.join("; ")
         );
@@ -79,7 +83,7 @@ fn a_variant_added_without_its_places_is_told_each_one() {
         "harness/tests/engine/parity/acme.rs",
         "harness/tests/sdk/acme_flow.py",
         "an emulator",
-        "a docs section `## acme: …`",
+        "a docs page docs/providers/acme.md with a heading `acme: …`",
     ] {
         assert!(
             missing.iter().any(|m| m.starts_with(place)),

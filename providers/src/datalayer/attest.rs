@@ -3,7 +3,7 @@
 //! and the Python distributions' `*.dist-info/METADATA`), and an SLSA provenance v1 (the
 //! Dockerfile's digest, the base as a resolved dependency, build arguments by name only,
 //! the builder). Both are in-toto v1 statements, which the in-toto attestation library
-//! validates; docs/datalayer.md says why v1 and not BuildKit's v0.2.
+//! validates; docs/providers/datalayer.md says why v1 and not BuildKit's v0.2.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -22,12 +22,12 @@ pub const SLSA_PREDICATE: &str = "https://slsa.dev/provenance/v1";
 /// The provenance's `buildType`: the page that says what its parameters mean.
 pub const BUILD_TYPE: &str = concat!(
     env!("CARGO_PKG_REPOSITORY"),
-    "/blob/main/docs/datalayer.md#build-type"
+    "/blob/main/docs/providers/datalayer.md#build-type"
 );
 /// The provenance's `builder.id`: the datalayer provider building on the run's Docker engine.
 pub const BUILDER_ID: &str = concat!(
     env!("CARGO_PKG_REPOSITORY"),
-    "/blob/main/docs/datalayer.md#builder"
+    "/blob/main/docs/providers/datalayer.md#builder"
 );
 
 /// dpkg's database of installed packages.

@@ -8,14 +8,15 @@ use std::time::Duration;
 
 use sandbox_matrix::analyze::stats::{self, Value};
 use sandbox_matrix::model::results::{
-    Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult,
+    FIRST_COMMAND, Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult,
 };
 use sandbox_providers::api::cassette::Body;
 use sandbox_providers::api::replay::Pace;
 use sandbox_providers::api::{Cassette, Exchange};
 
 /// The e2b lifecycle cassette cut into a burst of `launches`: its build, then each launch
-/// up to its first answer (`failures` of them refused at create with a 500), each stop, and
+/// up to its first answer with the boards' first command run before and after it
+/// (`failures` of them refused at create with a 500), each stop, and
 /// its cleanup; the scenario label reads `burst`. Each launch gets a sandbox and kernel id
 /// of its own, as a live burst does.
 fn burst_cassette(launches: usize, failures: usize) -> Cassette {
@@ -72,10 +73,37 @@ fn burst_cassette(launches: usize, failures: usize) -> Cassette {
             .replace(&kernel_id, &format!("{n:08x}{}", &kernel_id[8..]));
         serde_json::from_str(&text).expect("exchanges parse")
     };
+    // Each launch also runs the boards' first command before its first answer, and again
+    // after it: made from the cassette's exec (the secrets scan's), as the sandbox's user.
+    let scan = find(answer, &|e| {
+        e.request.path.ends_with("/process.Process/Start")
+    });
+    let mut command = serde_json::to_value(&ex[scan]).expect("an exchange serializes");
+    command["request"]["headers"]["authorization"] = serde_json::json!(format!(
+        "Basic {}",
+        base64::engine::Engine::encode(&base64::engine::general_purpose::STANDARD, "datalayer:")
+    ));
+    let process = &mut command["request"]["body"]["connect"][0]["message"]["process"];
+    process["cmd"] = serde_json::json!(FIRST_COMMAND[0]);
+    process["args"] = serde_json::json!([FIRST_COMMAND[1]]);
+    for frame in command["response"]["body"]["connect"]
+        .as_array_mut()
+        .expect("a Connect stream")
+    {
+        if frame["message"]["event"]["data"].is_object() {
+            frame["message"]["event"]["data"]["stdout"] =
+                serde_json::json!(base64::engine::Engine::encode(
+                    &base64::engine::general_purpose::STANDARD,
+                    "Python 3.13.5\n"
+                ));
+        }
+    }
+    let command: Exchange = serde_json::from_value(command).expect("an exchange");
     let mut exchanges: Vec<Exchange> = ex[..create].to_vec();
     let mut launched = Vec::new();
     for n in 0..launches - failures {
         launched.extend(copy(&ex[create..=answer], n));
+        launched.extend(copy(&[command.clone(), command.clone()], n));
     }
     launched.extend(std::iter::repeat_n(refused, failures));
     exchanges.extend(grouped(launched, "launches"));

@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use sandbox_matrix::model::events::{EventSink, RunEvent};
 use sandbox_matrix::model::results::{ScenarioResult, Source, StepStatus};
-use sandbox_matrix::run::events::{EventSink, RunEvent};
 use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id, skip_reason};
 use sandbox_matrix::run::scenario::{Scenario, StepKind};
 use sandbox_matrix::run::variants;

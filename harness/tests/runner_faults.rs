@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sandbox_matrix::model::events::{EventSink, RunEvent};
 use sandbox_matrix::model::results::{ScenarioResult, StepStatus};
-use sandbox_matrix::run::events::{EventSink, RunEvent};
 use sandbox_matrix::run::runner::{Runner, fake_canary};
 use sandbox_matrix::run::scenario::Scenario;
 use sandbox_providers::{

@@ -4,11 +4,11 @@
 use std::path::PathBuf;
 
 use sandbox_matrix::emulate;
+use sandbox_matrix::run::plan::emulator_backend;
 
 use clap::{Args, Subcommand};
 
-use super::run::emulator_backend;
-use super::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PASSED, RootArg};
+use super::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PASSED, RootArg, harness_executable};
 
 /// `emulate`'s arguments: the provider, as a subcommand with its own options.
 #[derive(Args)]
@@ -150,7 +150,7 @@ pub(crate) async fn emulate(command: EmulateCommand) -> u8 {
     launch.environment = environment.clone();
     launch.port = serving.port;
     launch.domain = serving.domain;
-    let docker = match emulator_backend(root).await {
+    let docker = match emulator_backend(root, &harness_executable()).await {
         Ok(docker) => docker,
         Err(e) => {
             eprintln!("error: {e}");

@@ -1086,12 +1086,13 @@ impl ModalClient for Control {
         let inputs = build_inputs(&world, &image)?;
         // An image is reused for the same commands, context and bases, as Modal reuses one.
         let mut key = image.dockerfile_commands.clone();
-        key.extend(
-            image
-                .context_files
-                .iter()
-                .map(|f| format!("{}:{}", f.filename, hex_sha256(&f.data))),
-        );
+        key.extend(image.context_files.iter().map(|f| {
+            format!(
+                "{}:{}",
+                f.filename,
+                super::modal_mounts::hex_sha256(&f.data)
+            )
+        }));
         key.extend(inputs.mounted.iter().map(|f| {
             let mode = f.mode.map(|m| format!("{m:o}")).unwrap_or_default();
             format!("mount:{}:{}:{mode}", f.path.display(), f.sha256_hex)
@@ -2078,14 +2079,6 @@ fn build_inputs(world: &World, image: &api::Image) -> Result<Inputs, Status> {
         }
     }
     Ok(Inputs { mounted, bases })
-}
-
-pub(crate) fn hex_sha256(data: &[u8]) -> String {
-    use sha2::Digest as _;
-    sha2::Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 fn from_reference(commands: &[String]) -> Result<String, String> {

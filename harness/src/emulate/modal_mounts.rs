@@ -81,7 +81,7 @@ impl Mounts {
         let sha256_hex = request.sha256_hex;
         match request.data_oneof {
             Some(DataOneof::Data(data)) => {
-                let actual = super::modal::hex_sha256(&data);
+                let actual = hex_sha256(&data);
                 if actual != sha256_hex {
                     return Err(Status::invalid_argument(format!(
                         "MountPutFile: the data's sha256 is {actual}, not the sha256_hex sent \
@@ -218,6 +218,15 @@ pub(crate) fn from_base(commands: &[String], docker_tag: &str, local: &str) -> V
         .collect()
 }
 
+/// The lowercase hex SHA-256 of `data`, as Modal names a mounted file's content.
+pub(crate) fn hex_sha256(data: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,7 +343,7 @@ mod tests {
     fn a_mount_is_made_of_contents_put_by_their_sha256() {
         let mut mounts = Mounts::default();
         let data = b"{\"name\": \"parity\"}\n".to_vec();
-        let sha = super::super::modal::hex_sha256(&data);
+        let sha = super::hex_sha256(&data);
         let asked = api::MountBatchedCheckExistenceRequest {
             sha256_hex_hashes: vec![sha.clone()],
         };

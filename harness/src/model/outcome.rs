@@ -2,6 +2,9 @@
 
 use sandbox_providers::{ErrorKind, ProviderError};
 
+/// What a shutdown through an API call says of how the sandbox ended.
+pub const NOT_OBSERVABLE: &str = "ended through the API; exit on SIGTERM not observable";
+
 /// Why a step did not pass: it failed, or it had nothing to test.
 #[derive(Debug)]
 pub enum StepEnd {

@@ -1850,7 +1850,7 @@ mod tests {
 
     #[test]
     fn a_shutdown_through_the_api_never_reads_as_a_graceful_exit() {
-        let ending = format!("ending: {}", crate::run::runner::NOT_OBSERVABLE);
+        let ending = format!("ending: {}", crate::model::outcome::NOT_OBSERVABLE);
         let cloud = ScenarioResult {
             steps: vec![step(
                 "shutdown",

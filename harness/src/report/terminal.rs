@@ -8,8 +8,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use sandbox_providers::Secret;
 
 use super::self_scan;
+use crate::model::events::{EventSink, RunEvent};
 use crate::model::results::{ReplayPace, RunResults, Source, StepResult, StepStatus};
-use crate::run::events::{EventSink, RunEvent};
 
 /// Prints progress to stderr; the spinner hides itself when stderr is not a terminal.
 pub struct Terminal {

@@ -2,12 +2,12 @@
 //! emits (the terminal that shows them is a reporter, [`crate::report::terminal`]).
 
 pub mod base;
-pub mod events;
 pub mod ledger;
 pub mod live_runs;
 pub mod local_registry;
 pub mod orphans;
 pub mod partition;
+pub mod plan;
 pub mod preflight;
 pub mod runner;
 pub mod scenario;

@@ -16,14 +16,14 @@ use tokio_util::sync::CancellationToken;
 use crate::checks::conformance::{self, Check, CheckParams};
 use crate::checks::suite::{self, CheckTarget, check_answer, describe};
 use crate::checks::{chain, secrets};
-use crate::model::outcome::StepEnd;
+use crate::model::events::{EventSink, RunEvent};
+use crate::model::outcome::{NOT_OBSERVABLE, StepEnd};
 use crate::model::results::{
     BaseChain, COMPRESSED_BYTES, CREATE_TO_FIRST_RESULT, CREATED, FIRST_COMMAND,
     FIRST_COMMAND_SAMPLE, ReusedArtifact, SECOND_COMMAND_SAMPLE, Sample, ScanCoverage,
     ScenarioResult, Source, StepResult, StepStatus, TTI,
 };
 use crate::run::base::RunBase;
-use crate::run::events::{EventSink, RunEvent};
 use crate::run::ledger::Ledger;
 use crate::run::scenario::{Expectation, LaunchMode, Scenario, Step, StepKind};
 use crate::run::shared::{AtCleanup, SharedArtifact, SharedBuilds};
@@ -1713,9 +1713,6 @@ impl CheckTarget for StepContext {
             .map(|t| t.duration)
     }
 }
-
-/// What a shutdown through an API call says of how the sandbox ended.
-pub const NOT_OBSERVABLE: &str = "ended through the API; exit on SIGTERM not observable";
 
 /// Why a variant that can do what `capabilities` say cannot run `step`, or why the step has
 /// nothing to test on it; `None` when it has something. Such a step is skipped with this

@@ -256,8 +256,8 @@ pub fn quiet_runner() -> sandbox_matrix::run::runner::Runner {
     )
 }
 
-impl sandbox_matrix::run::events::EventSink for Quiet {
-    fn emit(&self, _: &sandbox_matrix::run::events::RunEvent) {}
+impl sandbox_matrix::model::events::EventSink for Quiet {
+    fn emit(&self, _: &sandbox_matrix::model::events::RunEvent) {}
 }
 
 /// A scenario file named `name` (cassettes carry the scenario's name in their labels) with

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sandbox_matrix::emulate::daytona::{DEFAULT_DOMAIN, Emulator, Options, StandInBase};
+use sandbox_matrix::model::events::{EventSink, RunEvent};
 use sandbox_matrix::model::results::ScenarioResult;
-use sandbox_matrix::run::events::{EventSink, RunEvent};
 use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id};
 use sandbox_matrix::run::scenario::Scenario;
 use sandbox_matrix::run::variants;

@@ -12,8 +12,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sandbox_matrix::emulate::e2b::{DEFAULT_DOMAIN, Emulator, Options};
+use sandbox_matrix::model::events::{EventSink, RunEvent};
 use sandbox_matrix::model::results::ScenarioResult;
-use sandbox_matrix::run::events::{EventSink, RunEvent};
 use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id};
 use sandbox_matrix::run::scenario::Scenario;
 use sandbox_providers::api::{Endpoints, Mode, Recorder};

@@ -13,8 +13,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sandbox_matrix::model::events::{EventSink, RunEvent};
 use sandbox_matrix::model::results::{ScenarioResult, StepStatus};
-use sandbox_matrix::run::events::{EventSink, RunEvent};
 use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id};
 use sandbox_matrix::run::scenario::{Expectation, Scenario, Step, StepKind};
 use sandbox_matrix::run::variants;

@@ -28,18 +28,14 @@
 //!
 //! `cargo bench -p sandbox-matrix --bench concurrency` (about 3 minutes on 2 cores).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::{SinkExt, StreamExt};
-use tokio_tungstenite::tungstenite::Message;
-
-use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id};
 use sandbox_matrix::run::scenario::Scenario;
-use sandbox_matrix::run::variants::{self, CloudMode, CloudVariant};
-use sandbox_providers::api::replay::{Pace, ReplayOptions, ReplayServer};
-use sandbox_providers::api::{Cassette, Exchange, PollIntervals};
+use sandbox_matrix::run::variants::{self, CloudVariant};
+use sandbox_providers::api::Exchange;
+use sandbox_providers::api::replay::Pace;
 
 /// The variant measured, and the first request of its launch (where create-to-first-result
 /// starts), as `overhead.rs`'s `LAUNCH_STARTS` has it.
@@ -57,129 +53,8 @@ const SETTLE: Duration = Duration::from_millis(100);
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-
-/// The exchanges from the launch's first request to the first answer to `1+1`: the first
-/// WebSocket exchange after the create whose client sent that code (as `overhead.rs`).
-fn create_to_first_result(cassette: &Cassette, method: &str, path: &str) -> Vec<Exchange> {
-    let ex = &cassette.exchanges;
-    let create = ex
-        .iter()
-        .position(|e| e.request.method == method && e.request.path == path)
-        .unwrap_or_else(|| panic!("the cassette has no {method} {path}"));
-    let answer = create
-        + ex[create..]
-            .iter()
-            .position(|e| {
-                e.websocket.as_ref().is_some_and(|frames| {
-                    frames
-                        .iter()
-                        .any(|f| f.from_client() && f.text().is_some_and(|t| t.contains("1+1")))
-                })
-            })
-            .expect("the cassette runs 1+1 over a WebSocket after the create");
-    ex[create..=answer].to_vec()
-}
-
-/// One harness launch: the whole lifecycle, replayed at the recorded pace; its
-/// create-to-first-result.
-async fn harness_once(variant: &CloudVariant, cassettes: &Path, scenario: &Scenario) -> Duration {
-    let runner = Runner::new(
-        new_run_id(),
-        fake_canary(),
-        Arc::new(common::Quiet),
-        tokio_util::sync::CancellationToken::new(),
-    );
-    let mode = CloudMode::Replay {
-        dir: cassettes.to_owned(),
-        pace: Pace::Recorded,
-    };
-    let result = common::run_cloud(&runner, variant, scenario, &mode).await;
-    assert!(
-        result.passed(),
-        "the replayed {} run failed: {:#?}",
-        variant.name,
-        result.steps
-    );
-    result
-        .timing("create-to-first-result")
-        .expect("create-to-first-result measured")
-        .duration
-}
-
-/// One bare launch: the create-to-first-result exchanges, sent by a bare client to a
-/// replay server of its own at the recorded pace.
-async fn bare_once(variant: &str, exchanges: &[Exchange]) -> Duration {
-    let cassette = Cassette {
-        origin: format!("the create-to-first-result exchanges of the {variant} lifecycle cassette"),
-        written: None,
-        variant: variant.into(),
-        scenario: "lifecycle".into(),
-        note: None,
-        exchanges: exchanges.to_vec(),
-    };
-    let server = ReplayServer::start(
-        cassette,
-        ReplayOptions {
-            pace: Pace::Recorded,
-            ..ReplayOptions::default()
-        },
-    )
-    .await
-    .expect("replay server");
-    let http = reqwest::Client::new();
-    let mut previous: Option<&Exchange> = None;
-    let started = Instant::now();
-    for exchange in exchanges {
-        let request = &exchange.request;
-        if previous
-            .is_some_and(|p| p.request.method == request.method && p.request.path == request.path)
-        {
-            tokio::time::sleep(PollIntervals::INSTANT.first).await;
-        }
-        previous = Some(exchange);
-        if let Some(frames) = &exchange.websocket {
-            let url = format!("{}{}", server.url().replacen("http", "ws", 1), request.path);
-            let (mut socket, _) = tokio_tungstenite::connect_async(url)
-                .await
-                .expect("the WebSocket upgrade is served");
-            for frame in frames {
-                match frame.text() {
-                    None => break,
-                    Some(text) if frame.from_client() => {
-                        socket
-                            .send(Message::text(text))
-                            .await
-                            .expect("a frame sent");
-                    }
-                    Some(_) => {
-                        socket
-                            .next()
-                            .await
-                            .expect("a server frame")
-                            .expect("a readable frame");
-                    }
-                }
-            }
-            continue;
-        }
-        let mut builder = http.request(
-            reqwest::Method::from_bytes(request.method.as_bytes()).expect("a method"),
-            format!("{}{}", server.url(), request.path),
-        );
-        if let Some(body) = &request.body {
-            builder = builder
-                .header("content-type", body.default_content_type())
-                .body(body.to_bytes().expect("a body"));
-        }
-        let response = builder.send().await.expect("served");
-        response.bytes().await.expect("a body");
-    }
-    let elapsed = started.elapsed();
-    server
-        .finish()
-        .expect("the bare client sent what the cassette holds");
-    elapsed
-}
+#[path = "launches/mod.rs"]
+mod launches;
 
 /// What a batch of launches shares.
 struct Setup {
@@ -198,9 +73,21 @@ async fn batch(setup: &Arc<Setup>, harness: bool) -> (Vec<Duration>, Duration) {
             let setup = setup.clone();
             tokio::spawn(async move {
                 if harness {
-                    harness_once(setup.variant, &setup.cassettes, &setup.scenario).await
+                    launches::harness_once(
+                        setup.variant,
+                        &setup.cassettes,
+                        &setup.scenario,
+                        Pace::Recorded,
+                    )
+                    .await
                 } else {
-                    bare_once(setup.variant.name, &setup.exchanges).await
+                    launches::bare_once(
+                        setup.variant.name,
+                        &setup.exchanges,
+                        &reqwest::Client::new(),
+                        Pace::Recorded,
+                    )
+                    .await
                 }
             })
         })
@@ -259,7 +146,7 @@ fn main() {
         &scenario.name,
     )
     .expect("the lifecycle cassette loads");
-    let exchanges = create_to_first_result(&cassette, method, path);
+    let exchanges = launches::create_to_first_result(&cassette, method, path);
     let recorded: f64 = exchanges.iter().map(|e| e.response.latency_ms).sum();
     let setup = Arc::new(Setup {
         variant,
@@ -271,8 +158,8 @@ fn main() {
     let started = Instant::now();
     let (harness, bare, fds) = runtime.block_on(async {
         // One launch of each kind first: what is opened once, lazily, is not growth.
-        harness_once(setup.variant, &setup.cassettes, &setup.scenario).await;
-        bare_once(setup.variant.name, &setup.exchanges).await;
+        launches::harness_once(setup.variant, &setup.cassettes, &setup.scenario, Pace::Recorded).await;
+        launches::bare_once(setup.variant.name, &setup.exchanges, &reqwest::Client::new(), Pace::Recorded).await;
         tokio::time::sleep(SETTLE).await;
         let mut fds = vec![("before".to_owned(), open_fds())];
         let (mut harness, mut bare) = (Vec::new(), Vec::new());

@@ -20,20 +20,16 @@
 //! `cargo bench -p sandbox-matrix --bench overhead`; with `SANDBOX_MATRIX_BENCH_JSON=<file>`
 //! it also writes every variant's medians there (`bench/performance.py` does).
 
-use std::path::Path;
 use std::time::{Duration, Instant};
-
-use futures_util::{SinkExt, StreamExt};
-use tokio_tungstenite::tungstenite::Message;
 
 use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id};
 use sandbox_matrix::run::scenario::Scenario;
-use sandbox_matrix::run::variants::{self, CloudMode, CloudVariant};
+use sandbox_matrix::run::variants;
+use sandbox_providers::api::Exchange;
 use sandbox_providers::api::grpc::{
     self, GrpcCassette, GrpcExchange, GrpcOptions, GrpcReplayServer,
 };
-use sandbox_providers::api::replay::{Pace, ReplayOptions, ReplayServer};
-use sandbox_providers::api::{Cassette, Exchange, PollIntervals};
+use sandbox_providers::api::replay::Pace;
 use sandbox_providers::modal;
 
 /// How long the server holds back each response.
@@ -53,28 +49,8 @@ const LAUNCH_STARTS: &[(&str, &str, &str)] = &[
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-
-/// The exchanges from the launch's first request to the first answer to `1+1`: the first
-/// WebSocket exchange after the create whose client sent that code.
-fn create_to_first_result(cassette: &Cassette, method: &str, path: &str) -> Vec<Exchange> {
-    let ex = &cassette.exchanges;
-    let create = ex
-        .iter()
-        .position(|e| e.request.method == method && e.request.path == path)
-        .unwrap_or_else(|| panic!("the cassette has no {method} {path}"));
-    let answer = create
-        + ex[create..]
-            .iter()
-            .position(|e| {
-                e.websocket.as_ref().is_some_and(|frames| {
-                    frames
-                        .iter()
-                        .any(|f| f.from_client() && f.text().is_some_and(|t| t.contains("1+1")))
-                })
-            })
-            .expect("the cassette runs 1+1 over a WebSocket after the create");
-    ex[create..=answer].to_vec()
-}
+#[path = "launches/mod.rs"]
+mod launches;
 
 /// How many of `exchanges` poll again what the one before asked.
 fn polls(exchanges: &[Exchange]) -> usize {
@@ -84,102 +60,6 @@ fn polls(exchanges: &[Exchange]) -> usize {
             w[0].request.method == w[1].request.method && w[0].request.path == w[1].request.path
         })
         .count()
-}
-
-async fn harness_once(variant: &CloudVariant, cassettes: &Path, scenario: &Scenario) -> Duration {
-    let runner = Runner::new(
-        new_run_id(),
-        fake_canary(),
-        std::sync::Arc::new(common::Quiet),
-        tokio_util::sync::CancellationToken::new(),
-    );
-    let mode = CloudMode::Replay {
-        dir: cassettes.to_owned(),
-        pace: Pace::Fixed(DELAY),
-    };
-    let result = common::run_cloud(&runner, variant, scenario, &mode).await;
-    assert!(
-        result.passed(),
-        "the replayed {} run failed: {:#?}",
-        variant.name,
-        result.steps
-    );
-    result
-        .timing("create-to-first-result")
-        .expect("create-to-first-result measured")
-        .duration
-}
-
-async fn bare_once(variant: &str, exchanges: &[Exchange], http: &reqwest::Client) -> Duration {
-    let cassette = Cassette {
-        origin: format!("the create-to-first-result exchanges of the {variant} lifecycle cassette"),
-        written: None,
-        variant: variant.into(),
-        scenario: "lifecycle".into(),
-        note: None,
-        exchanges: exchanges.to_vec(),
-    };
-    let server = ReplayServer::start(
-        cassette,
-        ReplayOptions {
-            pace: Pace::Fixed(DELAY),
-            ..ReplayOptions::default()
-        },
-    )
-    .await
-    .expect("replay server");
-    let mut previous: Option<&Exchange> = None;
-    let started = Instant::now();
-    for exchange in exchanges {
-        let request = &exchange.request;
-        if previous
-            .is_some_and(|p| p.request.method == request.method && p.request.path == request.path)
-        {
-            tokio::time::sleep(PollIntervals::INSTANT.first).await;
-        }
-        previous = Some(exchange);
-        if let Some(frames) = &exchange.websocket {
-            let url = format!("{}{}", server.url().replacen("http", "ws", 1), request.path);
-            let (mut socket, _) = tokio_tungstenite::connect_async(url)
-                .await
-                .expect("the WebSocket upgrade is served");
-            for frame in frames {
-                match frame.text() {
-                    None => break,
-                    Some(text) if frame.from_client() => {
-                        socket
-                            .send(Message::text(text))
-                            .await
-                            .expect("a frame sent");
-                    }
-                    Some(_) => {
-                        socket
-                            .next()
-                            .await
-                            .expect("a server frame")
-                            .expect("a readable frame");
-                    }
-                }
-            }
-            continue;
-        }
-        let mut builder = http.request(
-            reqwest::Method::from_bytes(request.method.as_bytes()).expect("a method"),
-            format!("{}{}", server.url(), request.path),
-        );
-        if let Some(body) = &request.body {
-            builder = builder
-                .header("content-type", body.default_content_type())
-                .body(body.to_bytes().expect("a body"));
-        }
-        let response = builder.send().await.expect("served");
-        response.bytes().await.expect("a body");
-    }
-    let elapsed = started.elapsed();
-    server
-        .finish()
-        .expect("the bare client sent what the cassette holds");
-    elapsed
 }
 
 /// A gRPC codec passing messages through as bytes: the bare client encodes them itself.
@@ -416,7 +296,10 @@ fn main() {
             let (harness, bare): (Vec<Duration>, Vec<Duration>) = runtime.block_on(async {
                 let (mut harness, mut bare) = (Vec::new(), Vec::new());
                 for _ in 0..RUNS {
-                    harness.push(harness_once(variant, &cassettes, &scenario).await);
+                    harness.push(
+                        launches::harness_once(variant, &cassettes, &scenario, Pace::Fixed(DELAY))
+                            .await,
+                    );
                     bare.push(bare_grpc_once(&calls).await);
                 }
                 (harness, bare)
@@ -443,14 +326,19 @@ fn main() {
             &scenario.name,
         )
         .expect("the lifecycle cassette loads");
-        let exchanges = create_to_first_result(&cassette, method, path);
+        let exchanges = launches::create_to_first_result(&cassette, method, path);
         let (harness, bare): (Vec<Duration>, Vec<Duration>) = runtime.block_on(async {
             let mut harness = Vec::new();
             let mut bare = Vec::new();
             // Alternate, so that drift on a noisy machine hits both alike.
             for _ in 0..RUNS {
-                harness.push(harness_once(variant, &cassettes, &scenario).await);
-                bare.push(bare_once(variant.name, &exchanges, &http).await);
+                harness.push(
+                    launches::harness_once(variant, &cassettes, &scenario, Pace::Fixed(DELAY))
+                        .await,
+                );
+                bare.push(
+                    launches::bare_once(variant.name, &exchanges, &http, Pace::Fixed(DELAY)).await,
+                );
             }
             (harness, bare)
         });

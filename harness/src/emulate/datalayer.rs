@@ -23,13 +23,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use sandbox_providers::api::Network;
 use sandbox_providers::api::ws::{Rewound, accept, split_upgrades};
 use sandbox_providers::docker::DockerProvider;
 use sandbox_providers::{Artifact, Provider, Resource, RunLabels, SandboxId};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite;
 
+use super::Emulator as _;
 use super::{Answer, EmulateError, Front, HttpRequest, Site, lock, set_field_outside};
 
 /// The domain the emulator serves when none is given: the API at `r1.<domain>`.
@@ -129,6 +129,12 @@ fn refused(status: u16, message: &str) -> Answer {
     Answer::json(status, json!({ "success": false, "message": message }))
 }
 
+impl super::Emulator for Emulator {
+    fn site(&self) -> &Site {
+        &self.inner.site
+    }
+}
+
 impl Emulator {
     /// Serves the runtimes API over HTTPS on 127.0.0.1 with `docker` behind it; its
     /// environment is built by [`Self::seed`].
@@ -200,31 +206,6 @@ impl Emulator {
         Ok(())
     }
 
-    /// Stops serving (what [`Self::cleanup`] removes is left to it).
-    pub fn stop(&self) {
-        self.inner.site.stop();
-    }
-
-    /// Keeps every request it is sent from now on, for a caller to read.
-    pub fn record(&self) -> super::record::Exchanges {
-        self.inner.site.record()
-    }
-
-    /// The HTTPS port on 127.0.0.1.
-    pub fn port(&self) -> u16 {
-        self.inner.site.port()
-    }
-
-    /// The domain, without a port.
-    pub fn domain(&self) -> &str {
-        self.inner.site.domain()
-    }
-
-    /// The test CA's certificate, PEM.
-    pub fn ca_pem(&self) -> &str {
-        self.inner.site.ca_pem()
-    }
-
     /// `DATALAYER_RUNTIMES_URL` over HTTPS: `https://r1.<domain>:<port>`.
     pub fn api_url(&self) -> String {
         format!("https://{API_LABEL}.{}:{}", self.domain(), self.port())
@@ -240,11 +221,6 @@ impl Emulator {
     /// given the test CA (Datalayer's Python client).
     pub fn plain_url(&self) -> String {
         format!("http://{}", self.inner.plain)
-    }
-
-    /// What a client of [`Self::api_url`] needs: the test CA trusted and the domain pinned.
-    pub fn network(&self) -> Network {
-        self.inner.site.network()
     }
 
     /// The runtimes it holds, by `pod_name`.

@@ -27,12 +27,13 @@ use std::time::{Duration, Instant};
 use bollard::Docker;
 use bollard::query_parameters::StopContainerOptionsBuilder;
 use futures_util::{SinkExt as _, StreamExt as _};
+use sandbox_providers::api::Volatiles;
 use sandbox_providers::api::ws::{Rewound, accept, close_with, split_upgrades};
-use sandbox_providers::api::{Network, Volatiles};
 use sandbox_providers::{Artifact, BuildRequest, Provider, Resource, RunLabels, SandboxId, Secret};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
+use super::Emulator as _;
 use super::{Answer, EmulateError, Front, HttpRequest, Site, lock, set_field_outside};
 
 /// The domain the daytona emulator serves when none is given.
@@ -264,6 +265,12 @@ fn query_pairs(query: &str) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
+impl super::Emulator for Emulator {
+    fn site(&self) -> &Site {
+        &self.inner.site
+    }
+}
+
 impl Emulator {
     /// Serves Daytona's API over HTTPS on 127.0.0.1 with `docker` behind it.
     pub async fn start(
@@ -318,31 +325,6 @@ impl Emulator {
         Ok(emulator)
     }
 
-    /// Stops serving (what [`Self::cleanup`] removes is left to it).
-    pub fn stop(&self) {
-        self.inner.site.stop();
-    }
-
-    /// Keeps every request it is sent from now on, for a caller to read.
-    pub fn record(&self) -> super::record::Exchanges {
-        self.inner.site.record()
-    }
-
-    /// The port it serves on 127.0.0.1.
-    pub fn port(&self) -> u16 {
-        self.inner.site.port()
-    }
-
-    /// The domain, without a port.
-    pub fn domain(&self) -> &str {
-        self.inner.site.domain()
-    }
-
-    /// The test CA's certificate, PEM.
-    pub fn ca_pem(&self) -> &str {
-        self.inner.site.ca_pem()
-    }
-
     /// `DAYTONA_API_URL` for a client that pins the domain: `https://app.<domain>/api`,
     /// the live form with no port.
     pub fn api_url(&self) -> String {
@@ -353,12 +335,6 @@ impl Emulator {
     /// URLs: `https://app.<domain>:<port>/api`.
     pub fn api_url_with_port(&self) -> String {
         format!("https://{API_HOST}.{}:{}/api", self.domain(), self.port())
-    }
-
-    /// What a client needs besides the URL: the test CA trusted, and `<domain>` pinned to
-    /// 127.0.0.1 at the emulator's port.
-    pub fn network(&self) -> Network {
-        self.inner.site.network()
     }
 
     /// Builds the environment folder `environment` into a snapshot, as the project's

@@ -46,7 +46,6 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use sandbox_providers::api::Network;
 use sandbox_providers::api::cassette::{CONNECT_END_STREAM, decode_connect, encode_connect};
 use sandbox_providers::{
     Artifact, BuildRequest, CodeOutput, CommandOutput, Provider, RunLabels, SandboxId,
@@ -58,6 +57,7 @@ use sandbox_providers::api::ws::{Rewound, accept, split_upgrades};
 use sandbox_providers::docker::DockerProvider;
 use tokio_tungstenite::tungstenite;
 
+use super::Emulator as _;
 use super::{Answer, EmulateError, Front, HttpRequest, Site, lock, set_field_outside};
 
 pub mod template;
@@ -212,6 +212,12 @@ impl std::fmt::Debug for Emulator {
     }
 }
 
+impl super::Emulator for Emulator {
+    fn site(&self) -> &Site {
+        &self.inner.site
+    }
+}
+
 impl Emulator {
     /// Serves E2B's API over HTTPS on 127.0.0.1 with `docker` behind it.
     pub async fn start(
@@ -249,31 +255,6 @@ impl Emulator {
         Ok(emulator)
     }
 
-    /// Stops serving (what [`Self::cleanup`] removes is left to it).
-    pub fn stop(&self) {
-        self.inner.site.stop();
-    }
-
-    /// Keeps every request it is sent from now on, for a caller to read.
-    pub fn record(&self) -> super::record::Exchanges {
-        self.inner.site.record()
-    }
-
-    /// The port it serves on 127.0.0.1.
-    pub fn port(&self) -> u16 {
-        self.inner.site.port()
-    }
-
-    /// The sandbox domain, without a port.
-    pub fn domain(&self) -> &str {
-        self.inner.site.domain()
-    }
-
-    /// The test CA's certificate, PEM.
-    pub fn ca_pem(&self) -> &str {
-        self.inner.site.ca_pem()
-    }
-
     /// `E2B_DOMAIN` for a client that keeps the port in its URLs: `<domain>:<port>`.
     pub fn domain_with_port(&self) -> String {
         format!("{}:{}", self.domain(), self.port())
@@ -282,12 +263,6 @@ impl Emulator {
     /// `E2B_API_URL` for a client that keeps the port in its URLs.
     pub fn api_url_with_port(&self) -> String {
         format!("https://api.{}", self.domain_with_port())
-    }
-
-    /// What a client needs besides the URLs: the test CA trusted, and `<domain>` pinned to
-    /// 127.0.0.1 at the emulator's port, so URLs may carry no port at all (as live ones).
-    pub fn network(&self) -> Network {
-        self.inner.site.network()
     }
 
     /// Builds the environment folder `environment` into a template, as the project's e2b

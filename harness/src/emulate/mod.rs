@@ -308,9 +308,47 @@ impl Drop for Front {
     }
 }
 
+/// What every emulator served over HTTP shares through the [`Site`] it serves (e2b,
+/// daytona, datalayer-runtimes): only [`Emulator::site`] is its own.
+pub trait Emulator {
+    /// Where it is served.
+    fn site(&self) -> &Site;
+
+    /// Stops serving (what its cleanup removes is left to the cleanup).
+    fn stop(&self) {
+        self.site().stop();
+    }
+
+    /// Keeps every request it is sent from now on, for a caller to read.
+    fn record(&self) -> record::Exchanges {
+        self.site().record()
+    }
+
+    /// The port it serves on 127.0.0.1.
+    fn port(&self) -> u16 {
+        self.site().port()
+    }
+
+    /// Its domain, without a port.
+    fn domain(&self) -> &str {
+        self.site().domain()
+    }
+
+    /// The test CA's certificate, PEM.
+    fn ca_pem(&self) -> &str {
+        self.site().ca_pem()
+    }
+
+    /// What a client needs besides the URLs: the test CA trusted, and the domain pinned to
+    /// 127.0.0.1 at the emulator's port, so URLs may carry no port at all (as live ones).
+    fn network(&self) -> Network {
+        self.site().network()
+    }
+}
+
 /// Where an emulator is served and what a client needs to reach it: its domain, its port
 /// on 127.0.0.1 and its test CA; and the [`Front`] serving it until stopped.
-pub(crate) struct Site {
+pub struct Site {
     /// What every answer's [`sandbox_providers::api::EMULATOR_HEADER`] says.
     announce: Arc<str>,
     domain: String,

@@ -16,6 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sandbox_matrix::emulate::Emulator as _;
 use sandbox_matrix::emulate::daytona::{DEFAULT_DOMAIN, Emulator, Options, StandInBase};
 use sandbox_matrix::model::events::{EventSink, RunEvent};
 use sandbox_matrix::model::results::ScenarioResult;

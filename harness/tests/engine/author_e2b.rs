@@ -11,6 +11,7 @@ use crate::common;
 use std::path::Path;
 use std::sync::Arc;
 
+use sandbox_matrix::emulate::Emulator as _;
 use sandbox_matrix::emulate::e2b::{DEFAULT_DOMAIN, Emulator, Options};
 use sandbox_matrix::model::events::{EventSink, RunEvent};
 use sandbox_matrix::model::results::ScenarioResult;

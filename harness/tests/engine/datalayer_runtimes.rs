@@ -14,6 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sandbox_matrix::emulate::Emulator as _;
 use sandbox_matrix::emulate::datalayer::{
     DEFAULT_DOMAIN, DEFAULT_ENVIRONMENT, Emulator, Faults, Options,
 };

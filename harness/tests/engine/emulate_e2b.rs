@@ -14,6 +14,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use common::emulate::Emulate;
+use sandbox_matrix::emulate::Emulator as _;
 use sandbox_providers::Secret;
 use sandbox_providers::api::network::RESOLVE_VAR;
 use sandbox_providers::api::{Endpoints, Mode, Volatiles};

@@ -15,6 +15,7 @@ use crate::common;
 use std::path::Path;
 use std::sync::Arc;
 
+use sandbox_matrix::emulate::Emulator as _;
 use sandbox_matrix::emulate::datalayer::{DEFAULT_DOMAIN, DEFAULT_ENVIRONMENT, Emulator, Options};
 use sandbox_matrix::emulate::record::Exchange;
 use sandbox_matrix::run::runner::new_run_id;

@@ -14,6 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sandbox_matrix::emulate::Emulator as _;
 use sandbox_matrix::emulate::daytona::{DEFAULT_DOMAIN, Emulator, Options};
 use sandbox_matrix::emulate::record::Exchange;
 use sandbox_matrix::run::runner::new_run_id;

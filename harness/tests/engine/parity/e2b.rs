@@ -13,6 +13,7 @@ use crate::common;
 use std::path::Path;
 use std::sync::Arc;
 
+use sandbox_matrix::emulate::Emulator as _;
 use sandbox_matrix::emulate::e2b::{Emulator, Options};
 use sandbox_matrix::emulate::record::{Body, Exchange};
 use sandbox_matrix::run::runner::new_run_id;

@@ -6,6 +6,7 @@
 //! recorded, failed ones included.
 
 use std::path::Path;
+use std::time::Duration;
 
 use sandbox_providers::{Deleted, Provider, Resource, RunLabels};
 
@@ -15,31 +16,45 @@ use crate::run::ledger::{LedgerView, Record};
 /// The kind of create an orphan rate counts: sandboxes.
 pub const SANDBOX_KIND: &str = "sandbox";
 
-/// Every resource `provider` lists under the run's labels for each of `scenarios`, as
-/// `kind id`; an error names the scenario whose listing failed.
+/// The longest one listing of the inventory may take: a service that does not answer
+/// leaves the variant without an audit rather than holding the run.
+pub const LIST_BUDGET: Duration = Duration::from_secs(15);
+
+/// Every resource `provider` lists under the run's labels for each of `scenarios`, within
+/// [`LIST_BUDGET`]; an error names the scenario whose listing failed, or the budget.
 pub async fn inventory(
     provider: &dyn Provider,
     run_id: &str,
     variant: &str,
     scenarios: &[String],
 ) -> Result<Vec<Resource>, String> {
-    let mut found = Vec::new();
-    for scenario in scenarios {
-        let labels = RunLabels {
-            run_id: run_id.to_owned(),
-            variant: variant.to_owned(),
-            scenario: scenario.clone(),
-        };
-        let listed = provider.list_resources(&labels).await.map_err(|e| {
-            format!("listing {variant}'s resources of {scenario} for the orphan audit: {e}")
-        })?;
-        for resource in listed {
-            if !found.contains(&resource) {
-                found.push(resource);
+    let listing = async {
+        let mut found = Vec::new();
+        for scenario in scenarios {
+            let labels = RunLabels {
+                run_id: run_id.to_owned(),
+                variant: variant.to_owned(),
+                scenario: scenario.clone(),
+            };
+            let listed = provider.list_resources(&labels).await.map_err(|e| {
+                format!("listing {variant}'s resources of {scenario} for the orphan audit: {e}")
+            })?;
+            for resource in listed {
+                if !found.contains(&resource) {
+                    found.push(resource);
+                }
             }
         }
-    }
-    Ok(found)
+        Ok(found)
+    };
+    tokio::time::timeout(LIST_BUDGET, listing)
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "{variant}'s inventory did not answer within {} s for the orphan audit",
+                LIST_BUDGET.as_secs()
+            ))
+        })
 }
 
 /// The sandbox creates the ledger at `ledger` records for `variant`: every intent, whether

@@ -11,10 +11,11 @@ use std::time::Duration;
 use super::stats::Value;
 
 /// The methodology the score follows, and when it was read.
-pub const METHODOLOGY: &str = "computesdk/benchmarks METHODOLOGY.md (2026 formula, read 2026-12-07): \
-TTI from the create to a trivial first command; 5% of the successes trimmed at each end; \
-median, p95 and p99 each scored 100 × (1 − v / 10 s), clamped to [0, 100], and weighted \
-0.60, 0.25 and 0.15; the sum times the success rate";
+pub const METHODOLOGY: &str = "computesdk/benchmarks' 2026 formula: TTI from the create to a \
+trivial first command; 5% of the successes trimmed at each end; median, p95 and p99 each \
+scored 100 × (1 − v / 10 s), clamped to [0, 100], and weighted 0.60, 0.25 and 0.15; the sum \
+times the success rate (the ceiling and the multiplier as its METHODOLOGY.md read on \
+2026-12-07 gives them, the trim and the weights as issue 42 gives them)";
 
 /// The value at which a timing scores 0.
 const CEILING: Duration = Duration::from_secs(10);

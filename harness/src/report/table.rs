@@ -565,6 +565,18 @@ fn rebuild<'a>(scenarios: &[&'a ScenarioResult]) -> Timed<'a> {
     repeated_step(scenarios, "rebuild").unwrap_or_else(|| step_duration(scenarios, "rebuild", 1))
 }
 
+/// Every repetition, in `scenarios`, of the scenario `first` is one of.
+fn repetitions<'a>(
+    scenarios: &[&'a ScenarioResult],
+    first: &ScenarioResult,
+) -> Vec<&'a ScenarioResult> {
+    scenarios
+        .iter()
+        .filter(|scenario| scenario.scenario == first.scenario)
+        .copied()
+        .collect()
+}
+
 /// Where the first scenario with `has` ran more than once and measured `metric` more than
 /// once: `p50 6.30 s · p90 failed · 7/10 ok` over all its repetitions.
 fn repeated<'a>(
@@ -573,11 +585,7 @@ fn repeated<'a>(
     metric: &str,
 ) -> Option<Timed<'a>> {
     let first = scenarios.iter().find(|scenario| has(scenario))?;
-    let reps: Vec<&ScenarioResult> = scenarios
-        .iter()
-        .filter(|scenario| scenario.scenario == first.scenario)
-        .copied()
-        .collect();
+    let reps = repetitions(scenarios, first);
     let attempts = stats::attempts(&reps, metric);
     if attempts.len() < 2 {
         return None;
@@ -611,11 +619,7 @@ fn burst<'a>(scenarios: &[&'a ScenarioResult]) -> Timed<'a> {
     }) else {
         return Timed::Text(NOTHING.to_owned());
     };
-    let reps: Vec<&ScenarioResult> = scenarios
-        .iter()
-        .filter(|scenario| scenario.scenario == first.scenario)
-        .copied()
-        .collect();
+    let reps = repetitions(scenarios, first);
     match stats::Summary::of(&stats::attempts(&reps, CREATE_TO_FIRST_RESULT)) {
         Some(summary) => Timed::Value {
             from: first,
@@ -638,11 +642,7 @@ fn launch_mode<'a>(scenarios: &[&'a ScenarioResult], step: &str) -> Timed<'a> {
     let Some(first) = scenarios.iter().find(|s| s.step(step).is_some()) else {
         return Timed::Text(NOTHING.to_owned());
     };
-    let reps: Vec<&ScenarioResult> = scenarios
-        .iter()
-        .filter(|scenario| scenario.scenario == first.scenario)
-        .copied()
-        .collect();
+    let reps = repetitions(scenarios, first);
     match board::BoardFigures::of(&stats::attempts(&reps, TTI)) {
         Some(figures) => {
             let trimmed = figures.trimmed.map_or_else(

@@ -93,6 +93,7 @@ fn nightly_results() -> RunResults {
                     base_credential: Some("none: local base".into()),
                     secrets_scan: None,
                     base_chain: None,
+                    lifetime: None,
                 });
             }
         }

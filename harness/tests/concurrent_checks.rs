@@ -86,6 +86,7 @@ impl Provider for Counting {
             egress_policy: false,
             artifacts_listed: true,
             provenance: false,
+            lifetime: Default::default(),
         }
     }
 

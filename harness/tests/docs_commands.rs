@@ -549,7 +549,7 @@ fn sample(flag: &str) -> &'static str {
         "--repeat" => "2",
         "--partition" => "1/2",
         "--port" => "0",
-        "--router-jwt-ttl" => "60",
+        "--router-jwt-ttl" | "--kill-after" => "60",
         "--warm-up" => "1",
         "--older-than" => "24h",
         "--pace" => "instant",

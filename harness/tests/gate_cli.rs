@@ -108,6 +108,7 @@ fn example_results() -> RunResults {
         base_credential: Some("none: local base".to_owned()),
         secrets_scan: None,
         base_chain: None,
+        lifetime: None,
     };
     let mut scenarios = Vec::new();
     let lifecycle = [

@@ -60,6 +60,7 @@ impl Provider for Scripted {
             egress_policy: false,
             artifacts_listed: self.fault != Fault::UnlistedImageStays,
             provenance: false,
+            lifetime: Default::default(),
         }
     }
 

@@ -158,6 +158,7 @@ fn kernel_variant() -> Capabilities {
         egress_policy: false,
         artifacts_listed: true,
         provenance: false,
+        lifetime: Default::default(),
     }
 }
 

@@ -74,6 +74,46 @@ pub enum ShutdownObservation {
     Api,
 }
 
+/// How a variant can bound a sandbox's life when it creates it ([`Provider::launch_for`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "counts")]
+pub enum LifetimeLimit {
+    /// No limit can be asked for: a sandbox runs until it is stopped.
+    #[default]
+    None,
+    /// The provider ends the sandbox this long after its create, whatever it does (E2B's
+    /// `timeout`, Modal's `timeout_secs`, Datalayer's `credits_limit` at the burning rate).
+    SinceCreate {
+        /// The limit's unit: a limit asked for is a whole number of these seconds.
+        unit_secs: u64,
+    },
+    /// The provider stops the sandbox this long after its last activity (Daytona's
+    /// `autoStopInterval`, in minutes of no toolbox call).
+    SinceActivity {
+        /// The limit's unit: a limit asked for is a whole number of these seconds.
+        unit_secs: u64,
+    },
+}
+
+impl LifetimeLimit {
+    /// `wanted` rounded up to a whole number of the limit's unit, at least one; `None` when
+    /// no limit can be asked for.
+    pub fn asked(self, wanted: Duration) -> Option<Duration> {
+        let unit = match self {
+            LifetimeLimit::None => return None,
+            LifetimeLimit::SinceCreate { unit_secs }
+            | LifetimeLimit::SinceActivity { unit_secs } => unit_secs.max(1),
+        };
+        let units = wanted
+            .as_nanos()
+            .div_ceil(u128::from(unit) * 1_000_000_000)
+            .max(1);
+        Some(Duration::from_secs(
+            u64::try_from(units).unwrap_or(u64::MAX / unit) * unit,
+        ))
+    }
+}
+
 /// What a variant can do; the runner skips, with a reason, any step a
 /// variant cannot perform instead of passing it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,6 +163,10 @@ pub struct Capabilities {
     /// step has nothing to audit.
     #[serde(default)]
     pub provenance: bool,
+    /// How a sandbox's life can be bounded at create; without a limit, the `lifetime`
+    /// step has nothing to test.
+    #[serde(default)]
+    pub lifetime: LifetimeLimit,
 }
 
 fn signal_observed() -> ShutdownObservation {
@@ -585,6 +629,18 @@ pub trait Provider: Send + Sync {
         labels: &RunLabels,
     ) -> Result<(SandboxId, Vec<Timing>)>;
 
+    /// Starts a sandbox as [`Provider::launch`] does, asking the provider to end it
+    /// `lifetime` after its create or its last activity, as [`Capabilities::lifetime`]
+    /// says; `lifetime` is a whole number of the limit's unit ([`LifetimeLimit::asked`]).
+    async fn launch_for(
+        &self,
+        _artifact: &Artifact,
+        _labels: &RunLabels,
+        _lifetime: Duration,
+    ) -> Result<(SandboxId, Vec<Timing>)> {
+        Err(ProviderError::unsupported("bound a sandbox's lifetime"))
+    }
+
     /// Runs code through the variant's code channel (a kernel where there is one).
     async fn run_code(&self, sandbox: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)>;
 
@@ -763,6 +819,24 @@ mod tests {
         assert!(super::parse_time(Some("2026-01-01T00:00:00.000Z")).is_some());
         assert!(super::parse_time(Some("2026-01-01T00:00:00Z")).is_some());
         assert_eq!(super::parse_time(Some("yesterday")), None);
+    }
+
+    #[test]
+    fn a_lifetime_asked_for_is_rounded_up_to_whole_units() {
+        use super::LifetimeLimit;
+        use std::time::Duration;
+        let seconds = LifetimeLimit::SinceCreate { unit_secs: 1 };
+        let minutes = LifetimeLimit::SinceActivity { unit_secs: 60 };
+        let s = Duration::from_secs;
+        assert_eq!(seconds.asked(s(6)), Some(s(6)));
+        assert_eq!(seconds.asked(Duration::from_millis(6_500)), Some(s(7)));
+        assert_eq!(seconds.asked(Duration::from_millis(500)), Some(s(1)));
+        assert_eq!(seconds.asked(Duration::ZERO), Some(s(1)));
+        assert_eq!(minutes.asked(s(60)), Some(s(60)));
+        assert_eq!(minutes.asked(s(61)), Some(s(120)));
+        assert_eq!(minutes.asked(Duration::from_millis(60_001)), Some(s(120)));
+        assert_eq!(minutes.asked(s(5)), Some(s(60)));
+        assert_eq!(LifetimeLimit::None.asked(s(60)), None);
     }
 
     #[test]

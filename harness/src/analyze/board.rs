@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use super::stats::Value;
+use crate::model::results::{FIRST_COMMAND_SAMPLE, SECOND_COMMAND_SAMPLE, ScenarioResult};
 
 /// The methodology the score follows, and when it was read.
 pub const METHODOLOGY: &str = "computesdk/benchmarks' 2026 formula: TTI from the create to a \
@@ -107,6 +108,50 @@ fn percentiles(sorted: &[Duration], n: usize) -> Percentiles {
         p95: at(95),
         p99: at(99),
     }
+}
+
+/// Readiness: each launch's first command over its second, as the launch modes record
+/// them, across `scenarios`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Readiness {
+    /// The median ratio.
+    pub median: f64,
+    /// The largest ratio.
+    pub worst: f64,
+    /// How many launches answered both commands.
+    pub launches: usize,
+}
+
+/// The readiness of the launches in `scenarios`; `None` when no launch answered both
+/// commands (no launch mode ran, or every launch failed before its second command).
+pub fn readiness(scenarios: &[&ScenarioResult]) -> Option<Readiness> {
+    let mut ratios: Vec<f64> = Vec::new();
+    for scenario in scenarios {
+        let of = |name: &str| {
+            scenario
+                .samples
+                .iter()
+                .filter(|s| s.name == name)
+                .map(|s| s.value)
+                .collect::<Vec<_>>()
+        };
+        for (first, second) in of(FIRST_COMMAND_SAMPLE)
+            .into_iter()
+            .zip(of(SECOND_COMMAND_SAMPLE))
+        {
+            if let (Some(first), Some(second)) = (first, second)
+                && !second.is_zero()
+            {
+                ratios.push(first.as_secs_f64() / second.as_secs_f64());
+            }
+        }
+    }
+    ratios.sort_by(f64::total_cmp);
+    Some(Readiness {
+        median: *ratios.get((ratios.len().checked_sub(1)?) / 2)?,
+        worst: *ratios.last()?,
+        launches: ratios.len(),
+    })
 }
 
 #[cfg(test)]

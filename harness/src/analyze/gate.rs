@@ -28,6 +28,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
+use crate::analyze::board;
 use crate::analyze::compare::{self, Change};
 use crate::analyze::stats::{self, Value};
 use crate::model::results::{Class, RunResults, ScenarioResult, Source, StepStatus};
@@ -42,6 +43,7 @@ struct PolicyFile {
     required: Vec<Spanned<String>>,
     success_rate: Option<Spanned<f64>>,
     max_orphans_per_1000: Option<Spanned<f64>>,
+    max_readiness_ratio: Option<Spanned<f64>>,
     #[serde(default)]
     p90_budgets: BTreeMap<String, Spanned<String>>,
     regression: Option<RegressionFile>,
@@ -73,6 +75,10 @@ pub struct Policy {
     /// The most orphans a variant's live run may leave per 1,000 sandbox creates, as its
     /// orphan audit counts them; a variant run live without an audit holds.
     pub max_orphans_per_1000: Option<f64>,
+    /// The largest median of first command ÷ second command a variant's launches may
+    /// have: a larger one is a "ready" that is not ready. A variant with no launch that
+    /// answered both holds.
+    pub max_readiness_ratio: Option<f64>,
     /// p90 budgets, by scenario and metric, in the order of their keys.
     pub p90_budgets: Vec<Budget>,
     /// How much slower than the baseline's median a metric may be, as a fraction (0.25 is
@@ -124,7 +130,7 @@ pub enum PolicyError {
     /// The file names no rule (empty, comments only, `{}`, or only `variants`), so every
     /// run would ship.
     #[error(
-        "{}: policy checks nothing: name at least one rule (`required`, `success_rate`, `max_orphans_per_1000`, `p90_budgets` or `regression`)",
+        "{}: policy checks nothing: name at least one rule (`required`, `success_rate`, `max_orphans_per_1000`, `max_readiness_ratio`, `p90_budgets` or `regression`)",
         path.display()
     )]
     ChecksNothing {
@@ -268,6 +274,17 @@ impl Policy {
                 ),
             ));
         }
+        if let Some(ratio) = &file.max_readiness_ratio
+            && !(ratio.value >= 1.0 && ratio.value.is_finite())
+        {
+            return Err(invalid(
+                &ratio.referenced,
+                format!(
+                    "max_readiness_ratio is {}, and must be a number of 1 or more (the first command over the second)",
+                    ratio.value
+                ),
+            ));
+        }
         if let Some(old) = &file.allow_replayed_timings {
             return Err(invalid(
                 &old.referenced,
@@ -280,6 +297,7 @@ impl Policy {
         if file.required.is_empty()
             && file.success_rate.is_none()
             && file.max_orphans_per_1000.is_none()
+            && file.max_readiness_ratio.is_none()
             && file.p90_budgets.is_empty()
             && file.regression.is_none()
         {
@@ -290,6 +308,7 @@ impl Policy {
             required,
             success_rate: file.success_rate.map(|r| r.value),
             max_orphans_per_1000: file.max_orphans_per_1000.map(|r| r.value),
+            max_readiness_ratio: file.max_readiness_ratio.map(|r| r.value),
             p90_budgets,
             regression_tolerance: file.regression.map(|r| r.tolerance.value),
             allow_replay: file.allow_replay,
@@ -301,6 +320,22 @@ impl Policy {
 
 /// Why `variant`'s orphan audit exceeds `most` per 1,000 creates, or why there is none
 /// to judge; nothing when it is within.
+/// Why the launches in `scenarios` hold under `max_readiness_ratio: most`, if they do.
+fn not_ready(scenarios: &[&ScenarioResult], most: f64) -> Option<String> {
+    match board::readiness(scenarios) {
+        None => Some(
+            "no launch answered its first and second command: max_readiness_ratio needs a \
+             sequential, staggered or burst step whose launches answered"
+                .to_owned(),
+        ),
+        Some(r) if r.median > most => Some(format!(
+            "readiness: the first command took ×{:.1} the second (median of {} launches; worst ×{:.1}), over the most of ×{most}: \"ready\" is not ready",
+            r.median, r.launches, r.worst
+        )),
+        Some(_) => None,
+    }
+}
+
 fn orphans_over(results: &RunResults, variant: &str, most: f64) -> Option<String> {
     let Some(audit) = results.orphans.iter().find(|a| a.variant == variant) else {
         return Some(format!(
@@ -429,6 +464,9 @@ pub fn gate(policy: &Policy, results: &RunResults, baseline: Option<&RunResults>
                 && count(&scenarios, Class::Measured) > 0
             {
                 verdict.reasons.extend(orphans_over(results, variant, most));
+            }
+            if let Some(most) = policy.max_readiness_ratio {
+                verdict.reasons.extend(not_ready(&scenarios, most));
             }
             partial_scans(&scenarios, policy.ship_partial_scans, &mut verdict);
             for requirement in &policy.required {
@@ -818,7 +856,7 @@ mod tests {
             let e = policy(text).expect_err("checks nothing");
             assert_eq!(
                 e,
-                "policy.yaml: policy checks nothing: name at least one rule (`required`, `success_rate`, `max_orphans_per_1000`, `p90_budgets` or `regression`)",
+                "policy.yaml: policy checks nothing: name at least one rule (`required`, `success_rate`, `max_orphans_per_1000`, `max_readiness_ratio`, `p90_budgets` or `regression`)",
                 "{text:?}"
             );
         }
@@ -956,6 +994,49 @@ mod tests {
         assert!(
             negative.to_string().contains("max_orphans_per_1000 is -1"),
             "{negative}"
+        );
+    }
+
+    #[test]
+    fn a_first_command_far_slower_than_the_second_holds_under_max_readiness_ratio() {
+        use crate::model::results::{FIRST_COMMAND_SAMPLE, SECOND_COMMAND_SAMPLE, Sample};
+        let policy_of = |most: &str| policy(&format!("max_readiness_ratio: {most}\n"));
+        let strict = policy_of("5").expect("parses");
+        let mut results = seventy_percent();
+        assert_eq!(
+            gate(&strict, &results, None)[0].reasons,
+            [
+                "no launch answered its first and second command: max_readiness_ratio needs a \
+              sequential, staggered or burst step whose launches answered"
+            ]
+        );
+        // Three launches: 12×, 8× and 2× their second command; the median is 8×.
+        let sample = |name: &str, ms: u64| Sample {
+            name: name.to_owned(),
+            value: Some(Duration::from_millis(ms)),
+            error: None,
+        };
+        results.scenarios[0].samples = [(1_200, 100), (800, 100), (200, 100)]
+            .iter()
+            .flat_map(|&(first, second)| {
+                [
+                    sample(FIRST_COMMAND_SAMPLE, first),
+                    sample(SECOND_COMMAND_SAMPLE, second),
+                ]
+            })
+            .collect();
+        assert_eq!(
+            gate(&strict, &results, None)[0].reasons,
+            [
+                "readiness: the first command took ×8.0 the second (median of 3 launches; worst ×12.0), over the most of ×5: \"ready\" is not ready"
+            ]
+        );
+        let loose = policy_of("10").expect("parses");
+        assert!(gate(&loose, &results, None)[0].ships());
+        let below_one = policy_of("0.5").expect_err("below 1");
+        assert!(
+            below_one.to_string().contains("max_readiness_ratio is 0.5"),
+            "{below_one}"
         );
     }
 

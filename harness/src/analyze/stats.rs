@@ -409,6 +409,7 @@ mod tests {
             base_credential: None,
             secrets_scan: None,
             base_chain: None,
+            lifetime: None,
         }
     }
 

@@ -32,6 +32,11 @@ struct Serving {
     /// folder, removed on exit.
     #[arg(long, value_name = "FILE")]
     ca_out: Option<PathBuf>,
+    /// Fault: end every sandbox this many seconds after its create, whatever its
+    /// timeout or auto-stop asks, as a live provider's sandbox may die early (the
+    /// `lifetime` step fails on it).
+    #[arg(long, value_name = "SECONDS")]
+    kill_after: Option<f64>,
     #[command(flatten)]
     root: RootArg,
 }
@@ -150,6 +155,15 @@ pub(crate) async fn emulate(command: EmulateCommand) -> u8 {
     launch.environment = environment.clone();
     launch.port = serving.port;
     launch.domain = serving.domain;
+    if let Some(seconds) = serving.kill_after {
+        match std::time::Duration::try_from_secs_f64(seconds) {
+            Ok(after) if !after.is_zero() => launch.kill_after = Some(after),
+            _ => {
+                eprintln!("error: --kill-after takes a positive number of seconds, not {seconds}");
+                return EXIT_BAD_INPUT;
+            }
+        }
+    }
     let docker = match emulator_backend(root, &harness_executable()).await {
         Ok(docker) => docker,
         Err(e) => {

@@ -36,7 +36,7 @@ use super::{Answer, EmulateError, Front, HttpRequest, Site, lock, set_field_outs
 pub const DEFAULT_DOMAIN: &str = "datalayer.test";
 /// The environment name it lists when none is given.
 pub const DEFAULT_ENVIRONMENT: &str = sandbox_providers::datalayer::runtimes::DEFAULT_ENVIRONMENT;
-/// Credits a minute its environment burns.
+/// Credits a second its environment burns (the client reserves `rate × 60 × minutes`).
 pub const BURNING_RATE: f64 = 0.01;
 /// The label under `<domain>` the API is served at.
 const API_LABEL: &str = "r1";
@@ -61,6 +61,9 @@ pub struct Options {
     /// The run whose label every build and runtime it makes carries (`run --emulated`);
     /// `None`: labels of its own, unique to this emulator.
     pub run_id: Option<String>,
+    /// Fault: every sandbox ends this long after its create, whatever its timeout asks,
+    /// as a live provider's sandbox may die early.
+    pub kill_after: Option<Duration>,
 }
 
 /// Misbehaviours the emulator can be started with.
@@ -427,7 +430,8 @@ impl Emulator {
         // A month at most: what a user could ask more of is not waited for here.
         let lifetime = Duration::try_from_secs_f64(credits.unwrap_or_default() / BURNING_RATE)
             .unwrap_or(Duration::MAX)
-            .min(Duration::from_secs(30 * 24 * 3600));
+            .min(Duration::from_secs(30 * 24 * 3600))
+            .min(self.inner.options.kill_after.unwrap_or(Duration::MAX));
         let runtime = Runtime {
             lifetime,
             uid: format!("01JDEMU{n:019}"),

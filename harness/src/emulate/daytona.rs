@@ -85,6 +85,9 @@ pub struct Options {
     /// ends in under a second, before a client that polls once a second (Daytona's SDK)
     /// has seen the state it streams the build log in.
     pub building_at_least: Duration,
+    /// Fault: every sandbox is destroyed this long after its create, whatever its
+    /// auto-stop asks, as a live provider's sandbox may die early.
+    pub kill_after: Option<Duration>,
 }
 
 impl Options {
@@ -98,9 +101,18 @@ impl Options {
             bases: Vec::new(),
             queued: Duration::ZERO,
             building_at_least: Duration::ZERO,
+            kill_after: None,
         }
     }
 }
+
+/// Minutes of no activity after which a sandbox created without `autoStopInterval` is
+/// stopped (Daytona's default for `CreateSandbox.autoStopInterval`).
+const DEFAULT_AUTO_STOP_MINUTES: u64 = 15;
+/// How often the auto-stop check runs: each minute, as Daytona's API runs it (`@Cron
+/// EVERY_MINUTE`, `autostopCheck`, apps/api/src/sandbox/managers/sandbox.manager.ts at
+/// daytonaio/daytona 1b9386bcc5456f5c86031b7e3f33c979ffd45ba3).
+const AUTO_STOP_TICK: Duration = Duration::from_secs(60);
 
 /// How long the service holds a build-logs URL request for a `pending` snapshot, waiting
 /// for a runner, before it answers 404 (`snapshot.controller.ts`, see [`build_logs_url`]).
@@ -143,6 +155,29 @@ struct Sandbox {
     /// Why it is in state `error`.
     error_reason: Option<String>,
     container: Option<String>,
+    /// Minutes of no activity after which it is stopped (`autoStopInterval`); 0 never.
+    auto_stop_minutes: u64,
+    /// Its create, or its last toolbox call.
+    last_activity: std::time::Instant,
+}
+
+/// The sandboxes the auto-stop check stops at `now`, as Daytona's `autostopCheck`
+/// selects them (`sandbox.manager.ts` at 1b9386bc): started, with a non-zero
+/// `autoStopInterval`, and no activity for longer than that many minutes.
+fn due_for_auto_stop(
+    sandboxes: &BTreeMap<String, Sandbox>,
+    now: std::time::Instant,
+) -> Vec<String> {
+    sandboxes
+        .iter()
+        .filter(|(_, s)| {
+            s.state == "started"
+                && s.auto_stop_minutes != 0
+                && now.saturating_duration_since(s.last_activity)
+                    > Duration::from_secs(s.auto_stop_minutes * 60)
+        })
+        .map(|(id, _)| id.clone())
+        .collect()
 }
 
 /// A snapshot's size as its create asked it (Daytona's defaults where it did not).
@@ -205,6 +240,7 @@ struct Inner {
     bases: Vec<StandInBase>,
     queued: Duration,
     building_at_least: Duration,
+    kill_after: Option<Duration>,
     state: Mutex<State>,
 }
 
@@ -308,9 +344,11 @@ impl Emulator {
                 bases: options.bases,
                 queued: options.queued,
                 building_at_least: options.building_at_least,
+                kill_after: options.kill_after,
                 state: Mutex::default(),
             }),
         };
+        emulator.check_auto_stop_each_minute();
         let sockets = emulator.clone();
         front.serve(split_upgrades(split_listener, plain, move |stream| {
             sockets.clone().execute(stream)
@@ -323,6 +361,45 @@ impl Emulator {
                 serving.clone().serve(request)
             });
         Ok(emulator)
+    }
+
+    /// Runs the auto-stop check every [`AUTO_STOP_TICK`] while the emulator is held.
+    fn check_auto_stop_each_minute(&self) {
+        let held = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(AUTO_STOP_TICK).await;
+                let Some(inner) = held.upgrade() else { return };
+                let this = Self { inner };
+                let due = due_for_auto_stop(&this.state().sandboxes, std::time::Instant::now());
+                for id in due {
+                    this.stop_or_start(&id, "stop", "");
+                }
+            }
+        });
+    }
+
+    /// Destroys sandbox `id` and its container after `after`, as the `kill_after` fault.
+    fn kill_after(&self, id: String, after: Duration) {
+        let held = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let Some(inner) = held.upgrade() else { return };
+            let this = Self { inner };
+            let removed = this.state().sandboxes.remove(&id);
+            if let Some(container) = removed.and_then(|s| s.container)
+                && let Err(e) = this.remove("container", container).await
+            {
+                eprintln!("emulate daytona: killing sandbox {id} early: {e}");
+            }
+        });
+    }
+
+    /// Records a toolbox call to sandbox `id` as its last activity.
+    fn touch(&self, id: &str) {
+        if let Some(sandbox) = self.state().sandboxes.get_mut(id) {
+            sandbox.last_activity = std::time::Instant::now();
+        }
     }
 
     /// `DAYTONA_API_URL` for a client that pins the domain: `https://app.<domain>/api`,
@@ -493,6 +570,7 @@ impl Emulator {
             "cpu": s.size.cpu, "gpu": 0, "memory": s.size.memory_gib, "disk": s.size.disk_gib,
             "state": s.state, "createdAt": STAMP, "updatedAt": STAMP,
             "toolboxProxyUrl": format!("{proxy}/toolbox"),
+            "autoStopInterval": s.auto_stop_minutes,
         });
         if let Some(reason) = &s.error_reason {
             dto["errorReason"] = json!(reason);
@@ -650,6 +728,9 @@ impl Emulator {
 
     /// The toolbox: `parts` is the path under `/toolbox`, the sandbox id first.
     async fn toolbox(&self, method: &str, parts: &[&str], body: &Value) -> Answer {
+        if let Some(id) = parts.first() {
+            self.touch(id);
+        }
         match (method, parts) {
             ("POST", [id, "process", "execute"]) => self.execute_command(id, body).await,
             ("POST", [id, "process", "code-run"]) => self.code_run(id, body).await,
@@ -901,7 +982,15 @@ impl Emulator {
     }
 
     fn create_sandbox(&self, body: &Value, proxy: &str) -> Answer {
-        let implemented = ["snapshot", "labels", "target", "user", "env", "volumes"];
+        let implemented = [
+            "snapshot",
+            "labels",
+            "target",
+            "user",
+            "env",
+            "volumes",
+            "autoStopInterval",
+        ];
         let empty = |key: &str| {
             body[key].is_null()
                 || body[key].as_object().is_some_and(serde_json::Map::is_empty)
@@ -915,6 +1004,20 @@ impl Emulator {
         }) {
             return unimplemented_field("sandbox create", &field);
         }
+        let auto_stop_minutes = match &body["autoStopInterval"] {
+            Value::Null => DEFAULT_AUTO_STOP_MINUTES,
+            given => match given.as_u64() {
+                Some(minutes) => minutes,
+                None => {
+                    return error(
+                        400,
+                        &format!(
+                            "autoStopInterval must be a whole number of minutes, 0 or more, not {given}"
+                        ),
+                    );
+                }
+            },
+        };
         let wanted = body["snapshot"].as_str().unwrap_or_default().to_owned();
         let mut state = self.state();
         // Daytona takes a snapshot's id or its name.
@@ -938,11 +1041,16 @@ impl Emulator {
             state: "creating".into(),
             error_reason: None,
             container: None,
+            auto_stop_minutes,
+            last_activity: std::time::Instant::now(),
         };
         let dto = Self::sandbox_dto(&id, &sandbox, proxy);
         let container_labels = self.container_labels(&sandbox.labels);
         state.sandboxes.insert(id.clone(), sandbox);
         drop(state);
+        if let Some(after) = self.inner.kill_after {
+            self.kill_after(id.clone(), after);
+        }
         let this = self.clone();
         tokio::spawn(async move {
             let launched = this
@@ -1257,6 +1365,7 @@ impl Emulator {
     async fn execute(self, stream: Rewound) {
         let sandbox: Arc<Mutex<Option<String>>> = Arc::default();
         let seen = sandbox.clone();
+        let touched = self.clone();
         let check = move |request: &tokio_tungstenite::tungstenite::handshake::server::Request| {
             let parts: Vec<&str> = request
                 .uri()
@@ -1267,6 +1376,7 @@ impl Emulator {
             match parts.as_slice() {
                 ["toolbox", id, "process", "interpreter", "execute"] => {
                     *lock(&seen) = Some((*id).to_owned());
+                    touched.touch(id);
                     Ok(())
                 }
                 _ => Err((
@@ -1639,6 +1749,35 @@ fn region_asked(asked: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_stop_takes_started_sandboxes_idle_past_their_interval() {
+        let now = std::time::Instant::now();
+        let sandbox = |state: &str, minutes: u64, idle_secs: u64| Sandbox {
+            snapshot: "s".into(),
+            size: Size {
+                cpu: 1,
+                memory_gib: 1,
+                disk_gib: 3,
+            },
+            user: None,
+            target: "us".into(),
+            labels: BTreeMap::new(),
+            state: state.into(),
+            error_reason: None,
+            container: None,
+            auto_stop_minutes: minutes,
+            last_activity: now - Duration::from_secs(idle_secs),
+        };
+        let sandboxes = BTreeMap::from([
+            ("idle-past".to_owned(), sandbox("started", 1, 61)),
+            ("idle-at".to_owned(), sandbox("started", 1, 60)),
+            ("active".to_owned(), sandbox("started", 15, 600)),
+            ("never".to_owned(), sandbox("started", 0, 86_400)),
+            ("stopped".to_owned(), sandbox("stopped", 1, 3_600)),
+        ]);
+        assert_eq!(due_for_auto_stop(&sandboxes, now), ["idle-past"]);
+    }
 
     fn scratch(name: &str) -> std::path::PathBuf {
         std::env::temp_dir().join(format!("sm-daytona-emulate-{}-{name}", std::process::id()))

@@ -95,6 +95,9 @@ pub struct Options {
     /// The run whose label every build and container it makes carries (`run --emulated`);
     /// `None`: labels of its own, unique to this emulator.
     pub run_id: Option<String>,
+    /// Fault: every sandbox ends this long after its create, whatever its timeout asks,
+    /// as a live provider's sandbox may die early.
+    pub kill_after: Option<Duration>,
 }
 
 /// A template [`Emulator::seed`] built.
@@ -204,6 +207,11 @@ struct Inner {
     http: reqwest::Client,
     /// [`Options::run_id`].
     run_id: Option<String>,
+    /// [`Options::kill_after`].
+    kill_after: Option<Duration>,
+    /// Held (shared) by each kill while it removes a container: [`Emulator::cleanup`]
+    /// waits for them, so no image is removed under a container still stopping.
+    kills: tokio::sync::RwLock<()>,
 }
 
 impl std::fmt::Debug for Emulator {
@@ -239,6 +247,8 @@ impl Emulator {
                 world: Mutex::default(),
                 http,
                 run_id: options.run_id,
+                kill_after: options.kill_after,
+                kills: tokio::sync::RwLock::new(()),
             }),
         };
         let sockets = emulator.clone();
@@ -313,6 +323,7 @@ impl Emulator {
 
     /// Removes, by their labels, whatever the emulator's docker builds and sandboxes left.
     pub async fn cleanup(&self) {
+        let _no_kill_under_way = self.inner.kills.write().await;
         let labels = self.world().labels.clone();
         super::remove_labelled(self.inner.docker.as_ref() as &dyn Provider, labels).await;
     }
@@ -597,6 +608,7 @@ impl Emulator {
     /// Kills sandbox `id`: false when there is none. A killed E2B sandbox is gone: its
     /// container goes too (the docker variant's sandbox id is the container's).
     async fn kill(&self, id: &str) -> Result<bool, sandbox_providers::ProviderError> {
+        let _under_way = self.inner.kills.read().await;
         let Some(s) = self.world().sandboxes.remove(id) else {
             return Ok(false);
         };
@@ -611,12 +623,14 @@ impl Emulator {
     }
 
     /// Kills sandbox `id` once `timeout` seconds have passed, as E2B kills a sandbox at its
-    /// timeout (`NewSandbox.timeout`, spec/openapi.yml); not once the emulator has stopped,
-    /// when its cleanup removes what is left.
+    /// timeout (`NewSandbox.timeout`, spec/openapi.yml), or earlier under the
+    /// [`Options::kill_after`] fault; not once the emulator has stopped, when its cleanup
+    /// removes what is left.
     fn kill_at_timeout(&self, id: String, timeout: u64) {
         let emulator = self.clone();
+        let at = Duration::from_secs(timeout).min(self.inner.kill_after.unwrap_or(Duration::MAX));
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(timeout)).await;
+            tokio::time::sleep(at).await;
             if emulator.inner.site.stopped() {
                 return;
             }

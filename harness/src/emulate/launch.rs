@@ -34,6 +34,8 @@ pub struct Launch {
     pub environment_name: String,
     /// datalayer: faults.
     pub datalayer_faults: datalayer::Faults,
+    /// Fault: every sandbox ends this long after its create, whatever its timeout asks.
+    pub kill_after: Option<Duration>,
 }
 
 impl Launch {
@@ -49,6 +51,7 @@ impl Launch {
             environment,
             environment_name: datalayer::DEFAULT_ENVIRONMENT.to_owned(),
             datalayer_faults: datalayer::Faults::default(),
+            kill_after: None,
         }
     }
 }
@@ -97,6 +100,7 @@ pub async fn start(
         port,
         domain,
         run_id,
+        kill_after,
         ..
     } = launch.clone();
     match which {
@@ -105,6 +109,7 @@ pub async fn start(
                 port,
                 domain: domain.unwrap_or_else(|| e2b::DEFAULT_DOMAIN.to_owned()),
                 run_id,
+                kill_after,
             };
             let emulator = e2b::Emulator::start(docker, options).await?;
             let settings = vec![
@@ -132,6 +137,7 @@ pub async fn start(
                 port,
                 domain.unwrap_or_else(|| daytona::DEFAULT_DOMAIN.to_owned()),
             );
+            options.kill_after = kill_after;
             options.labels = run_id.map(|run_id| sandbox_providers::RunLabels {
                 run_id,
                 variant: "daytona-emulator".into(),
@@ -163,6 +169,7 @@ pub async fn start(
                 environment_name: launch.environment_name.clone(),
                 faults: launch.datalayer_faults,
                 run_id,
+                kill_after,
             };
             let emulator = datalayer::Emulator::start(docker, options).await?;
             let key = (
@@ -210,6 +217,7 @@ pub async fn start(
                 unavailable_once: launch.unavailable_once,
                 no_task: launch.no_task,
                 run_id,
+                kill_after,
             };
             let emulator = modal::Emulator::start(docker, options).await?;
             // Fakes: the emulator generated them, and accepts no others.

@@ -153,6 +153,9 @@ pub struct Options {
     /// The run whose label every build and container it makes carries (`run --emulated`);
     /// `None`: a run id of its own, unique to this emulator.
     pub run_id: Option<String>,
+    /// Fault: every sandbox ends this long after its create, whatever its timeout asks,
+    /// as a live provider's sandbox may die early.
+    pub kill_after: Option<Duration>,
 }
 
 /// A docker build of an image's Dockerfile commands.
@@ -228,6 +231,8 @@ struct Inner {
     /// RPCs whose next call answers `Unavailable`, each once.
     unavailable_once: Mutex<Vec<String>>,
     no_task: bool,
+    /// [`Options::kill_after`].
+    kill_after: Option<Duration>,
     plain: SocketAddr,
     tls: SocketAddr,
     domain: String,
@@ -295,6 +300,7 @@ impl Emulator {
                 router_jwt_ttl: options.router_jwt_ttl,
                 unavailable_once: Mutex::new(options.unavailable_once),
                 no_task: options.no_task,
+                kill_after: options.kill_after,
                 plain,
                 tls,
                 domain,
@@ -737,17 +743,35 @@ impl Emulator {
     /// Ends `sandbox` at its `timeout_secs` unless it has ended by then, as Modal ends a
     /// sandbox at its timeout (`GENERIC_STATUS_TIMEOUT`; api.proto's `Sandbox.timeout_secs`,
     /// the official client's `Sandbox.create(timeout=)`).
+    /// Under the [`Options::kill_after`] fault, a sandbox whose timeout is later (or none)
+    /// is terminated at that time instead.
     fn end_at_timeout(&self, sandbox: Arc<SandboxEntry>, timeout_secs: u32) {
         let emulator = self.clone();
+        let timeout = (timeout_secs > 0).then(|| Duration::from_secs(timeout_secs.into()));
+        let early = self
+            .inner
+            .kill_after
+            .filter(|k| timeout.is_none_or(|t| *k < t));
+        let Some(at) = early.or(timeout) else { return };
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(timeout_secs.into())).await;
+            tokio::time::sleep(at).await;
             if emulator.inner.stopped.load(Ordering::SeqCst) {
                 return;
             }
-            let timed_out = api::GenericResult {
-                status: GenericStatus::Timeout as i32,
-                exception: format!("the sandbox reached its timeout of {timeout_secs} s"),
-                ..Default::default()
+            let timed_out = match early {
+                Some(early) => api::GenericResult {
+                    status: GenericStatus::Terminated as i32,
+                    exception: format!(
+                        "the emulator killed the sandbox {} s after its create (the kill-after fault)",
+                        early.as_secs_f64()
+                    ),
+                    ..Default::default()
+                },
+                None => api::GenericResult {
+                    status: GenericStatus::Timeout as i32,
+                    exception: format!("the sandbox reached its timeout of {timeout_secs} s"),
+                    ..Default::default()
+                },
             };
             if let Err(e) = emulator.end(&sandbox, timed_out).await {
                 eprintln!("emulate modal: ending a sandbox at its timeout: {e}");
@@ -1301,10 +1325,8 @@ impl ModalClient for Control {
             }
             world.sandboxes.insert(id.clone(), sandbox.clone());
         }
-        if definition.timeout_secs > 0 {
-            self.emulator
-                .end_at_timeout(sandbox.clone(), definition.timeout_secs);
-        }
+        self.emulator
+            .end_at_timeout(sandbox.clone(), definition.timeout_secs);
         if !self.emulator.inner.no_task {
             self.emulator
                 .start_sandbox(id.clone(), sandbox, artifact, labels);

@@ -237,6 +237,56 @@ pub struct ScenarioResult {
     /// not read one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_chain: Option<BaseChain>,
+    /// What the `lifetime` step saw of a sandbox asked to end after a time: the table's
+    /// "Lifetime" row. Absent when the step did not launch one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifetime: Option<LifetimeSeen>,
+}
+
+/// A sandbox asked at create to end after [`LifetimeSeen::asked`], as the `lifetime` step
+/// watched it; every time is counted from its create request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LifetimeSeen {
+    /// The lifetime asked for: the step's `timeout`, rounded up to the provider's unit.
+    #[serde(with = "duration_ms")]
+    pub asked: Duration,
+    /// What the provider counts it from: `create` or `last activity`.
+    pub counts_from: String,
+    /// When create returned.
+    #[serde(with = "duration_ms")]
+    pub created: Duration,
+    /// The last time it was seen alive (running, and answering `1+1` where the limit
+    /// counts from create).
+    #[serde(
+        default,
+        with = "sandbox_providers::opt_duration_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub alive_at: Option<Duration>,
+    /// The first time it was seen gone; absent when it was still there at the end.
+    #[serde(
+        default,
+        with = "sandbox_providers::opt_duration_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub gone_at: Option<Duration>,
+    /// How the provider says it ended, once gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ending: Option<String>,
+    /// It was gone before it was last due to be seen alive: an early death.
+    pub early: bool,
+    /// How often it was looked at: the resolution of `alive_at` and `gone_at`.
+    #[serde(with = "duration_ms")]
+    pub every: Duration,
+}
+
+impl LifetimeSeen {
+    /// How long past its limit it was last seen, counted from when create returned (the
+    /// latest the provider can have started its clock); zero when gone in time.
+    pub fn overrun(&self) -> Option<Duration> {
+        self.gone_at
+            .map(|gone| gone.saturating_sub(self.created + self.asked))
+    }
 }
 
 /// The launched artifact, the base its provenance names, and that base's approval, as

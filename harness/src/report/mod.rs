@@ -112,6 +112,7 @@ pub(crate) mod fixture {
             egress_policy: false,
             artifacts_listed: true,
             provenance: false,
+            lifetime: Default::default(),
         })
     }
 
@@ -161,6 +162,7 @@ pub(crate) mod fixture {
             base_credential: None,
             secrets_scan: None,
             base_chain: None,
+            lifetime: None,
         }
     }
 
@@ -263,6 +265,7 @@ pub(crate) mod fixture {
             base_credential: Some("ECR login token, made for this run".to_owned()),
             secrets_scan: None,
             base_chain: None,
+            lifetime: None,
             ..scenario("docker", "lifecycle")
         };
         let e2b = ScenarioResult {

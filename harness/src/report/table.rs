@@ -8,8 +8,8 @@ use sandbox_providers::{BuildLogMode, Timing};
 
 use crate::analyze::{board, stats};
 use crate::model::results::{
-    COMPRESSED_BYTES, CREATE_TO_FIRST_RESULT, Class, FIRST_COMMAND, FIRST_COMMAND_SAMPLE, Modes,
-    ReplayPace, RunResults, SECOND_COMMAND_SAMPLE, ScenarioResult, StepResult, StepStatus, TTI,
+    COMPRESSED_BYTES, CREATE_TO_FIRST_RESULT, Class, FIRST_COMMAND, Modes, ReplayPace, RunResults,
+    ScenarioResult, StepResult, StepStatus, TTI,
 };
 
 /// The build step's timing of a push to a registry, and the launch step's of the pull.
@@ -81,7 +81,7 @@ impl Timed<'_> {
 }
 
 /// Every row: its label and how its cells are filled.
-const ROWS: [(&str, Fill); 22] = [
+const ROWS: [(&str, Fill); 23] = [
     ("Artifact launched", Fill::Plain(artifact)),
     ("Base-image chain", Fill::Plain(base_chain)),
     ("Build", Fill::Timed(build)),
@@ -118,6 +118,7 @@ const ROWS: [(&str, Fill); 22] = [
         Fill::Timed(|s| launch_mode(s, "burst")),
     ),
     ("Readiness: first ÷ second command", Fill::Plain(readiness)),
+    ("Lifetime: asked · ended", Fill::Timed(lifetime)),
     ("Restart", Fill::Timed(restart)),
     ("Shutdown", Fill::Timed(shutdown)),
     ("Doctor and core tier", Fill::Plain(core_tier)),
@@ -687,38 +688,41 @@ fn seconds_of(value: stats::Value) -> String {
 /// the column: `×3.1 median, ×12.0 worst (40 launches)`. A provider whose "ready" is not
 /// ready shows a large ratio. Each launch records one first and one second command, in
 /// launch order, so the k-th of each belong to one launch.
+/// The lifetime asked for and what became of the sandbox, from when create was asked:
+/// `6 s from create · gone at 6.4 s (+0.2 s)`, `6 s from create · died early at 2.1 s`,
+/// `60 s from last activity · outlived it`. Without one, the `lifetime`
+/// step's state.
+fn lifetime<'a>(scenarios: &[&'a ScenarioResult]) -> Timed<'a> {
+    let Some((scenario, seen)) = scenarios
+        .iter()
+        .find_map(|s| Some((*s, s.lifetime.as_ref()?)))
+    else {
+        return Timed::Text(step_cell(scenarios, "lifetime", |_| NOTHING.to_owned()));
+    };
+    let asked = format!("{} from {}", seconds(seen.asked, 0), seen.counts_from);
+    let ended = match (seen.gone_at, seen.early) {
+        (Some(gone), true) => format!("died early at {}", seconds(gone, 1)),
+        (Some(gone), false) => format!(
+            "gone at {} (+{})",
+            seconds(gone, 1),
+            seconds(seen.overrun().unwrap_or_default(), 1)
+        ),
+        (None, _) => match scenario.step("lifetime").map(|s| &s.status) {
+            Some(StepStatus::Failed { .. }) if seen.alive_at.is_some() => "outlived it".to_owned(),
+            _ => "not seen to end".to_owned(),
+        },
+    };
+    Timed::value(scenario, format!("{asked} · {ended}"))
+}
+
 fn readiness(scenarios: &[&ScenarioResult]) -> String {
-    let mut ratios: Vec<f64> = Vec::new();
-    for scenario in scenarios {
-        let of = |name: &str| {
-            scenario
-                .samples
-                .iter()
-                .filter(|s| s.name == name)
-                .map(|s| s.value)
-                .collect::<Vec<_>>()
-        };
-        for (first, second) in of(FIRST_COMMAND_SAMPLE)
-            .into_iter()
-            .zip(of(SECOND_COMMAND_SAMPLE))
-        {
-            if let (Some(first), Some(second)) = (first, second)
-                && !second.is_zero()
-            {
-                ratios.push(first.as_secs_f64() / second.as_secs_f64());
-            }
-        }
+    match board::readiness(scenarios) {
+        None => NOTHING.to_owned(),
+        Some(r) => format!(
+            "×{:.1} median, ×{:.1} worst ({} launches)",
+            r.median, r.worst, r.launches
+        ),
     }
-    if ratios.is_empty() {
-        return NOTHING.to_owned();
-    }
-    ratios.sort_by(f64::total_cmp);
-    let median = ratios[(ratios.len() - 1) / 2];
-    let worst = ratios[ratios.len() - 1];
-    format!(
-        "×{median:.1} median, ×{worst:.1} worst ({} launches)",
-        ratios.len()
-    )
 }
 
 /// The label of the orphan audit's row.
@@ -1146,7 +1150,7 @@ mod tests {
     use sandbox_providers::Resource;
 
     use super::*;
-    use crate::model::results::Source;
+    use crate::model::results::{FIRST_COMMAND_SAMPLE, SECOND_COMMAND_SAMPLE, Source};
     use crate::report::fixture::{
         failed, replay_source, run, scenario, skipped, step, timing, two_variants, with_repetitions,
     };
@@ -1585,12 +1589,14 @@ mod tests {
             base_credential: Some("ECR login token, made for this run".to_owned()),
             secrets_scan: None,
             base_chain: None,
+            lifetime: None,
             ..lifecycle("docker", Source::Live)
         };
         let local = ScenarioResult {
             base_credential: Some("none: local base".to_owned()),
             secrets_scan: None,
             base_chain: None,
+            lifetime: None,
             ..lifecycle("local", Source::Live)
         };
         // Nothing built: nothing to say.
@@ -1995,6 +2001,53 @@ mod tests {
                 "0 of 17 sandbox creates",
                 "1 of 8 sandbox creates: 125.0 per 1,000, swept 1 (container 3f2a9c1d5e7b8a0f)",
                 "—"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_lifetime_row_shows_an_end_in_time_an_early_death_and_an_overrun() {
+        use crate::model::results::LifetimeSeen;
+        let ms = Duration::from_millis;
+        let watched = |variant: &str, gone: Option<u64>, early: bool, status: StepStatus| {
+            let mut scenario = lifecycle(variant, Source::Live);
+            scenario
+                .steps
+                .push(step("lifetime", status, 40_000, 300_000, vec![], &[]));
+            scenario.lifetime = Some(LifetimeSeen {
+                asked: ms(6_000),
+                counts_from: "create".to_owned(),
+                created: ms(1_500),
+                alive_at: (!early).then(|| ms(4_000)),
+                gone_at: gone.map(ms),
+                ending: gone.map(|_| "killed".to_owned()),
+                early,
+                every: ms(1_000),
+            });
+            scenario
+        };
+        let mut docker = lifecycle("docker", Source::Live);
+        docker.steps.push(step(
+            "lifetime",
+            skipped("this variant cannot bound a sandbox's lifetime"),
+            0,
+            300_000,
+            vec![],
+            &[],
+        ));
+        let table = render(&run(vec![
+            watched("in-time", Some(8_000), false, StepStatus::Passed),
+            watched("early", Some(3_100), true, failed("died early")),
+            watched("overrun", None, false, failed("still running")),
+            docker,
+        ]));
+        assert_eq!(
+            row(&table, "Lifetime: asked · ended"),
+            [
+                "6 s from create · gone at 8.0 s (+0.5 s)",
+                "6 s from create · died early at 3.1 s",
+                "6 s from create · outlived it",
+                "skipped"
             ]
         );
     }

@@ -3,6 +3,7 @@
 
 pub mod base;
 pub mod ledger;
+pub mod lifetime;
 pub mod live_runs;
 pub mod local_registry;
 pub mod orphans;

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use sandbox_providers::api::Volatiles;
 use sandbox_providers::{
-    Artifact, BuildRequest, Capabilities, Deleted, ErrorKind, Provider, ProviderError, RestartKind,
-    RunLabels, SandboxId, Secret, ShutdownEnding, Timing,
+    Artifact, BuildRequest, Capabilities, Deleted, ErrorKind, LifetimeLimit, Provider,
+    ProviderError, RestartKind, RunLabels, SandboxId, Secret, ShutdownEnding, Timing,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -20,11 +20,12 @@ use crate::model::events::{EventSink, RunEvent};
 use crate::model::outcome::{NOT_OBSERVABLE, StepEnd};
 use crate::model::results::{
     BaseChain, COMPRESSED_BYTES, CREATE_TO_FIRST_RESULT, CREATED, FIRST_COMMAND,
-    FIRST_COMMAND_SAMPLE, ReusedArtifact, SECOND_COMMAND_SAMPLE, Sample, ScanCoverage,
-    ScenarioResult, Source, StepResult, StepStatus, TTI,
+    FIRST_COMMAND_SAMPLE, LifetimeSeen, ReusedArtifact, SECOND_COMMAND_SAMPLE, Sample,
+    ScanCoverage, ScenarioResult, Source, StepResult, StepStatus, TTI,
 };
 use crate::run::base::RunBase;
 use crate::run::ledger::Ledger;
+use crate::run::lifetime;
 use crate::run::scenario::{Expectation, LaunchMode, Scenario, Step, StepKind};
 use crate::run::shared::{AtCleanup, SharedArtifact, SharedBuilds};
 
@@ -413,6 +414,7 @@ impl Runner {
             base_credential: state.base_credential,
             secrets_scan: state.secrets_scan,
             base_chain: state.base_chain,
+            lifetime: state.lifetime,
         };
         self.sink.emit(&RunEvent::ScenarioFinished {
             result: Box::new(result.clone()),
@@ -714,6 +716,8 @@ struct ScenarioState {
     secrets_scan: Option<ScanCoverage>,
     /// The launched artifact's base as its pulled provenance names it, once read.
     base_chain: Option<BaseChain>,
+    /// What the `lifetime` step saw, once it launched.
+    lifetime: Option<LifetimeSeen>,
     samples: Vec<Sample>,
     /// What the variant did with the base's credential, once it built.
     base_credential: Option<String>,
@@ -868,6 +872,7 @@ impl StepContext {
             StepKind::SecretsScan => self.secrets_scan().await,
             StepKind::Shutdown => self.shutdown().await,
             StepKind::Cleanup => self.cleanup().await,
+            StepKind::Lifetime => self.lifetime().await,
             StepKind::Burst | StepKind::Sequential | StepKind::Staggered => {
                 self.launch_many().await
             }
@@ -1002,9 +1007,28 @@ impl StepContext {
 
     async fn launch(&self) -> Result<(), StepEnd> {
         let artifact = self.artifact()?;
-        let seq = self.intend("sandbox")?;
         self.state().launched_at = Some(Instant::now());
-        let (sandbox, timings) = self.provider.launch(&artifact, &self.labels).await?;
+        let sandbox = self.launch_recorded(&artifact, None).await?;
+        self.state().sandbox = Some(sandbox);
+        Ok(())
+    }
+
+    /// Launches a sandbox from `artifact` (with a lifetime limit, when given), recorded in
+    /// the ledger before and after its create, and logs it and its timings.
+    async fn launch_recorded(
+        &self,
+        artifact: &Artifact,
+        lifetime: Option<Duration>,
+    ) -> Result<SandboxId, StepEnd> {
+        let seq = self.intend("sandbox")?;
+        let (sandbox, timings) = match lifetime {
+            None => self.provider.launch(artifact, &self.labels).await?,
+            Some(asked) => {
+                self.provider
+                    .launch_for(artifact, &self.labels, asked)
+                    .await?
+            }
+        };
         self.record_created(
             seq,
             self.provider.sandbox_resource(&sandbox),
@@ -1013,8 +1037,7 @@ impl StepContext {
         );
         self.log.line(&format!("sandbox: {}", sandbox.0));
         self.log.timings(timings);
-        self.state().sandbox = Some(sandbox);
-        Ok(())
+        Ok(sandbox)
     }
 
     async fn first_result(&self) -> Result<(), StepEnd> {
@@ -1142,6 +1165,50 @@ impl StepContext {
                 "{failed} of {launches} launches failed; the first: {first}"
             ))),
         }
+    }
+
+    /// Launches a sandbox asking the provider to end it after the step's `timeout`, and
+    /// watches it ([`lifetime::watch`]): fails when it dies before, or outlives it by more
+    /// than `within`. The sandbox is stopped if it is still there; cleanup removes it.
+    async fn lifetime(&self) -> Result<(), StepEnd> {
+        let artifact = self.artifact()?;
+        let Expectation::Ends { timeout, within } = self.step.expect else {
+            return Err(StepEnd::Failed("lifetime has no timeout".to_owned()));
+        };
+        let limit = self.provider.capabilities().lifetime;
+        let Some(asked) = limit.asked(timeout) else {
+            return Err(StepEnd::Failed(
+                "this variant cannot bound a sandbox's lifetime".to_owned(),
+            ));
+        };
+        if asked != timeout {
+            self.log.line(&format!(
+                "asking {} (the provider's unit) for the {} timeout",
+                humantime::format_duration(asked),
+                humantime::format_duration(timeout)
+            ));
+        }
+        let started = Instant::now();
+        let sandbox = self.launch_recorded(&artifact, Some(asked)).await?;
+        let line = |text: &str| self.log.line(text);
+        let (seen, verdict) = lifetime::watch(
+            self.provider.as_ref(),
+            limit,
+            lifetime::Watch::new(asked, within),
+            started,
+            sandbox.clone(),
+            &line,
+        )
+        .await;
+        if seen.gone_at.is_none() {
+            let grace = Duration::from_secs(sandbox_contract::GRACEFUL_SHUTDOWN_SECS);
+            if let Err(e) = self.provider.shutdown(&sandbox, grace).await {
+                self.log
+                    .line(&format!("stopping {}: {e} (cleanup removes it)", sandbox.0));
+            }
+        }
+        self.state().lifetime = Some(seen);
+        verdict.map_err(StepEnd::Failed)
     }
 
     async fn restart(&self) -> Result<(), StepEnd> {
@@ -1843,6 +1910,10 @@ pub fn skip_reason(capabilities: &Capabilities, step: &Step) -> Option<String> {
             Some("this variant cannot restart a kernel or sandbox".to_owned())
         }
         StepKind::Restart if !capabilities.stateful_code => Some(conformance::STATELESS.to_owned()),
+        StepKind::Lifetime if capabilities.lifetime == LifetimeLimit::None => Some(
+            "this variant cannot bound a sandbox's lifetime: a sandbox runs until it is stopped"
+                .to_owned(),
+        ),
         StepKind::BaseChain if !capabilities.provenance => {
             Some("this variant keeps no provenance beside its artifacts".to_owned())
         }
@@ -1894,6 +1965,7 @@ pub fn unreachable_variant(
         base_credential: None,
         secrets_scan: None,
         base_chain: None,
+        lifetime: None,
     }
 }
 

@@ -47,6 +47,9 @@ pub enum StepKind {
     /// Launch sandboxes `interval` apart (200 ms unless given), each left running until
     /// all are timed; passes when every launch answered.
     Staggered,
+    /// Launch one sandbox asking the provider to end it after `timeout`; passes when it is
+    /// alive just before that and gone by `within` after it.
+    Lifetime,
     /// A conformance check, written `check: <name>` in a scenario file.
     #[serde(skip_deserializing)]
     Check,
@@ -54,7 +57,7 @@ pub enum StepKind {
 
 impl StepKind {
     /// Every step a scenario names with `step:`, lifecycle order first.
-    pub const ALL: [StepKind; 13] = [
+    pub const ALL: [StepKind; 14] = [
         StepKind::Build,
         StepKind::Rebuild,
         StepKind::Launch,
@@ -68,6 +71,7 @@ impl StepKind {
         StepKind::Burst,
         StepKind::Sequential,
         StepKind::Staggered,
+        StepKind::Lifetime,
     ];
 
     /// The step's name as scenario files and reports spell it.
@@ -86,6 +90,7 @@ impl StepKind {
             StepKind::Burst => "burst",
             StepKind::Sequential => "sequential",
             StepKind::Staggered => "staggered",
+            StepKind::Lifetime => "lifetime",
             StepKind::Check => "check",
         }
     }
@@ -116,6 +121,9 @@ pub enum LaunchMode {
 
 /// The interval of a `staggered` step that names none: the public boards' 200 ms.
 pub const DEFAULT_STAGGER: Duration = Duration::from_millis(200);
+/// How long past its timeout a `lifetime` step waits for the sandbox to be gone, unless
+/// `within:` says: Daytona's auto-stop check runs once a minute, and a stop takes time.
+pub const DEFAULT_LIFETIME_WITHIN: Duration = Duration::from_secs(90);
 
 impl fmt::Display for StepKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -150,6 +158,8 @@ struct StepFile {
     launches: Option<u32>,
     #[serde(default, deserialize_with = "bounded::within")]
     interval: Option<Duration>,
+    #[serde(default, deserialize_with = "bounded::within")]
+    timeout: Option<Duration>,
     accept_partial: Option<Spanned<Vec<String>>>,
 }
 
@@ -271,6 +281,14 @@ pub enum Expectation {
     Check(Check, CheckParams),
     /// `burst`, `sequential` and `staggered`: how many sandboxes to launch, and how.
     Launches(u32, LaunchMode),
+    /// `lifetime`: the sandbox is asked to end `timeout` after its create (or its last
+    /// activity), and must be gone `within` after that.
+    Ends {
+        /// The lifetime asked for at create.
+        timeout: Duration,
+        /// How long past it the sandbox may still be seen.
+        within: Duration,
+    },
     /// `secrets-scan`: the variants whose partial scan (as non-root, or with unreadable
     /// files) is accepted, as they offer no root to scan with. Any other variant's partial
     /// scan fails.
@@ -466,6 +484,7 @@ impl Scenario {
                 | StepKind::Burst
                 | StepKind::Sequential
                 | StepKind::Staggered
+                | StepKind::Lifetime
                 | StepKind::Rebuild
                     if !built =>
                 {
@@ -479,6 +498,7 @@ impl Scenario {
                 StepKind::Burst
                 | StepKind::Sequential
                 | StepKind::Staggered
+                | StepKind::Lifetime
                 | StepKind::Cleanup => None,
                 _ if !launched => Some("`launch`"),
                 _ => None,
@@ -578,7 +598,7 @@ fn step_from_file(
         ));
     }
     let is = |c: Check| check == Some(c);
-    let fields: [(&str, bool, bool); 13] = [
+    let fields: [(&str, bool, bool); 14] = [
         ("code", s.code.is_some(), kind == StepKind::FirstResult),
         (
             "expect",
@@ -588,8 +608,9 @@ fn step_from_file(
         (
             "within",
             s.within.is_some(),
-            kind == StepKind::Shutdown || is(Check::ColdStart),
+            kind == StepKind::Shutdown || kind == StepKind::Lifetime || is(Check::ColdStart),
         ),
+        ("timeout", s.timeout.is_some(), kind == StepKind::Lifetime),
         ("packages", s.packages.is_some(), is(Check::Imports)),
         ("allowed", s.allowed.is_some(), is(Check::Egress)),
         ("blocked", s.blocked.is_some(), is(Check::Egress)),
@@ -658,6 +679,30 @@ fn step_from_file(
             };
             Expectation::Launches(n, mode)
         }
+        (StepKind::Lifetime, _) => {
+            let Some(timeout) = s.timeout else {
+                return Err(invalid(
+                    line,
+                    column,
+                    "`lifetime` needs `timeout: <duration>`, the lifetime asked for at create"
+                        .into(),
+                ));
+            };
+            let within = s.within.unwrap_or(DEFAULT_LIFETIME_WITHIN);
+            if s.budget <= timeout + within {
+                return Err(invalid(
+                    line,
+                    column,
+                    format!(
+                        "`lifetime`'s budget ({}) must be longer than its timeout ({}) and `within` ({}) together, with room for the launch",
+                        humantime::format_duration(s.budget),
+                        humantime::format_duration(timeout),
+                        humantime::format_duration(within)
+                    ),
+                ));
+            }
+            Expectation::Ends { timeout, within }
+        }
         (_, Some(check)) => Expectation::Check(
             check,
             CheckParams {
@@ -702,6 +747,46 @@ mod tests {
 
     fn parse(text: &str) -> Result<Scenario, ScenarioError> {
         Scenario::parse(Path::new("scenarios/t.yaml"), text)
+    }
+
+    #[test]
+    fn a_lifetime_step_takes_a_timeout_and_a_budget_that_holds_it() {
+        let with = |step: &str| {
+            parse(&format!(
+                "name: t\nenvironment: ../fixtures/environments/reference\nsteps:\n  - step: build\n    budget: 5m\n{step}"
+            ))
+        };
+        let s = with("  - step: lifetime\n    timeout: 60s\n    budget: 3m\n").unwrap();
+        assert_eq!(
+            s.steps[1].expect,
+            Expectation::Ends {
+                timeout: Duration::from_secs(60),
+                within: DEFAULT_LIFETIME_WITHIN
+            }
+        );
+        let no_timeout = with("  - step: lifetime\n    budget: 3m\n").unwrap_err();
+        assert!(
+            no_timeout
+                .to_string()
+                .contains("`lifetime` needs `timeout: <duration>`"),
+            "{no_timeout}"
+        );
+        let short =
+            with("  - step: lifetime\n    timeout: 60s\n    within: 30s\n    budget: 90s\n")
+                .unwrap_err();
+        assert!(
+            short
+                .to_string()
+                .contains("must be longer than its timeout (1m) and `within` (30s)"),
+            "{short}"
+        );
+        let elsewhere = with("  - step: launch\n    timeout: 60s\n    budget: 3m\n").unwrap_err();
+        assert!(
+            elsewhere
+                .to_string()
+                .contains("`timeout` does not apply to `launch`"),
+            "{elsewhere}"
+        );
     }
 
     #[test]

@@ -67,6 +67,7 @@ async fn author(
             port: 0,
             domain: DEFAULT_DOMAIN.to_owned(),
             run_id: None,
+            kill_after: None,
         },
     )
     .await

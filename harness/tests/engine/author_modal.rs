@@ -70,6 +70,7 @@ async fn author(
             unavailable_once: Vec::new(),
             no_task: false,
             run_id: None,
+            kill_after: None,
         },
     )
     .await
@@ -279,6 +280,7 @@ fn fault_options() -> Options {
         unavailable_once: Vec::new(),
         no_task: false,
         run_id: None,
+        kill_after: None,
     }
 }
 

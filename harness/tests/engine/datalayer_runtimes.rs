@@ -43,6 +43,7 @@ async fn emulator(faults: Faults) -> Emulator {
             environment_name: DEFAULT_ENVIRONMENT.to_owned(),
             faults,
             run_id: None,
+            kill_after: None,
         },
     )
     .await

@@ -76,6 +76,7 @@ impl RawE2b {
                 port: 0,
                 domain: DEFAULT_DOMAIN.to_owned(),
                 run_id: None,
+                kill_after: None,
             },
         )
         .await

@@ -30,6 +30,7 @@ mod junit_reader;
 mod kernel_death;
 mod launch_exit;
 mod launch_hang;
+mod lifetime;
 mod modal_cli;
 mod modal_client_emulator;
 mod modal_emulator;
@@ -109,6 +110,9 @@ fn main() {
             sync preflight::against_the_emulator_and_a_registry_holding_the_base_e2b_is_ready,
             async(2) private_base::the_base_is_pulled_by_digest_with_a_login_token_from_ecr,
             sync run_emulated::a_scenario_outside_scenarios_runs_emulated_on_every_cloud_variant,
+            sync lifetime::an_e2b_sandbox_answers_before_its_timeout_and_is_gone_after,
+            sync lifetime::an_e2b_sandbox_killed_early_fails_the_step_as_an_early_death,
+            sync lifetime::a_daytona_sandbox_killed_early_fails_the_step_as_an_early_death,
             sync sandbox_state::a_sandbox_killed_during_a_step_is_said_killed_with_its_last_log_lines,
             sync sandbox_state::a_paused_sandbox_is_said_to_have_stopped_answering,
             sync sandbox_state::a_cloud_sandbox_killed_during_a_step_is_said_ended_by_its_provider,

@@ -32,8 +32,8 @@ use crate::api::{ApiClient, ApiRequest, ApiSettings, Endpoints, Mode, Network, T
 use crate::jupyter::server::{Channel, Server};
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, ErrorKind,
-    Labelled, LogFn, Provider, ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId,
-    Secret, ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
+    Labelled, LifetimeLimit, LogFn, Provider, ProviderError, Resource, RestartKind, Result,
+    RunLabels, SandboxId, Secret, ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
 };
 
 /// The variant's name.
@@ -100,6 +100,9 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     egress_policy: false,
     artifacts_listed: true,
     provenance: false,
+    // `credits_limit`: the platform ends a runtime once it has burnt them, at the
+    // environment's burning rate (credits a second).
+    lifetime: LifetimeLimit::SinceCreate { unit_secs: 1 },
 };
 
 /// A runtime as the API describes it.
@@ -214,6 +217,106 @@ pub fn given_name(labels: &RunLabels) -> String {
 }
 
 impl RuntimesProvider {
+    /// Creates a runtime of the environment `artifact` names with credits for `minutes` at
+    /// its burning rate (`credits_limit`), so the platform ends it then, and waits until its
+    /// Jupyter Server answers.
+    async fn launch_with_credits_for(
+        &self,
+        artifact: &Artifact,
+        labels: &RunLabels,
+        minutes: f64,
+    ) -> Result<(SandboxId, Vec<Timing>)> {
+        let rate = self.environment().await?;
+        let name = given_name(labels);
+        self.client.volatiles().register("given_name", &name);
+        let started = Instant::now();
+        let created: Result<Created> = self
+            .answer(
+                self.api(Method::POST, "/runtimes")
+                    .json(json!({
+                        "type": "notebook",
+                        "environment_name": artifact.id,
+                        "given_name": name,
+                        "credits_limit": rate * 60.0 * minutes,
+                    }))
+                    .idempotent(false),
+                "create runtime",
+            )
+            .await;
+        let runtime = match created {
+            Ok(created) => created.runtime,
+            Err(e) => {
+                // An answer lost on the way (not a refusal) may still have made one: never
+                // leave it behind, and say so when it cannot be removed.
+                let mut left_behind = Vec::new();
+                if e.retryable || matches!(e.kind, ErrorKind::Transport | ErrorKind::Timeout) {
+                    match self.listed().await {
+                        Ok(listed) => {
+                            for left in listed
+                                .iter()
+                                .filter(|r| r.given_name.as_deref() == Some(&name))
+                            {
+                                if let Err(gone) = self.delete(&left.pod_name).await {
+                                    left_behind.push(format!(
+                                        "the runtime `{}` it made could not be deleted ({gone})",
+                                        left.pod_name
+                                    ));
+                                }
+                            }
+                        }
+                        Err(listing) => left_behind.push(format!(
+                            "the runtimes could not be listed to find one it may have made \
+                             ({listing})"
+                        )),
+                    }
+                }
+                let mut what = format!("launch environment `{}`", artifact.id);
+                if !left_behind.is_empty() {
+                    what.push_str(&format!(
+                        "; {}: `sandbox-matrix sweep --run {}` removes what is left",
+                        left_behind.join("; "),
+                        labels.run_id
+                    ));
+                }
+                return Err(e.context(what));
+            }
+        };
+        let mut timings = vec![Timing {
+            name: "runtime-create".into(),
+            duration: started.elapsed(),
+            resolution: None,
+        }];
+        let token = Secret::new("DATALAYER_RUNTIME_TOKEN", runtime.token.clone());
+        self.client.add_secret(token.clone());
+        let sandbox = SandboxId(runtime.pod_name.clone());
+        let state = RuntimeState {
+            ingress: runtime.ingress.clone(),
+            token,
+            kernels: HashMap::new(),
+        };
+        lock(&self.runtimes)?.insert(sandbox.0.clone(), state.clone());
+        let ready = async {
+            self.ingress_ready(&state, &mut timings).await?;
+            let started = Instant::now();
+            self.kernel(&sandbox, "").await?;
+            timings.push(Timing {
+                name: "kernel-start".into(),
+                duration: started.elapsed(),
+                resolution: None,
+            });
+            Ok::<_, ProviderError>(())
+        };
+        match ready.await {
+            Ok(()) => Ok((sandbox, timings)),
+            Err(e) => {
+                if let Err(delete) = self.delete(&sandbox.0).await {
+                    tracing::warn!(runtime = %sandbox.0, "could not delete a runtime that never became ready: {delete}");
+                }
+                Err(e.context(format!("launch runtime {}", sandbox.0)))
+            }
+        }
+    }
+
     /// Connects with [`API_KEY_VAR`] (not needed in replay), [`URL_VAR`] overriding the
     /// base URL and [`ENVIRONMENT_VAR`] naming the environment, all read from `settings`;
     /// live, with their test network settings.
@@ -363,7 +466,7 @@ impl RuntimesProvider {
         Ok(*n)
     }
 
-    /// The environment to launch, with its burning rate (credits a minute).
+    /// The environment to launch, with its burning rate (credits a second).
     async fn environment(&self) -> Result<f64> {
         let listed: Environments = self
             .answer(self.api(Method::GET, "/environments"), "list environments")
@@ -611,95 +714,18 @@ impl Provider for RuntimesProvider {
         artifact: &Artifact,
         labels: &RunLabels,
     ) -> Result<(SandboxId, Vec<Timing>)> {
-        let rate = self.environment().await?;
-        let name = given_name(labels);
-        self.client.volatiles().register("given_name", &name);
-        let started = Instant::now();
-        let created: Result<Created> = self
-            .answer(
-                self.api(Method::POST, "/runtimes")
-                    .json(json!({
-                        "type": "notebook",
-                        "environment_name": artifact.id,
-                        "given_name": name,
-                        "credits_limit": rate * 60.0 * RESERVATION_MINUTES,
-                    }))
-                    .idempotent(false),
-                "create runtime",
-            )
-            .await;
-        let runtime = match created {
-            Ok(created) => created.runtime,
-            Err(e) => {
-                // An answer lost on the way (not a refusal) may still have made one: never
-                // leave it behind, and say so when it cannot be removed.
-                let mut left_behind = Vec::new();
-                if e.retryable || matches!(e.kind, ErrorKind::Transport | ErrorKind::Timeout) {
-                    match self.listed().await {
-                        Ok(listed) => {
-                            for left in listed
-                                .iter()
-                                .filter(|r| r.given_name.as_deref() == Some(&name))
-                            {
-                                if let Err(gone) = self.delete(&left.pod_name).await {
-                                    left_behind.push(format!(
-                                        "the runtime `{}` it made could not be deleted ({gone})",
-                                        left.pod_name
-                                    ));
-                                }
-                            }
-                        }
-                        Err(listing) => left_behind.push(format!(
-                            "the runtimes could not be listed to find one it may have made \
-                             ({listing})"
-                        )),
-                    }
-                }
-                let mut what = format!("launch environment `{}`", artifact.id);
-                if !left_behind.is_empty() {
-                    what.push_str(&format!(
-                        "; {}: `sandbox-matrix sweep --run {}` removes what is left",
-                        left_behind.join("; "),
-                        labels.run_id
-                    ));
-                }
-                return Err(e.context(what));
-            }
-        };
-        let mut timings = vec![Timing {
-            name: "runtime-create".into(),
-            duration: started.elapsed(),
-            resolution: None,
-        }];
-        let token = Secret::new("DATALAYER_RUNTIME_TOKEN", runtime.token.clone());
-        self.client.add_secret(token.clone());
-        let sandbox = SandboxId(runtime.pod_name.clone());
-        let state = RuntimeState {
-            ingress: runtime.ingress.clone(),
-            token,
-            kernels: HashMap::new(),
-        };
-        lock(&self.runtimes)?.insert(sandbox.0.clone(), state.clone());
-        let ready = async {
-            self.ingress_ready(&state, &mut timings).await?;
-            let started = Instant::now();
-            self.kernel(&sandbox, "").await?;
-            timings.push(Timing {
-                name: "kernel-start".into(),
-                duration: started.elapsed(),
-                resolution: None,
-            });
-            Ok::<_, ProviderError>(())
-        };
-        match ready.await {
-            Ok(()) => Ok((sandbox, timings)),
-            Err(e) => {
-                if let Err(delete) = self.delete(&sandbox.0).await {
-                    tracing::warn!(runtime = %sandbox.0, "could not delete a runtime that never became ready: {delete}");
-                }
-                Err(e.context(format!("launch runtime {}", sandbox.0)))
-            }
-        }
+        self.launch_with_credits_for(artifact, labels, RESERVATION_MINUTES)
+            .await
+    }
+
+    async fn launch_for(
+        &self,
+        artifact: &Artifact,
+        labels: &RunLabels,
+        lifetime: Duration,
+    ) -> Result<(SandboxId, Vec<Timing>)> {
+        self.launch_with_credits_for(artifact, labels, lifetime.as_secs_f64() / 60.0)
+            .await
     }
 
     async fn run_code(&self, sandbox: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)> {

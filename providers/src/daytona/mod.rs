@@ -30,9 +30,9 @@ use crate::api::ws::WsMessage;
 use crate::api::{ApiClient, ApiRequest, ApiSettings, Endpoints, Mode, Network, Target, Volatiles};
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, CreateLog,
-    CreateRecorder, ErrorKind, Labelled, LogFn, Provider, ProviderError, Resource, RestartKind,
-    Result, RunLabels, SandboxId, SandboxState, Secret, ShutdownEnding, ShutdownObservation,
-    ShutdownReport, Timing,
+    CreateRecorder, ErrorKind, Labelled, LifetimeLimit, LogFn, Provider, ProviderError, Resource,
+    RestartKind, Result, RunLabels, SandboxId, SandboxState, Secret, ShutdownEnding,
+    ShutdownObservation, ShutdownReport, Timing,
 };
 
 /// The control plane's default base URL, used when `DAYTONA_API_URL` is not set.
@@ -166,6 +166,69 @@ fn replay_key() -> Secret {
 }
 
 impl DaytonaProvider {
+    /// Creates a sandbox from the snapshot `artifact` names and waits until it started; with
+    /// `auto_stop_minutes`, Daytona stops it after that many minutes with no activity
+    /// (`autoStopInterval`; Daytona's default is 15 when the field is not sent).
+    async fn launch_with_auto_stop(
+        &self,
+        artifact: &Artifact,
+        labels: &RunLabels,
+        auto_stop_minutes: Option<u64>,
+    ) -> Result<(SandboxId, Vec<Timing>)> {
+        let mut body = json!({
+            "snapshot": artifact.id,
+            "labels": labels.to_map(),
+            "user": sandbox_contract::IDENTITY.user,
+            "target": self.target,
+        });
+        if let Some(minutes) = auto_stop_minutes {
+            body["autoStopInterval"] = json!(minutes);
+        }
+        let started = Instant::now();
+        let created: SandboxRecord = self
+            .call(
+                ApiRequest::post(Target::Api, "/sandbox")
+                    .json(body)
+                    .what("create sandbox"),
+            )
+            .await?
+            .json()?;
+        self.remember(&created);
+        if let Some(region) = &created.target {
+            lock(&self.ran_in).insert(region.clone());
+        }
+        let id = created.id;
+        let resolution = if created.state.as_deref() == Some("started") {
+            None
+        } else {
+            match self
+                .wait_for_sandbox(&id, "started", self.waits.ready)
+                .await
+            {
+                Ok(resolution) => Some(resolution),
+                Err(e) => {
+                    if let Err(d) = self
+                        .delete(format!("/sandbox/{id}"), "delete sandbox")
+                        .await
+                    {
+                        return Err(e.context(format!(
+                            "the sandbox {id} could not be deleted either: {d}"
+                        )));
+                    }
+                    return Err(e);
+                }
+            }
+        };
+        Ok((
+            SandboxId(id),
+            vec![Timing {
+                name: "sandbox-started".into(),
+                duration: started.elapsed(),
+                resolution,
+            }],
+        ))
+    }
+
     /// Builds the provider from the environment: `DAYTONA_API_KEY`, or `DAYTONA_JWT_TOKEN`
     /// with `DAYTONA_ORGANIZATION_ID`; `DAYTONA_API_URL` overrides the base URL and
     /// `DAYTONA_TARGET` picks a region ([`DEFAULT_TARGET`] if unset), all read from
@@ -897,6 +960,9 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     egress_policy: false,
     artifacts_listed: true,
     provenance: false,
+    // `autoStopInterval`, whole minutes with no activity (CreateSandbox in Daytona's API;
+    // the API's auto-stop check, apps/api/src/sandbox/managers/sandbox.manager.ts).
+    lifetime: LifetimeLimit::SinceActivity { unit_secs: 60 },
 };
 
 #[async_trait]
@@ -1025,55 +1091,21 @@ impl Provider for DaytonaProvider {
         artifact: &Artifact,
         labels: &RunLabels,
     ) -> Result<(SandboxId, Vec<Timing>)> {
-        let body = json!({
-            "snapshot": artifact.id,
-            "labels": labels.to_map(),
-            "user": sandbox_contract::IDENTITY.user,
-            "target": self.target,
-        });
-        let started = Instant::now();
-        let created: SandboxRecord = self
-            .call(
-                ApiRequest::post(Target::Api, "/sandbox")
-                    .json(body)
-                    .what("create sandbox"),
-            )
-            .await?
-            .json()?;
-        self.remember(&created);
-        if let Some(region) = &created.target {
-            lock(&self.ran_in).insert(region.clone());
-        }
-        let id = created.id;
-        let resolution = if created.state.as_deref() == Some("started") {
-            None
-        } else {
-            match self
-                .wait_for_sandbox(&id, "started", self.waits.ready)
-                .await
-            {
-                Ok(resolution) => Some(resolution),
-                Err(e) => {
-                    if let Err(d) = self
-                        .delete(format!("/sandbox/{id}"), "delete sandbox")
-                        .await
-                    {
-                        return Err(e.context(format!(
-                            "the sandbox {id} could not be deleted either: {d}"
-                        )));
-                    }
-                    return Err(e);
-                }
-            }
-        };
-        Ok((
-            SandboxId(id),
-            vec![Timing {
-                name: "sandbox-started".into(),
-                duration: started.elapsed(),
-                resolution,
-            }],
-        ))
+        self.launch_with_auto_stop(artifact, labels, None).await
+    }
+
+    async fn launch_for(
+        &self,
+        artifact: &Artifact,
+        labels: &RunLabels,
+        lifetime: Duration,
+    ) -> Result<(SandboxId, Vec<Timing>)> {
+        self.launch_with_auto_stop(
+            artifact,
+            labels,
+            Some(lifetime.as_secs().div_ceil(60).max(1)),
+        )
+        .await
     }
 
     async fn run_code(&self, sandbox: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)> {

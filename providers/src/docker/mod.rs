@@ -34,9 +34,9 @@ use crate::registry::{DigestReference, Repository, check_base};
 use crate::tail;
 use crate::{
     Artifact, BASE_ARG, BaseImage, BuildLogMode, BuildRequest, Capabilities, CodeOutput,
-    CommandOutput, CreateLog, CreateRecorder, ErrorKind, Labelled, LogFn, Provider, ProviderError,
-    RegistryCredential, Resource, RestartKind, Result, RunLabels, SandboxId, SandboxState, Secret,
-    ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
+    CommandOutput, CreateLog, CreateRecorder, ErrorKind, Labelled, LifetimeLimit, LogFn, Provider,
+    ProviderError, RegistryCredential, Resource, RestartKind, Result, RunLabels, SandboxId,
+    SandboxState, Secret, ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
 };
 
 pub use base::{BaseRecipe, DoctorBinary, MadeFrom};
@@ -1172,6 +1172,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     egress_policy: false,
     artifacts_listed: true,
     provenance: false,
+    // A container has no lifetime limit: it runs until it is stopped.
+    lifetime: LifetimeLimit::None,
 };
 
 #[async_trait]

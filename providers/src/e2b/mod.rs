@@ -34,9 +34,9 @@ use crate::api::{
 use crate::jupyter::server::{Channel, Server};
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, CreateLog,
-    CreateRecorder, ErrorKind, Labelled, LogFn, Provider, ProviderError, Resource, RestartKind,
-    Result, RunLabels, SandboxId, Secret, ShutdownEnding, ShutdownObservation, ShutdownReport,
-    Timing,
+    CreateRecorder, ErrorKind, Labelled, LifetimeLimit, LogFn, Provider, ProviderError, Resource,
+    RestartKind, Result, RunLabels, SandboxId, Secret, ShutdownEnding, ShutdownObservation,
+    ShutdownReport, Timing,
 };
 
 /// The spec versions this client was written against.
@@ -146,6 +146,79 @@ pub struct E2bProvider {
 }
 
 impl E2bProvider {
+    /// Creates a sandbox from the template build `artifact` names, with E2B's `timeout`
+    /// set to `timeout` seconds, and waits until its code interpreter answers.
+    async fn launch_with_timeout(
+        &self,
+        artifact: &Artifact,
+        labels: &RunLabels,
+        timeout: u64,
+    ) -> Result<(SandboxId, Vec<Timing>)> {
+        if artifact.kind != ARTIFACT_KIND {
+            return Err(ProviderError::new(
+                ErrorKind::Config,
+                format!(
+                    "the e2b variant launches {ARTIFACT_KIND} artifacts, not {}",
+                    artifact.kind
+                ),
+            ));
+        }
+        let started = Instant::now();
+        let created: CreatedSandbox = self
+            .client
+            .call(
+                self.api(Method::POST, "/sandboxes")
+                    .json(json!({
+                        "templateID": artifact.id,
+                        "timeout": timeout,
+                        "secure": true,
+                        "metadata": labels.to_map(),
+                        "envVars": locale_env(),
+                        // The Jupyter Server has no token: the proxy's is the guard.
+                        "network": { "allowPublicTraffic": false },
+                    }))
+                    .what("create sandbox"),
+            )
+            .await?
+            .json()?;
+        let mut timings = vec![Timing {
+            name: "sandbox-create".into(),
+            duration: started.elapsed(),
+            resolution: None,
+        }];
+        let secret = |name: &str, value: Option<String>| {
+            value.map(|t| {
+                let secret = Secret::new(name, t);
+                self.client.add_secret(secret.clone());
+                secret
+            })
+        };
+        let mut state = SandboxState {
+            access_token: secret("E2B_ENVD_ACCESS_TOKEN", created.envd_access_token),
+            traffic: secret("E2B_TRAFFIC_ACCESS_TOKEN", created.traffic_access_token),
+            kernel: String::new(),
+            named: HashMap::new(),
+        };
+        let sandbox = SandboxId(created.sandbox_id);
+        match self.ready(&sandbox, &state, &mut timings).await {
+            Ok(kernel) => {
+                state.kernel = kernel;
+                self.sandboxes
+                    .lock()
+                    .map_err(|_| poisoned())?
+                    .insert(sandbox.0.clone(), state);
+                Ok((sandbox, timings))
+            }
+            Err(e) => {
+                // Never leave a sandbox behind that the caller has no id for.
+                if let Err(kill) = self.kill(&sandbox.0).await {
+                    tracing::warn!(sandbox = %sandbox.0, "could not kill a sandbox that never became ready: {kill}");
+                }
+                Err(e.context(format!("launch sandbox {}", sandbox.0)))
+            }
+        }
+    }
+
     /// Connects with `E2B_API_KEY` (not needed in replay mode), `E2B_API_URL` and
     /// `E2B_DOMAIN` overriding the public addresses (`E2B_DOMAIN` may carry a port:
     /// `<domain>:<port>`), and the optional overrides `E2B_BASE_IMAGE`, `E2B_START_CMD` and
@@ -815,6 +888,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     egress_policy: false,
     artifacts_listed: true,
     provenance: false,
+    // `NewSandbox.timeout`, whole seconds from create (E2B's spec/openapi.yml).
+    lifetime: LifetimeLimit::SinceCreate { unit_secs: 1 },
 };
 
 #[async_trait]
@@ -994,69 +1069,19 @@ impl Provider for E2bProvider {
         artifact: &Artifact,
         labels: &RunLabels,
     ) -> Result<(SandboxId, Vec<Timing>)> {
-        if artifact.kind != ARTIFACT_KIND {
-            return Err(ProviderError::new(
-                ErrorKind::Config,
-                format!(
-                    "the e2b variant launches {ARTIFACT_KIND} artifacts, not {}",
-                    artifact.kind
-                ),
-            ));
-        }
-        let started = Instant::now();
-        let created: CreatedSandbox = self
-            .client
-            .call(
-                self.api(Method::POST, "/sandboxes")
-                    .json(json!({
-                        "templateID": artifact.id,
-                        "timeout": SANDBOX_TIMEOUT_SECS,
-                        "secure": true,
-                        "metadata": labels.to_map(),
-                        "envVars": locale_env(),
-                        // The Jupyter Server has no token: the proxy's is the guard.
-                        "network": { "allowPublicTraffic": false },
-                    }))
-                    .what("create sandbox"),
-            )
-            .await?
-            .json()?;
-        let mut timings = vec![Timing {
-            name: "sandbox-create".into(),
-            duration: started.elapsed(),
-            resolution: None,
-        }];
-        let secret = |name: &str, value: Option<String>| {
-            value.map(|t| {
-                let secret = Secret::new(name, t);
-                self.client.add_secret(secret.clone());
-                secret
-            })
-        };
-        let mut state = SandboxState {
-            access_token: secret("E2B_ENVD_ACCESS_TOKEN", created.envd_access_token),
-            traffic: secret("E2B_TRAFFIC_ACCESS_TOKEN", created.traffic_access_token),
-            kernel: String::new(),
-            named: HashMap::new(),
-        };
-        let sandbox = SandboxId(created.sandbox_id);
-        match self.ready(&sandbox, &state, &mut timings).await {
-            Ok(kernel) => {
-                state.kernel = kernel;
-                self.sandboxes
-                    .lock()
-                    .map_err(|_| poisoned())?
-                    .insert(sandbox.0.clone(), state);
-                Ok((sandbox, timings))
-            }
-            Err(e) => {
-                // Never leave a sandbox behind that the caller has no id for.
-                if let Err(kill) = self.kill(&sandbox.0).await {
-                    tracing::warn!(sandbox = %sandbox.0, "could not kill a sandbox that never became ready: {kill}");
-                }
-                Err(e.context(format!("launch sandbox {}", sandbox.0)))
-            }
-        }
+        self.launch_with_timeout(artifact, labels, SANDBOX_TIMEOUT_SECS)
+            .await
+    }
+
+    /// Creates the sandbox with `timeout` set to `lifetime`, in seconds.
+    async fn launch_for(
+        &self,
+        artifact: &Artifact,
+        labels: &RunLabels,
+        lifetime: Duration,
+    ) -> Result<(SandboxId, Vec<Timing>)> {
+        self.launch_with_timeout(artifact, labels, lifetime.as_secs().max(1))
+            .await
     }
 
     async fn run_code(&self, sandbox: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)> {

@@ -33,9 +33,9 @@ use crate::api::grpc::{GrpcOptions, Recorder};
 use crate::api::settings::Settings;
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, CreateLog,
-    CreateRecorder, ErrorKind, Labelled, LogFn, Provider, ProviderError, Resource, RestartKind,
-    Result, RunLabels, SandboxId, Secret, ShutdownEnding, ShutdownObservation, ShutdownReport,
-    Timing,
+    CreateRecorder, ErrorKind, Labelled, LifetimeLimit, LogFn, Provider, ProviderError, Resource,
+    RestartKind, Result, RunLabels, SandboxId, Secret, ShutdownEnding, ShutdownObservation,
+    ShutdownReport, Timing,
 };
 
 /// What the client was written against.
@@ -109,6 +109,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     // known only from this client, so a leaked one cannot be counted from a listing.
     artifacts_listed: false,
     provenance: false,
+    // `Sandbox.timeout_secs`, whole seconds from create (api.proto).
+    lifetime: LifetimeLimit::SinceCreate { unit_secs: 1 },
 };
 
 /// Request metadata replay compares (the control plane's and the router's).
@@ -211,6 +213,67 @@ pub fn image_builder_version(var: impl Fn(&str) -> Option<String>) -> Result<Str
 }
 
 impl ModalProvider {
+    /// Creates a sandbox from the image `artifact` names, ended by Modal `lifetime` after
+    /// its create (`timeout_secs`), and waits until its channel answers.
+    async fn launch_with_lifetime(
+        &self,
+        artifact: &Artifact,
+        labels: &RunLabels,
+        lifetime: Duration,
+    ) -> Result<(SandboxId, Vec<Timing>)> {
+        if artifact.kind != ARTIFACT_KIND {
+            return Err(ProviderError::new(
+                ErrorKind::Config,
+                format!(
+                    "the modal variant launches {ARTIFACT_KIND} artifacts, not {}",
+                    artifact.kind
+                ),
+            ));
+        }
+        let app = self.app().await?.to_owned();
+        let started = Instant::now();
+        let id = sandbox::create(
+            &self.plane,
+            &app,
+            &artifact.id,
+            Vec::new(),
+            &self.region,
+            labels,
+            lifetime,
+        )
+        .await?;
+        let mut timings = vec![timing("sandbox-create", started.elapsed(), None)];
+        let ready = async {
+            let started = Instant::now();
+            let task = sandbox::task_id(&self.plane, &id, self.task_deadline).await?;
+            timings.push(timing("task-assigned", started.elapsed(), None));
+            let router = self.router(&task);
+            let ready = channel::install_and_wait(&router, READY_DEADLINE).await?;
+            timings.push(timing(
+                "server-ready",
+                channel::millis(ready.waited_ms),
+                Some(READY_POLL),
+            ));
+            if let Some(region) = ready.region.filter(|r| !r.is_empty()) {
+                lock(&self.ran_in).insert(region);
+            }
+            Ok::<_, ProviderError>(router)
+        };
+        match ready.await {
+            Ok(router) => {
+                lock(&self.sandboxes).insert(id.clone(), Arc::new(router));
+                Ok((SandboxId(id), timings))
+            }
+            Err(e) => {
+                // Never leave a sandbox behind that the caller has no id for.
+                if let Err(end) = self.terminate(&id, Duration::from_secs(10)).await {
+                    tracing::warn!(sandbox = %id, "could not terminate a sandbox that never became ready: {end}");
+                }
+                Err(e.context(format!("launch sandbox {id}")))
+            }
+        }
+    }
+
     /// Connects as `connection` says: live and recording with `MODAL_TOKEN_ID` and
     /// `MODAL_TOKEN_SECRET` (both needed) at [`client::server_url`]; replaying with fakes.
     /// Every value is read from `settings`.
@@ -529,57 +592,17 @@ impl Provider for ModalProvider {
         artifact: &Artifact,
         labels: &RunLabels,
     ) -> Result<(SandboxId, Vec<Timing>)> {
-        if artifact.kind != ARTIFACT_KIND {
-            return Err(ProviderError::new(
-                ErrorKind::Config,
-                format!(
-                    "the modal variant launches {ARTIFACT_KIND} artifacts, not {}",
-                    artifact.kind
-                ),
-            ));
-        }
-        let app = self.app().await?.to_owned();
-        let started = Instant::now();
-        let id = sandbox::create(
-            &self.plane,
-            &app,
-            &artifact.id,
-            Vec::new(),
-            &self.region,
-            labels,
-            SANDBOX_LIFETIME,
-        )
-        .await?;
-        let mut timings = vec![timing("sandbox-create", started.elapsed(), None)];
-        let ready = async {
-            let started = Instant::now();
-            let task = sandbox::task_id(&self.plane, &id, self.task_deadline).await?;
-            timings.push(timing("task-assigned", started.elapsed(), None));
-            let router = self.router(&task);
-            let ready = channel::install_and_wait(&router, READY_DEADLINE).await?;
-            timings.push(timing(
-                "server-ready",
-                channel::millis(ready.waited_ms),
-                Some(READY_POLL),
-            ));
-            if let Some(region) = ready.region.filter(|r| !r.is_empty()) {
-                lock(&self.ran_in).insert(region);
-            }
-            Ok::<_, ProviderError>(router)
-        };
-        match ready.await {
-            Ok(router) => {
-                lock(&self.sandboxes).insert(id.clone(), Arc::new(router));
-                Ok((SandboxId(id), timings))
-            }
-            Err(e) => {
-                // Never leave a sandbox behind that the caller has no id for.
-                if let Err(end) = self.terminate(&id, Duration::from_secs(10)).await {
-                    tracing::warn!(sandbox = %id, "could not terminate a sandbox that never became ready: {end}");
-                }
-                Err(e.context(format!("launch sandbox {id}")))
-            }
-        }
+        self.launch_with_lifetime(artifact, labels, SANDBOX_LIFETIME)
+            .await
+    }
+
+    async fn launch_for(
+        &self,
+        artifact: &Artifact,
+        labels: &RunLabels,
+        lifetime: Duration,
+    ) -> Result<(SandboxId, Vec<Timing>)> {
+        self.launch_with_lifetime(artifact, labels, lifetime).await
     }
 
     async fn run_code(&self, sandbox: &SandboxId, code: &str) -> Result<(CodeOutput, Vec<Timing>)> {

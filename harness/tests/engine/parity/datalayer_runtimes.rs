@@ -47,6 +47,7 @@ pub async fn our_datalayer_client_sends_what_datalayer_core_sends_for_each_inten
                 environment_name: DEFAULT_ENVIRONMENT.to_owned(),
                 faults: Default::default(),
                 run_id: None,
+                kill_after: None,
             },
         )
         .await

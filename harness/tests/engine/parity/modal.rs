@@ -45,6 +45,7 @@ pub async fn our_modal_client_sends_what_the_modal_client_sends_for_each_intent(
                 unavailable_once: Vec::new(),
                 no_task: false,
                 run_id: None,
+                kill_after: None,
             },
         )
         .await

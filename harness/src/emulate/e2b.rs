@@ -209,9 +209,6 @@ struct Inner {
     run_id: Option<String>,
     /// [`Options::kill_after`].
     kill_after: Option<Duration>,
-    /// Held (shared) by each kill while it removes a container: [`Emulator::cleanup`]
-    /// waits for them, so no image is removed under a container still stopping.
-    kills: tokio::sync::RwLock<()>,
 }
 
 impl std::fmt::Debug for Emulator {
@@ -248,7 +245,6 @@ impl Emulator {
                 http,
                 run_id: options.run_id,
                 kill_after: options.kill_after,
-                kills: tokio::sync::RwLock::new(()),
             }),
         };
         let sockets = emulator.clone();
@@ -323,7 +319,6 @@ impl Emulator {
 
     /// Removes, by their labels, whatever the emulator's docker builds and sandboxes left.
     pub async fn cleanup(&self) {
-        let _no_kill_under_way = self.inner.kills.write().await;
         let labels = self.world().labels.clone();
         super::remove_labelled(self.inner.docker.as_ref() as &dyn Provider, labels).await;
     }
@@ -608,7 +603,6 @@ impl Emulator {
     /// Kills sandbox `id`: false when there is none. A killed E2B sandbox is gone: its
     /// container goes too (the docker variant's sandbox id is the container's).
     async fn kill(&self, id: &str) -> Result<bool, sandbox_providers::ProviderError> {
-        let _under_way = self.inner.kills.read().await;
         let Some(s) = self.world().sandboxes.remove(id) else {
             return Ok(false);
         };

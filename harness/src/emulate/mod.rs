@@ -571,21 +571,28 @@ pub(crate) async fn seed_build(
 /// Removes from `docker`, by their labels, whatever builds and sandboxes labelled with any
 /// of `labels` left; what it cannot list or remove it says on stderr, by name.
 pub(crate) async fn remove_labelled(docker: &dyn Provider, labels: Vec<RunLabels>) {
+    // Every label set is listed first and every container removed before any image: a
+    // sandbox the emulator ended on its own (a timeout) may still be stopping, under
+    // another label set than its image's.
+    let mut containers = Vec::new();
+    let mut images = Vec::new();
     for labels in labels {
-        let listed = match docker.list_resources(&labels).await {
-            Ok(listed) => listed,
-            Err(e) => {
-                eprintln!("emulator cleanup: cannot list run {}: {e}", labels.run_id);
-                continue;
+        match docker.list_resources(&labels).await {
+            Ok(listed) => {
+                let (c, i): (Vec<_>, Vec<_>) =
+                    listed.into_iter().partition(|r| r.kind == "container");
+                containers.extend(c);
+                images.extend(i);
             }
-        };
-        for resource in listed {
-            if let Err(e) = docker.delete_resource(&resource).await {
-                eprintln!(
-                    "emulator cleanup: {} {} could not be removed: {e}",
-                    resource.kind, resource.id
-                );
-            }
+            Err(e) => eprintln!("emulator cleanup: cannot list run {}: {e}", labels.run_id),
+        }
+    }
+    for resource in containers.into_iter().chain(images) {
+        if let Err(e) = docker.delete_resource(&resource).await {
+            eprintln!(
+                "emulator cleanup: {} {} could not be removed: {e}",
+                resource.kind, resource.id
+            );
         }
     }
 }

@@ -700,17 +700,22 @@ fn lifetime<'a>(scenarios: &[&'a ScenarioResult]) -> Timed<'a> {
         return Timed::Text(step_cell(scenarios, "lifetime", |_| NOTHING.to_owned()));
     };
     let asked = format!("{} from {}", seconds(seen.asked, 0), seen.counts_from);
+    let failed = matches!(
+        scenario.step("lifetime").map(|s| &s.status),
+        Some(StepStatus::Failed { .. })
+    );
     let ended = match (seen.gone_at, seen.early) {
         (Some(gone), true) => format!("died early at {}", seconds(gone, 1)),
+        (Some(gone), false) if failed => {
+            format!("gone at {}, not seen alive before", seconds(gone, 1))
+        }
         (Some(gone), false) => format!(
             "gone at {} (+{})",
             seconds(gone, 1),
             seconds(seen.overrun().unwrap_or_default(), 1)
         ),
-        (None, _) => match scenario.step("lifetime").map(|s| &s.status) {
-            Some(StepStatus::Failed { .. }) if seen.alive_at.is_some() => "outlived it".to_owned(),
-            _ => "not seen to end".to_owned(),
-        },
+        (None, _) if failed && seen.alive_at.is_some() => "outlived it".to_owned(),
+        (None, _) => "not seen to end".to_owned(),
     };
     Timed::value(scenario, format!("{asked} · {ended}"))
 }

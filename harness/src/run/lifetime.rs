@@ -86,14 +86,21 @@ pub async fn watch(
         secs(alive_by),
         secs(gone_by)
     ));
+    // Where the limit counts from create, the code channel answers once first: its first
+    // answer (a kernel starting) is not what the look at `alive_by` should wait for.
+    let mut first = since_create;
     // Alive until `alive_by`, looked at every `every`; the last look at `alive_by` itself.
     loop {
-        let next = (started.elapsed() + watch.every).min(alive_by);
+        let next = if first {
+            started.elapsed()
+        } else {
+            (started.elapsed() + watch.every).min(alive_by)
+        };
         tokio::time::sleep_until((started + next).into()).await;
         let last = next >= alive_by;
         // Create may return after `alive_by`: the look is then at once, timed as it is.
         let looked_at = started.elapsed();
-        let look = if last && since_create {
+        let look = if (last || std::mem::take(&mut first)) && since_create {
             answers(provider, &sandbox).await
         } else {
             look(provider, &sandbox).await
@@ -103,13 +110,26 @@ pub async fn watch(
             Ok(Look::Gone(ending)) => {
                 let at = started.elapsed();
                 seen.gone_at = Some(at);
-                seen.early = true;
-                let why = format!(
-                    "died early: gone at {} of the {} asked ({ending}); last seen alive at {}",
-                    secs(at),
-                    secs(watch.asked),
-                    seen.alive_at.map_or_else(|| "no time".to_owned(), secs)
-                );
+                // Seen gone before its limit could have passed: an early death. Seen gone
+                // only after, because the launch or a look took that long: no verdict on
+                // the provider, but nothing was seen alive where it had to be.
+                seen.early = at < watch.asked;
+                let last_alive = seen.alive_at.map_or_else(|| "no time".to_owned(), secs);
+                let why = if seen.early {
+                    format!(
+                        "died early: gone at {} of the {} asked ({ending}); last seen alive at {last_alive}",
+                        secs(at),
+                        secs(watch.asked),
+                    )
+                } else {
+                    format!(
+                        "not seen alive at {}: create returned at {} and the next look ended at {}, past the {} asked ({ending}); ask a longer `timeout`",
+                        secs(alive_by),
+                        secs(created),
+                        secs(at),
+                        secs(watch.asked),
+                    )
+                };
                 seen.ending = Some(ending);
                 return (seen, Err(why));
             }

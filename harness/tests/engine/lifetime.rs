@@ -115,6 +115,50 @@ pub fn an_e2b_sandbox_answers_before_its_timeout_and_is_gone_after() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// `run --emulated` on Modal and Datalayer: each sandbox ends at its limit (Modal's
+/// `timeout_secs`, Datalayer's `credits_limit` at the burning rate), seen alive before.
+pub fn modal_and_datalayer_sandboxes_end_at_their_limits_under_run_emulated() {
+    let out = common::out_dir("lifetime-emulated");
+    // Long enough for Modal's first answer (a kernel starting) to come before the look.
+    let scenario = scenario(&out, "20s", "30s");
+    let reports = out.join("reports");
+    let output = Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"))
+        .args(["run", "--emulated", "--scenario", &scenario])
+        .args([
+            "--variant",
+            "modal",
+            "--variant",
+            "datalayer-runtimes",
+            "--out",
+        ])
+        .arg(&reports)
+        .arg("--root")
+        .arg(common::root())
+        .output()
+        .expect("sandbox-matrix runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    let results: Value = serde_json::from_str(
+        &std::fs::read_to_string(reports.join("latest/results.json")).expect("results.json"),
+    )
+    .expect("results.json parses");
+    for result in results["scenarios"].as_array().expect("scenarios") {
+        assert_eq!(lifetime_step(result)["status"], "passed", "{text}");
+        let seen = &result["lifetime"];
+        assert_eq!(seen["early"], false, "{seen}");
+        assert!(
+            seen["gone_at"].as_f64().is_some_and(|g| g > 20_000.0),
+            "{seen}"
+        );
+    }
+    assert!(!text.contains("could not be removed"), "{text}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// A sandbox the emulator kills `--kill-after 12` seconds into a lifetime of `timeout`
 /// (after its launch, which a kill would fail instead): the step fails as an early death,
 /// and the table says so.

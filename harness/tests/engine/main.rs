@@ -113,6 +113,7 @@ fn main() {
             sync lifetime::an_e2b_sandbox_answers_before_its_timeout_and_is_gone_after,
             sync lifetime::an_e2b_sandbox_killed_early_fails_the_step_as_an_early_death,
             sync lifetime::a_daytona_sandbox_killed_early_fails_the_step_as_an_early_death,
+            sync lifetime::modal_and_datalayer_sandboxes_end_at_their_limits_under_run_emulated,
             sync sandbox_state::a_sandbox_killed_during_a_step_is_said_killed_with_its_last_log_lines,
             sync sandbox_state::a_paused_sandbox_is_said_to_have_stopped_answering,
             sync sandbox_state::a_cloud_sandbox_killed_during_a_step_is_said_ended_by_its_provider,

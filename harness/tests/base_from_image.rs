@@ -139,7 +139,7 @@ impl Drop for Restore {
 
 /// A copy of the base recipe in a fresh root, its Dockerfile or package list changed so
 /// that the engine's base (or root filesystem) is not current for it.
-fn changed_recipe(name: &str, packages_too: bool) -> std::path::PathBuf {
+fn changed_recipe(name: &str, packages_too: bool) -> common::OutDir {
     let root = common::out_dir(name);
     let recipe = root.join("fixtures/images/contract-base");
     std::fs::create_dir_all(&recipe).unwrap();

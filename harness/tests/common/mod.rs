@@ -181,11 +181,45 @@ impl StartedRun {
     }
 }
 
-pub fn out_dir(test: &str) -> PathBuf {
+/// A test's output folder, removed when dropped unless the test is failing (a panic is
+/// unwinding), so that a failure keeps what it wrote and a pass leaves nothing behind.
+#[derive(Debug)]
+pub struct OutDir(PathBuf);
+
+impl std::ops::Deref for OutDir {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for OutDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for OutDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for OutDir {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// A fresh folder `sandbox-matrix-<test>-<pid>` in the temp folder (see [`OutDir`]).
+pub fn out_dir(test: &str) -> OutDir {
     let dir = std::env::temp_dir().join(format!("sandbox-matrix-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+    OutDir(dir)
 }
 
 /// Writes `scenarios` as one run's reports (JUnit, summary, results.json) under `out`.
@@ -273,6 +307,7 @@ pub fn temp_scenario(name: &str, steps: &str) -> sandbox_matrix::run::scenario::
         root().join("fixtures/environments/reference").display()
     );
     std::fs::write(&path, text).expect("scenario written");
+    // Read whole at load (its environment is absolute): the folder is not needed after.
     sandbox_matrix::run::scenario::Scenario::load(&path).expect("scenario loads")
 }
 

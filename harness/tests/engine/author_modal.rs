@@ -238,7 +238,7 @@ pub async fn record_faults(root: &Path, dir: &Path) {
             60
         }));
         let environment = if name == "build-fails" {
-            &failing
+            &*failing
         } else {
             &reference
         };

@@ -200,7 +200,8 @@ pub async fn pushes_an_index_with_attestations_and_launches_it_pulled_by_the_rea
     }
     // An outside reader: the SPDX project's validator accepts the document as SPDX 2.3.
     let python = common::sdk::required_python(SDK, &common::sdk::pinned(SDK));
-    let document = common::out_dir("datalayer-push-sbom").join("sbom.spdx.json");
+    let folder = common::out_dir("datalayer-push-sbom");
+    let document = folder.join("sbom.spdx.json");
     std::fs::write(&document, serde_json::to_vec_pretty(sbom).unwrap()).unwrap();
     let validated = std::process::Command::new(python.with_file_name("pyspdxtools"))
         .arg("-i")
@@ -233,7 +234,8 @@ pub async fn pushes_an_index_with_attestations_and_launches_it_pulled_by_the_rea
     // provenance v1 strictly, and builder.id and buildType are URIs.
     let statement = &statements[attest::SLSA_PREDICATE];
     let python = common::sdk::required_python(PROVENANCE_SDK, &common::sdk::pinned(PROVENANCE_SDK));
-    let document = common::out_dir("datalayer-push-provenance").join("provenance.json");
+    let folder = common::out_dir("datalayer-push-provenance");
+    let document = folder.join("provenance.json");
     std::fs::write(&document, serde_json::to_vec_pretty(statement).unwrap()).unwrap();
     let validated = std::process::Command::new(&python)
         .arg(common::root().join("harness/tests/sdk/validate_provenance.py"))

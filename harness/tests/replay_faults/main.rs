@@ -130,7 +130,10 @@ async fn replay(
         &common::quiet_runner(),
         cloud,
         &scenario,
-        &CloudMode::Replay { dir, pace },
+        &CloudMode::Replay {
+            dir: dir.to_path_buf(),
+            pace,
+        },
     )
     .await;
     (result, started.elapsed())

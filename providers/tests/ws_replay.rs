@@ -114,7 +114,10 @@ async fn record(name: &str, codes: &[&str], together: bool) -> (Cassette, PathBu
     (Cassette::load(&path).unwrap(), path)
 }
 
+/// Serves `cassette`; the file it was recorded to at `path` is named in messages only, and
+/// removed here, as every test replays after it reads what it recorded.
 async fn replay(cassette: Cassette, path: PathBuf) -> (ReplayServer, ApiClient) {
+    let _ = std::fs::remove_file(&path);
     let server = ReplayServer::start(
         cassette,
         ReplayOptions {

@@ -6,17 +6,7 @@ mod common;
 use std::process::{Command, Output};
 
 fn sandbox_matrix(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"))
-        .args(args)
-        .current_dir(common::root())
-        // No credential may come from the environment the tests run in.
-        .env_remove("E2B_API_KEY")
-        .env_remove("DAYTONA_API_KEY")
-        .env_remove("DAYTONA_JWT_TOKEN")
-        .env_remove("DAYTONA_ORGANIZATION_ID")
-        .env_remove("GITHUB_STEP_SUMMARY")
-        .output()
-        .expect("sandbox-matrix runs")
+    common::sandbox_matrix_without_credentials(args)
 }
 
 fn stderr(output: &Output) -> String {

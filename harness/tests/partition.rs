@@ -9,21 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Command, Output};
 
 fn sandbox_matrix(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"))
-        .args(args)
-        .current_dir(common::root())
-        // No credential may come from the environment the tests run in.
-        .env_remove("E2B_API_KEY")
-        .env_remove("DAYTONA_API_KEY")
-        .env_remove("DAYTONA_JWT_TOKEN")
-        .env_remove("DAYTONA_ORGANIZATION_ID")
-        .env_remove("MODAL_TOKEN_ID")
-        .env_remove("MODAL_TOKEN_SECRET")
-        .env_remove("DATALAYER_API_KEY")
-        .env_remove("SANDBOX_MATRIX_BASE")
-        .env_remove("GITHUB_STEP_SUMMARY")
-        .output()
-        .expect("sandbox-matrix runs")
+    common::sandbox_matrix_without_credentials(args)
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -181,6 +181,27 @@ impl StartedRun {
     }
 }
 
+/// Runs `sandbox-matrix args` in the checkout with no provider credential, registry
+/// base or step summary taken from the environment the tests run in.
+pub fn sandbox_matrix_without_credentials(args: &[&str]) -> std::process::Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_sandbox-matrix"));
+    command.args(args).current_dir(root());
+    for var in [
+        "E2B_API_KEY",
+        "DAYTONA_API_KEY",
+        "DAYTONA_JWT_TOKEN",
+        "DAYTONA_ORGANIZATION_ID",
+        "MODAL_TOKEN_ID",
+        "MODAL_TOKEN_SECRET",
+        "DATALAYER_API_KEY",
+        "SANDBOX_MATRIX_BASE",
+        "GITHUB_STEP_SUMMARY",
+    ] {
+        command.env_remove(var);
+    }
+    command.output().expect("sandbox-matrix runs")
+}
+
 /// A test's output folder, removed when dropped unless the test is failing (a panic is
 /// unwinding), so that a failure keeps what it wrote and a pass leaves nothing behind.
 #[derive(Debug)]

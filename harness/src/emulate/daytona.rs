@@ -570,7 +570,6 @@ impl Emulator {
             "cpu": s.size.cpu, "gpu": 0, "memory": s.size.memory_gib, "disk": s.size.disk_gib,
             "state": s.state, "createdAt": STAMP, "updatedAt": STAMP,
             "toolboxProxyUrl": format!("{proxy}/toolbox"),
-            "autoStopInterval": s.auto_stop_minutes,
         });
         if let Some(reason) = &s.error_reason {
             dto["errorReason"] = json!(reason);

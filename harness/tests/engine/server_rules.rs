@@ -178,7 +178,7 @@ pub async fn daytona_runs_process_execute_as_its_toolbox_does() {
         .call(
             ApiRequest::post(Target::Api, "/sandbox")
                 .header(bearer.0, bearer.1.clone())
-                .json(serde_json::json!({"snapshot": artifact.id, "autoStopInterval": 15})),
+                .json(serde_json::json!({"snapshot": artifact.id, "autoArchiveInterval": 60})),
         )
         .await
         .map(|_| ());
@@ -227,8 +227,11 @@ pub async fn daytona_runs_process_execute_as_its_toolbox_does() {
     emulator.stop();
     emulator.cleanup().await;
 
-    let refused = refused.expect_err("a create with autoStopInterval");
-    assert!(refused.message.contains("`autoStopInterval`"), "{refused}");
+    let refused = refused.expect_err("a create with autoArchiveInterval");
+    assert!(
+        refused.message.contains("`autoArchiveInterval`"),
+        "{refused}"
+    );
     assert_eq!(ran["exitCode"], 0, "{ran}");
     assert_eq!(ran["result"], "datalayer\n/tmp\ngiven\n", "{ran}");
     let timed_out = timed_out.expect_err("a command past its timeout");

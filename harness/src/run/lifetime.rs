@@ -49,9 +49,9 @@ enum Look {
     Gone(String),
 }
 
-/// Launches a sandbox from `launch` and watches it as `watch` says. Returns what it saw,
-/// the sandbox (to stop, when it is still there) and, when the sandbox did not keep its
-/// lifetime, why. `log` takes progress lines.
+/// Watches `sandbox`, whose create was asked at `started` with `limit`, as `watch` says.
+/// Returns what it saw and, when the sandbox did not keep its lifetime, why; the caller
+/// stops it when it was not seen gone. `log` takes progress lines.
 pub async fn watch(
     provider: &dyn Provider,
     limit: LifetimeLimit,

@@ -11,7 +11,6 @@
 
 pub mod analyze;
 pub mod checks;
-pub mod emulate;
 pub mod model;
 pub mod paths;
 pub mod report;

@@ -33,9 +33,9 @@ fn missing_places(root: &Path, variant: &str, grpc: bool) -> Vec<String> {
         .into_iter()
         .filter(|path| !root.join(path).exists())
         .collect();
-    if sandbox_matrix::emulate::Emulated::of_variant(variant).is_none() {
+    if sandbox_emulators::Emulated::of_variant(variant).is_none() {
         missing.push(format!(
-            "an emulator (sandbox_matrix::emulate::Emulated::of_variant(\"{variant}\"))"
+            "an emulator (sandbox_emulators::Emulated::of_variant(\"{variant}\"))"
         ));
     }
     // Its provider's page, with a heading naming the variant: `# e2b: …`, or

@@ -49,7 +49,13 @@ fn debug_forms(text: &str, file: &str) -> Vec<String> {
 #[test]
 fn no_message_is_formatted_with_debug() {
     let mut files = Vec::new();
-    for crate_dir in ["contract/src", "doctor/src", "providers/src", "harness/src"] {
+    for crate_dir in [
+        "contract/src",
+        "doctor/src",
+        "providers/src",
+        "emulators/src",
+        "harness/src",
+    ] {
         rust_files(&root().join(crate_dir), &mut files);
     }
     files.sort();

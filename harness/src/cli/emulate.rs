@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use sandbox_matrix::emulate;
+use sandbox_emulators as emulate;
 use sandbox_matrix::run::plan::emulator_backend;
 
 use clap::{Args, Subcommand};

@@ -11,7 +11,6 @@ use sandbox_providers::api::settings::Settings;
 use sandbox_providers::docker::DockerProvider;
 use tokio_util::sync::CancellationToken;
 
-use crate::emulate;
 use crate::model::events::{EventSink, Fanout, RunEvent};
 use crate::model::results::{
     OrphanAudit, Provenance, RESULTS_SCHEMA_VERSION, RunResults, ScenarioResult, Source,
@@ -26,6 +25,7 @@ use crate::run::scenario::Scenario;
 use crate::run::variants;
 use crate::run::variants::CloudMode;
 use crate::run::{orphans, partition};
+use sandbox_emulators as emulate;
 
 /// What `sandbox-matrix run` runs, from already-parsed and already-checked arguments.
 pub struct Plan {

@@ -222,7 +222,7 @@ pub enum CloudMode {
         pace: Pace,
     },
     /// sandbox-matrix's emulator of each cloud variant, started by the run on loopback over
-    /// the local engine ([`crate::emulate::launch`]); every exchange written to
+    /// the local engine ([`sandbox_emulators::launch`]); every exchange written to
     /// `<record>/<variant>/<scenario>.yaml` when `record` is set.
     Emulated {
         /// The cassettes folder, when recording.
@@ -387,7 +387,7 @@ pub struct CloudSession {
 /// What a result of `variant` run against its emulator says it came from.
 pub fn emulated_source(variant: &str) -> Source {
     Source::Emulated {
-        emulator: crate::emulate::describe(variant),
+        emulator: sandbox_emulators::describe(variant),
     }
 }
 
@@ -494,7 +494,7 @@ pub async fn open_cloud(
 fn authored_origin(variant: &str, date: &impl std::fmt::Display) -> String {
     format!(
         "authored {date} through {}",
-        crate::emulate::describe(variant)
+        sandbox_emulators::describe(variant)
     )
 }
 

@@ -412,7 +412,7 @@ pub fn e2b_lifecycle() -> sandbox_providers::api::Cassette {
 }
 
 /// One HTTP request as a test server (an authoring emulator) reads it.
-pub use sandbox_matrix::emulate::HttpRequest;
+pub use sandbox_emulators::HttpRequest;
 
 /// A listener on 127.0.0.1 and its base URL, for [`serve_http`].
 pub async fn bind_loopback() -> (tokio::net::TcpListener, String) {
@@ -430,7 +430,7 @@ where
     F: Fn(HttpRequest) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = (u16, String, Vec<u8>)> + Send + 'static,
 {
-    drop(sandbox_matrix::emulate::serve_http(listener, None, handle));
+    drop(sandbox_emulators::serve_http(listener, None, handle));
 }
 
 /// `step: reason` for each failed step of `result`.

@@ -55,16 +55,25 @@ pub fn docker_missing() -> Option<String> {
 /// A test named `name` that runs `body` once `need` is met: ignored with the reason when it
 /// is not, failed with it under `CI=true`.
 pub fn trial(name: &str, need: Need, body: impl FnOnce() + Send + 'static) -> Trial {
-    Trial::ignorable_test(name, move || match need.missing() {
+    let name = name.to_owned();
+    Trial::ignorable_test(name.clone(), move || match need.missing() {
         Some(reason) if ci() => Err(Failed::from(format!(
             "CI=true requires this test: {reason}"
         ))),
         Some(reason) => Ok(Completion::ignored_with(reason)),
         None => {
+            let started = std::time::Instant::now();
             body();
+            took(&name, started.elapsed());
             Ok(Completion::Completed)
         }
     })
+}
+
+/// Says on stderr how long a test that ran took, as nextest does, so that a CI log shows
+/// which tests its time went to (libtest-mimic's own lines carry no time).
+fn took(name: &str, elapsed: std::time::Duration) {
+    eprintln!("    took {:>6.1} s: {name}", elapsed.as_secs_f64());
 }
 
 /// Runs `test` to its end on a multi-threaded runtime of `threads` workers.

@@ -1,7 +1,7 @@
 //! Authors `fixtures/cassettes/daytona/{lifecycle,core-tier}.yaml` and the build cassettes
 //! `builds/{private-base,private-base-failed}.yaml`.
 //!
-//! The daytona emulator (`sandbox_matrix::emulate::daytona`, over HTTPS with its test CA,
+//! The daytona emulator (`sandbox_emulators::daytona`, over HTTPS with its test CA,
 //! backed by the local docker variant, so every probe answer is real; the control-plane
 //! answers are the emulator's) is reached through Daytona's live URL forms
 //! (`https://app.daytona.test/api`, the toolbox at `https://proxy.app.daytona.test/toolbox`)
@@ -16,8 +16,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sandbox_matrix::emulate::Emulator as _;
-use sandbox_matrix::emulate::daytona::{DEFAULT_DOMAIN, Emulator, Options, StandInBase};
+use sandbox_emulators::Emulator as _;
+use sandbox_emulators::daytona::{DEFAULT_DOMAIN, Emulator, Options, StandInBase};
 use sandbox_matrix::model::events::{EventSink, RunEvent};
 use sandbox_matrix::model::results::ScenarioResult;
 use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id};

@@ -1,4 +1,4 @@
-//! Authors the e2b cassettes: the e2b emulator (`sandbox_matrix::emulate::e2b`, over HTTPS
+//! Authors the e2b cassettes: the e2b emulator (`sandbox_emulators::e2b`, over HTTPS
 //! with its test CA, forwarding code and commands to a real sandbox of the local docker
 //! variant, so every probe answer is real) is reached through E2B's live host forms, and
 //! the e2b client runs the lifecycle and core-tier scenarios against it in record mode,
@@ -11,8 +11,8 @@ use crate::common;
 use std::path::Path;
 use std::sync::Arc;
 
-use sandbox_matrix::emulate::Emulator as _;
-use sandbox_matrix::emulate::e2b::{DEFAULT_DOMAIN, Emulator, Options};
+use sandbox_emulators::Emulator as _;
+use sandbox_emulators::e2b::{DEFAULT_DOMAIN, Emulator, Options};
 use sandbox_matrix::model::events::{EventSink, RunEvent};
 use sandbox_matrix::model::results::ScenarioResult;
 use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id};

@@ -1,4 +1,4 @@
-//! Authors the modal cassettes: `sandbox_matrix::emulate::modal` (Modal's gRPC control
+//! Authors the modal cassettes: `sandbox_emulators::modal` (Modal's gRPC control
 //! plane and command router on loopback, backed by the local docker variant, so every
 //! build, sandbox and exec is real) answers the modal variant running the lifecycle and
 //! core-tier scenarios in record mode, which writes
@@ -12,7 +12,7 @@ use crate::common;
 use std::path::Path;
 use std::sync::Arc;
 
-use sandbox_matrix::emulate::modal::{DEFAULT_DOMAIN, Emulator, Options, ROUTER_JWT_TTL};
+use sandbox_emulators::modal::{DEFAULT_DOMAIN, Emulator, Options, ROUTER_JWT_TTL};
 use sandbox_matrix::model::events::{EventSink, RunEvent};
 use sandbox_matrix::model::results::ScenarioResult;
 use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id};

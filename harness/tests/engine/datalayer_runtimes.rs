@@ -1,4 +1,4 @@
-//! The datalayer-runtimes variant against `sandbox_matrix::emulate::datalayer` (Datalayer's
+//! The datalayer-runtimes variant against `sandbox_emulators::datalayer` (Datalayer's
 //! runtimes API over HTTPS, each runtime a real docker sandbox whose Jupyter Server is
 //! served at its ingress): the lifecycle passes and leaves no runtime; the runtime is
 //! keyed by its `pod_name` (a client that deleted by `uid` would leave it running, which
@@ -14,8 +14,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sandbox_matrix::emulate::Emulator as _;
-use sandbox_matrix::emulate::datalayer::{
+use sandbox_emulators::Emulator as _;
+use sandbox_emulators::datalayer::{
     DEFAULT_DOMAIN, DEFAULT_ENVIRONMENT, Emulator, Faults, Options,
 };
 use sandbox_matrix::model::results::ScenarioResult;
@@ -331,7 +331,7 @@ pub async fn a_runtime_ends_when_its_credits_are_spent_and_an_unknown_field_is_r
         refused.text().await.unwrap_or_default(),
     );
     // Three seconds of credits at the emulator's burning rate.
-    let rate = sandbox_matrix::emulate::datalayer::BURNING_RATE;
+    let rate = sandbox_emulators::datalayer::BURNING_RATE;
     let created = create(serde_json::json!({
         "type": "notebook", "environment_name": DEFAULT_ENVIRONMENT, "given_name": "sm-brief",
         "credits_limit": 3.0 * rate,

@@ -14,7 +14,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use common::emulate::Emulate;
-use sandbox_matrix::emulate::Emulator as _;
+use sandbox_emulators::Emulator as _;
 use sandbox_providers::Secret;
 use sandbox_providers::api::network::RESOLVE_VAR;
 use sandbox_providers::api::{Endpoints, Mode, Volatiles};
@@ -56,7 +56,7 @@ pub async fn the_e2b_client_runs_the_lifecycle_against_emulate_over_https_throug
 /// E2B's API as a test calls it by hand: raw requests to an e2b emulator on the default
 /// domain, with the fake key.
 struct RawE2b {
-    emulator: sandbox_matrix::emulate::e2b::Emulator,
+    emulator: sandbox_emulators::e2b::Emulator,
     http: reqwest::Client,
 }
 
@@ -68,7 +68,7 @@ struct RawSandbox {
 
 impl RawE2b {
     async fn start() -> Self {
-        use sandbox_matrix::emulate::e2b::{DEFAULT_DOMAIN, Emulator, Options};
+        use sandbox_emulators::e2b::{DEFAULT_DOMAIN, Emulator, Options};
         let docker = common::prepared_docker(&common::root()).await;
         let emulator = Emulator::start(
             docker,

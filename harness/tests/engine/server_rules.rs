@@ -9,8 +9,8 @@ use crate::common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sandbox_matrix::emulate::Emulator as _;
-use sandbox_matrix::emulate::daytona::{DEFAULT_DOMAIN, Emulator, Options};
+use sandbox_emulators::Emulator as _;
+use sandbox_emulators::daytona::{DEFAULT_DOMAIN, Emulator, Options};
 use sandbox_providers::api::ws::WsMessage;
 use sandbox_providers::api::{ApiClient, ApiRequest, ApiSettings, Endpoints, Mode, Target};
 use sandbox_providers::daytona::DaytonaProvider;

@@ -15,9 +15,9 @@ use crate::common;
 use std::path::Path;
 use std::sync::Arc;
 
-use sandbox_matrix::emulate::Emulator as _;
-use sandbox_matrix::emulate::datalayer::{DEFAULT_DOMAIN, DEFAULT_ENVIRONMENT, Emulator, Options};
-use sandbox_matrix::emulate::record::Exchange;
+use sandbox_emulators::Emulator as _;
+use sandbox_emulators::datalayer::{DEFAULT_DOMAIN, DEFAULT_ENVIRONMENT, Emulator, Options};
+use sandbox_emulators::record::Exchange;
 use sandbox_matrix::run::runner::new_run_id;
 use sandbox_providers::api::{Mode, Network};
 use sandbox_providers::datalayer::runtimes::{self, RuntimesProvider};

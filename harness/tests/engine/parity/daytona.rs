@@ -14,9 +14,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sandbox_matrix::emulate::Emulator as _;
-use sandbox_matrix::emulate::daytona::{DEFAULT_DOMAIN, Emulator, Options};
-use sandbox_matrix::emulate::record::Exchange;
+use sandbox_emulators::Emulator as _;
+use sandbox_emulators::daytona::{DEFAULT_DOMAIN, Emulator, Options};
+use sandbox_emulators::record::Exchange;
 use sandbox_matrix::run::runner::new_run_id;
 use sandbox_providers::api::{ApiSettings, Endpoints, Mode, Network};
 use sandbox_providers::daytona::DaytonaProvider;

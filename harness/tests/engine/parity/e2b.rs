@@ -13,9 +13,9 @@ use crate::common;
 use std::path::Path;
 use std::sync::Arc;
 
-use sandbox_matrix::emulate::Emulator as _;
-use sandbox_matrix::emulate::e2b::{Emulator, Options};
-use sandbox_matrix::emulate::record::{Body, Exchange};
+use sandbox_emulators::Emulator as _;
+use sandbox_emulators::e2b::{Emulator, Options};
+use sandbox_emulators::record::{Body, Exchange};
 use sandbox_matrix::run::runner::new_run_id;
 use sandbox_providers::api::{Endpoints, Mode};
 use sandbox_providers::e2b::E2bProvider;

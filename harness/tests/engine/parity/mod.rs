@@ -1,6 +1,6 @@
 //! Parity with the providers' official SDKs: the project's client and the SDK each
 //! perform the same intents against one provider's emulator, which keeps every request
-//! (`sandbox_matrix::emulate::record`); the requests of each intent are set side by side
+//! (`sandbox_emulators::record`); the requests of each intent are set side by side
 //! and every difference fails, unless `fixtures/parity/<provider>.yaml` accepts it with a
 //! reason and the source (an SDK or server file, at its version or commit) that shows the
 //! service takes our form.
@@ -27,7 +27,7 @@ use std::fmt;
 use std::path::Path;
 
 use crate::json_diff::{diff_values, looks_like_time};
-use sandbox_matrix::emulate::record::{Body, Exchange};
+use sandbox_emulators::record::{Body, Exchange};
 use sandbox_providers::{Artifact, BaseImage, BuildRequest, Provider, RunLabels, SandboxState};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -82,12 +82,12 @@ pub async fn intent<T>(
     action: impl Future<Output = T>,
 ) -> T {
     tokio::time::sleep(PAUSE).await;
-    let from_ms = sandbox_matrix::emulate::record::now_ms();
+    let from_ms = sandbox_emulators::record::now_ms();
     let out = action.await;
     windows.push(Window {
         intent: name.to_owned(),
         from_ms,
-        to_ms: sandbox_matrix::emulate::record::now_ms(),
+        to_ms: sandbox_emulators::record::now_ms(),
     });
     tokio::time::sleep(PAUSE).await;
     out

@@ -15,8 +15,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use prost_reflect::{DescriptorPool, DynamicMessage, SerializeOptions};
-use sandbox_matrix::emulate::modal::{DEFAULT_DOMAIN, Emulator, Options, ROUTER_JWT_TTL};
-use sandbox_matrix::emulate::record::{Body, Exchange};
+use sandbox_emulators::modal::{DEFAULT_DOMAIN, Emulator, Options, ROUTER_JWT_TTL};
+use sandbox_emulators::record::{Body, Exchange};
 use sandbox_matrix::run::runner::new_run_id;
 use sandbox_providers::modal::client::{Credentials, TOKEN_ID_VAR, TOKEN_SECRET_VAR};
 use sandbox_providers::modal::{Connection, ModalProvider};

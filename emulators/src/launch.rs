@@ -11,7 +11,7 @@ use sandbox_providers::api::settings::Settings;
 use sandbox_providers::docker::DockerProvider;
 
 use super::{EmulateError, Emulated, datalayer, daytona, e2b, modal};
-use crate::emulate::Emulator as _;
+use crate::Emulator as _;
 
 /// How to start an emulator. [`Launch::new`] gives each provider's defaults.
 #[derive(Debug, Clone)]

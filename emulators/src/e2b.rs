@@ -1416,7 +1416,7 @@ mod tests {
     #[test]
     fn the_start_command_decides_what_port_49999_serves() {
         let reference: Value = serde_json::from_str(include_str!(
-            "../../../fixtures/environments/reference/environment.json"
+            "../../fixtures/environments/reference/environment.json"
         ))
         .expect("the reference environment is JSON");
         let command = reference["start"]["command"].as_str();

@@ -13,7 +13,6 @@ pub mod daytona;
 pub mod e2b;
 pub mod launch;
 pub mod modal;
-mod modal_mounts;
 pub mod record;
 pub mod tls;
 

@@ -271,7 +271,7 @@ mod tests {
             )),
         };
         assert_eq!(
-            super::super::modal::unknown_fields(
+            super::super::unknown_fields(
                 "/modal.client.ModalClient/MountPutFile",
                 &framed(&put, &[])
             ),
@@ -294,7 +294,7 @@ mod tests {
         };
         let path = "/modal.client.ModalClient/MountGetOrCreate";
         assert_eq!(
-            super::super::modal::unknown_fields(path, &framed(&anonymous, &[])),
+            super::super::unknown_fields(path, &framed(&anonymous, &[])),
             None
         );
         let named = api::MountGetOrCreateRequest {
@@ -307,7 +307,7 @@ mod tests {
             ..anonymous
         };
         assert_eq!(
-            super::super::modal::unknown_fields(path, &framed(&named, &[])),
+            super::super::unknown_fields(path, &framed(&named, &[])),
             Some(
                 "MountGetOrCreate: the emulator does not implement `deployment_name` (set to \
                  my-mount), `object_creation_type` (set to \
@@ -318,7 +318,7 @@ mod tests {
         // 1.6.4's `earliest_checked_at` (7), which the commit the subset follows lacks: by
         // message and number. The emulator answers no `checked_at` for the client to echo.
         assert_eq!(
-            super::super::modal::unknown_fields(
+            super::super::unknown_fields(
                 path,
                 &framed(&api::MountGetOrCreateRequest::default(), &[0x3a, 0x00])
             ),

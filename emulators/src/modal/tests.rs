@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// `message` as one gRPC frame, with `extra` (raw protobuf bytes) after it.

@@ -1,4 +1,3 @@
-
 use super::interpreter::{Execute, INTERPRETER_TIMEOUT, read_execute};
 use super::snapshots::write_context;
 use super::*;

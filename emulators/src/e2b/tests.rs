@@ -1,4 +1,3 @@
-
 use super::builds::{builder_rules, implemented};
 use super::sandboxes::create_refusal;
 use super::*;

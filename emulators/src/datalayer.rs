@@ -25,7 +25,7 @@ use std::time::{Duration, SystemTime};
 
 use sandbox_providers::api::ws::{Rewound, accept, split_upgrades};
 use sandbox_providers::docker::DockerProvider;
-use sandbox_providers::{Artifact, Provider, Resource, RunLabels, SandboxId};
+use sandbox_providers::{Artifact, Housekeeping as _, Provider, Resource, RunLabels, SandboxId};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite;
 

@@ -12,9 +12,9 @@ use sandbox_matrix::model::results::Source;
 use sandbox_matrix::run::runner::{Runner, fake_canary};
 use sandbox_matrix::run::scenario::Scenario;
 use sandbox_providers::{
-    Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, LogFn, Provider,
-    ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId, ShutdownEnding,
-    ShutdownObservation, ShutdownReport, Timing,
+    Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, Housekeeping,
+    LogFn, Provider, ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId,
+    ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -162,7 +162,10 @@ impl Provider for Counting {
     async fn artifact_metadata(&self, _: &Artifact) -> Result<String> {
         Err(ProviderError::unsupported("read artifact metadata"))
     }
+}
 
+#[async_trait]
+impl Housekeeping for Counting {
     async fn list_resources(&self, _: &RunLabels) -> Result<Vec<Resource>> {
         Ok(Vec::new())
     }

@@ -17,8 +17,8 @@ use sandbox_providers::api::replay::{Observed, Pace, ReplayOptions, ReplayServer
 use sandbox_providers::api::{ApiSettings, Body, Cassette, Endpoints, Mode, Volatiles};
 use sandbox_providers::daytona::{DaytonaProvider, KIND_SNAPSHOT};
 use sandbox_providers::{
-    Artifact, BaseImage, BuildRequest, CredentialSource, ErrorKind, Provider, ProviderError,
-    RegistryCredential, Resource, RunLabels, Secret,
+    Artifact, BaseImage, BuildRequest, CredentialSource, ErrorKind, Housekeeping as _, Provider,
+    ProviderError, RegistryCredential, Resource, RunLabels, Secret,
 };
 
 /// A fake API key, made up for this test; it grants nothing anywhere.

@@ -12,9 +12,9 @@ use sandbox_matrix::model::results::{ScenarioResult, StepStatus};
 use sandbox_matrix::run::runner::{Runner, fake_canary};
 use sandbox_matrix::run::scenario::Scenario;
 use sandbox_providers::{
-    Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, LogFn, Provider,
-    ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId, ShutdownEnding,
-    ShutdownObservation, ShutdownReport, Timing,
+    Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, Housekeeping,
+    LogFn, Provider, ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId,
+    ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -62,13 +62,6 @@ impl Provider for Scripted {
             provenance: false,
             lifetime: Default::default(),
         }
-    }
-
-    fn sandbox_resource(&self, sandbox: &SandboxId) -> Option<Resource> {
-        Some(Resource {
-            kind: "container".into(),
-            id: sandbox.0.clone(),
-        })
     }
 
     async fn build(&self, _: &BuildRequest, log: &LogFn) -> Result<Artifact> {
@@ -155,6 +148,16 @@ impl Provider for Scripted {
             duration: Duration::from_millis(1_500),
             resolution: None,
         }])
+    }
+}
+
+#[async_trait]
+impl Housekeeping for Scripted {
+    fn sandbox_resource(&self, sandbox: &SandboxId) -> Option<Resource> {
+        Some(Resource {
+            kind: "container".into(),
+            id: sandbox.0.clone(),
+        })
     }
 
     async fn list_resources(&self, _: &RunLabels) -> Result<Vec<Resource>> {

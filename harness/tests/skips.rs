@@ -14,9 +14,9 @@ use sandbox_matrix::model::results::{ScenarioResult, StepStatus};
 use sandbox_matrix::run::runner::{Runner, fake_canary};
 use sandbox_matrix::run::scenario::Scenario;
 use sandbox_providers::{
-    Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, LogFn, Provider,
-    ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId, ShutdownEnding,
-    ShutdownObservation, ShutdownReport, Timing,
+    Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, Housekeeping,
+    LogFn, Provider, ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId,
+    ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -131,7 +131,10 @@ impl Provider for Stub {
     async fn artifact_metadata(&self, _: &Artifact) -> Result<String> {
         Err(ProviderError::unsupported("read artifact metadata"))
     }
+}
 
+#[async_trait]
+impl Housekeeping for Stub {
     async fn list_resources(&self, _: &RunLabels) -> Result<Vec<Resource>> {
         Ok(Vec::new())
     }

@@ -432,7 +432,7 @@ pub struct Resource {
     pub id: String,
 }
 
-/// What [`Provider::delete_resource`] found and did.
+/// What [`Housekeeping::delete_resource`] found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Deleted {
     /// It existed, and the provider removed it.
@@ -488,7 +488,7 @@ pub trait CreateLog: Send + Sync {
     fn gone(&self, labels: &RunLabels, resource: &Resource) -> std::result::Result<(), String>;
 }
 
-/// The [`CreateLog`] a provider was given by [`Provider::record_creates`], if any.
+/// The [`CreateLog`] a provider was given by [`Housekeeping::record_creates`], if any.
 #[derive(Default)]
 pub(crate) struct CreateRecorder(Mutex<Option<Arc<dyn CreateLog>>>);
 
@@ -540,7 +540,7 @@ impl CreateRecorder {
 /// deadlines, retries and cleanup. Calls a variant cannot serve return
 /// [`ErrorKind::Unsupported`], and its [`Capabilities`] say so up front.
 #[async_trait]
-pub trait Provider: Send + Sync {
+pub trait Provider: Housekeeping + Send + Sync {
     /// The variant's name, as scenarios and reports use it.
     fn variant(&self) -> &str;
 
@@ -698,7 +698,14 @@ pub trait Provider: Send + Sync {
     fn emulator(&self) -> Option<String> {
         None
     }
+}
 
+/// What a variant leaves behind and how it is found and removed: the run ledger's, the
+/// orphan audit's and `sweep`'s side of a provider, apart from the sandbox lifecycle of
+/// [`Provider`]. Every provider is one (`Provider: Housekeeping`), so a `dyn Provider`
+/// answers these too.
+#[async_trait]
+pub trait Housekeeping: Send + Sync {
     /// Lists every resource carrying all of `labels` (run, variant and scenario).
     async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>>;
 
@@ -706,13 +713,13 @@ pub trait Provider: Send + Sync {
     /// an error.
     async fn delete_resource(&self, resource: &Resource) -> Result<Deleted>;
 
-    /// The resource [`Provider::delete_resource`] removes for an artifact this variant
+    /// The resource [`Housekeeping::delete_resource`] removes for an artifact this variant
     /// built, for the run ledger; `None` when the variant has no such resource to delete.
     fn artifact_resource(&self, _artifact: &Artifact) -> Option<Resource> {
         None
     }
 
-    /// The resource [`Provider::delete_resource`] removes for a sandbox this variant
+    /// The resource [`Housekeeping::delete_resource`] removes for a sandbox this variant
     /// launched, for the run ledger; `None` when the variant does not say.
     fn sandbox_resource(&self, _sandbox: &SandboxId) -> Option<Resource> {
         None

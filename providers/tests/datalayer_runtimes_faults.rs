@@ -9,7 +9,7 @@ use std::time::Duration;
 use sandbox_providers::api::replay::{Pace, ReplayOptions, ReplayServer};
 use sandbox_providers::api::{Cassette, Mode, Volatiles};
 use sandbox_providers::datalayer::runtimes::{self, RuntimesProvider};
-use sandbox_providers::{Artifact, ErrorKind, Provider, Resource, RunLabels};
+use sandbox_providers::{Artifact, ErrorKind, Housekeeping as _, Provider, Resource, RunLabels};
 
 /// The run id the fault cassettes were recorded with stands behind `<run-id>`.
 const RUN_ID: &str = "20260101T000000Z-fa0175";

@@ -12,7 +12,8 @@ use sandbox_providers::daytona::{
     DaytonaProvider, KIND_REGISTRY, KIND_SANDBOX, KIND_SNAPSHOT, Waits,
 };
 use sandbox_providers::{
-    Artifact, BuildRequest, ErrorKind, Provider, Resource, RunLabels, SandboxId, Secret,
+    Artifact, BuildRequest, ErrorKind, Housekeeping as _, Provider, Resource, RunLabels, SandboxId,
+    Secret,
 };
 
 /// The sandbox and snapshot the lifecycle cassette created (ids come from its answers).

@@ -9,7 +9,8 @@ use sandbox_providers::api::replay::{Pace, ReplayOptions, ReplayServer};
 use sandbox_providers::api::{Cassette, Mode, Volatiles};
 use sandbox_providers::e2b::{self, E2bProvider};
 use sandbox_providers::{
-    Artifact, BuildRequest, ErrorKind, Provider, Resource, RunLabels, SandboxId, Secret,
+    Artifact, BuildRequest, ErrorKind, Housekeeping as _, Provider, Resource, RunLabels, SandboxId,
+    Secret,
 };
 
 /// The run id the fault cassettes were cut from stands behind `<run_id>`: any value works.

@@ -14,8 +14,8 @@ use sandbox_providers::api::grpc::{GrpcCassette, GrpcOptions, GrpcReplayServer};
 use sandbox_providers::api::replay::Pace;
 use sandbox_providers::modal::{self, Connection, ModalProvider};
 use sandbox_providers::{
-    Artifact, BaseImage, BuildRequest, CreateLog, ErrorKind, Provider, Resource, RunLabels,
-    SandboxId, Secret,
+    Artifact, BaseImage, BuildRequest, CreateLog, ErrorKind, Housekeeping as _, Provider, Resource,
+    RunLabels, SandboxId, Secret,
 };
 
 /// The run id the fault cassettes were recorded with.

@@ -1,6 +1,7 @@
 //! The API's routes, and sandboxes: created from a snapshot, started, stopped, removed.
 
 use super::*;
+use sandbox_providers::Housekeeping as _;
 
 impl Emulator {
     fn sandbox_dto(id: &str, s: &Sandbox, proxy: &str) -> Value {

@@ -2,6 +2,7 @@
 //! their timeout).
 
 use super::*;
+use sandbox_providers::Housekeeping as _;
 
 impl Emulator {
     /// Kills sandbox `id`: false when there is none. A killed E2B sandbox is gone: its

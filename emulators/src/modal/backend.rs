@@ -2,6 +2,7 @@
 //! sandboxes, runs and kills execs.
 
 use super::*;
+use sandbox_providers::Housekeeping as _;
 
 impl Emulator {
     /// Builds `commands` as image `id`: a Dockerfile of them, on the local base, a base

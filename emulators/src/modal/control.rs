@@ -2,6 +2,7 @@
 //! mounts.
 
 use super::*;
+use sandbox_providers::Housekeeping as _;
 
 /// The control plane, naming the router at `router_url`.
 pub(super) struct Control {

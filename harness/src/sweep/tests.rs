@@ -1,8 +1,7 @@
-
 use std::sync::Mutex;
 
 use sandbox_providers::{
-    Artifact, BuildRequest, Capabilities, CodeOutput, CommandOutput, Labelled, LogFn,
+    Artifact, BuildRequest, Capabilities, CodeOutput, CommandOutput, Housekeeping, Labelled, LogFn,
     ProviderError, Result, RunLabels, SandboxId, ShutdownReport, Timing,
 };
 
@@ -88,7 +87,10 @@ impl Provider for Engine {
     async fn artifact_metadata(&self, _: &Artifact) -> Result<String> {
         unreachable!("a sweep reads no metadata")
     }
+}
 
+#[async_trait]
+impl Housekeeping for Engine {
     async fn list_resources(&self, _: &RunLabels) -> Result<Vec<Resource>> {
         Err(ProviderError::unsupported("list by three labels"))
     }

@@ -26,8 +26,8 @@ use sandbox_matrix::run::variants;
 use sandbox_providers::api::{ApiSettings, Endpoints, Mode, Recorder, Volatiles};
 use sandbox_providers::daytona::DaytonaProvider;
 use sandbox_providers::{
-    BaseImage, BuildRequest, CredentialSource, Provider, RegistryCredential, Resource, RunLabels,
-    Secret,
+    BaseImage, BuildRequest, CredentialSource, Housekeeping as _, Provider, RegistryCredential,
+    Resource, RunLabels, Secret,
 };
 use tokio_util::sync::CancellationToken;
 

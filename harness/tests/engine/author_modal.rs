@@ -20,7 +20,7 @@ use sandbox_matrix::run::scenario::Scenario;
 use sandbox_providers::api::grpc::Recorder;
 use sandbox_providers::modal::client::{Credentials, TOKEN_ID_VAR, TOKEN_SECRET_VAR};
 use sandbox_providers::modal::{self, Connection, ModalProvider};
-use sandbox_providers::{Provider, Secret};
+use sandbox_providers::{Housekeeping as _, Provider, Secret};
 
 /// What the cassettes say they were written from.
 const ORIGIN: &str = "authored from modal-labs/modal-client@69519aef4cf6a3378314e3e7b91e87429490ed2a \

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 
 use sandbox_providers::docker::{BUILDER_VAR, Builder};
-use sandbox_providers::{BaseImage, BuildRequest, Provider, RunLabels};
+use sandbox_providers::{BaseImage, BuildRequest, Housekeeping as _, RunLabels};
 
 /// The labels of image `id`, asked of the docker CLI.
 fn image_labels(id: &str) -> BTreeMap<String, String> {

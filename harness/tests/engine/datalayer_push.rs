@@ -22,7 +22,8 @@ use common::registry::{self, LocalRegistry};
 use sandbox_providers::datalayer::{DatalayerProvider, Settings, attest, oci};
 use sandbox_providers::registry::Repository;
 use sandbox_providers::{
-    BaseImage, BuildRequest, CredentialSource, Provider, RegistryCredential, RunLabels, Secret,
+    BaseImage, BuildRequest, CredentialSource, Housekeeping as _, Provider, RegistryCredential,
+    RunLabels, Secret,
 };
 use serde_json::Value;
 

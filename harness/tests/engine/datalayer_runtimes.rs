@@ -23,7 +23,7 @@ use sandbox_matrix::run::runner::{Runner, fake_canary, new_run_id};
 use sandbox_matrix::run::scenario::Scenario;
 use sandbox_providers::api::{Mode, Recorder, Volatiles};
 use sandbox_providers::datalayer::runtimes::{self, RuntimesProvider};
-use sandbox_providers::{Artifact, Provider, Resource, RunLabels, Secret};
+use sandbox_providers::{Artifact, Housekeeping as _, Provider, Resource, RunLabels, Secret};
 
 /// What the cassettes say they were written from.
 const ORIGIN: &str = "authored from datalayer-core 1.1.40's runtimes calls (fixtures/specs/datalayer-runtimes/SOURCES.md), answered by an emulator forwarding to the docker variant";

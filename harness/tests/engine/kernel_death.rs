@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use sandbox_providers::{BaseImage, BuildRequest, Provider as _, RunLabels};
+use sandbox_providers::{BaseImage, BuildRequest, Housekeeping as _, Provider as _, RunLabels};
 
 /// Code that kills the kernel process in the middle of its request.
 const DIE: &str = "import os; os._exit(3)";

@@ -14,7 +14,7 @@ use std::process::Command;
 
 use common::emulate::Emulate;
 use sandbox_providers::modal::{Connection, ModalProvider};
-use sandbox_providers::{BaseImage, BuildRequest, Provider, RunLabels, Secret};
+use sandbox_providers::{BaseImage, BuildRequest, Housekeeping as _, Provider, RunLabels, Secret};
 
 /// `sandbox-matrix run ARGS` with the emulator's settings (or none), its exit code and
 /// output.

@@ -14,7 +14,7 @@ use sandbox_emulators::daytona::{DEFAULT_DOMAIN, Emulator, Options};
 use sandbox_providers::api::ws::WsMessage;
 use sandbox_providers::api::{ApiClient, ApiRequest, ApiSettings, Endpoints, Mode, Target};
 use sandbox_providers::daytona::DaytonaProvider;
-use sandbox_providers::{BuildRequest, Provider, Resource, RunLabels, Secret};
+use sandbox_providers::{BuildRequest, Housekeeping as _, Provider, Resource, RunLabels, Secret};
 use serde_json::{Value, json};
 
 /// The fake key sent to the emulator, which checks only that one is sent.

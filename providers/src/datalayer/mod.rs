@@ -27,7 +27,7 @@ use crate::docker::{Builder, DockerProvider};
 use crate::registry::{DigestReference, Repository};
 use crate::{
     Artifact, ArtifactFacts, BASE_ARG, BaseImage, BuildRequest, Capabilities, CodeOutput,
-    CommandOutput, CreateLog, CredentialSource, ErrorKind, Labelled, LogFn, Provider,
+    CommandOutput, CreateLog, CredentialSource, ErrorKind, Housekeeping, Labelled, LogFn, Provider,
     ProviderError, PulledAttestation, RegistryCredential, Resource, Result, RunLabels, SandboxId,
     Secret, ShutdownReport, Timing,
 };
@@ -482,10 +482,6 @@ impl Provider for DatalayerProvider {
         self.docker.credential_use(request)
     }
 
-    fn record_creates(&self, log: Arc<dyn CreateLog>) {
-        self.docker.record_creates(log);
-    }
-
     /// The push (export, attestations and upload) and the bytes pushed.
     fn artifact_facts(&self, artifact: &Artifact) -> ArtifactFacts {
         self.pushed(artifact)
@@ -582,6 +578,13 @@ impl Provider for DatalayerProvider {
 
     async fn floor(&self, artifact: &Artifact, labels: &RunLabels) -> Result<Vec<Timing>> {
         self.docker.floor(&self.local(artifact)?, labels).await
+    }
+}
+
+#[async_trait]
+impl Housekeeping for DatalayerProvider {
+    fn record_creates(&self, log: Arc<dyn CreateLog>) {
+        self.docker.record_creates(log);
     }
 
     async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>> {

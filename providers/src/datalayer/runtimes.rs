@@ -32,8 +32,9 @@ use crate::api::{ApiClient, ApiRequest, ApiSettings, Endpoints, Mode, Network, T
 use crate::jupyter::server::{Channel, Server};
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, ErrorKind,
-    Labelled, LifetimeLimit, LogFn, Provider, ProviderError, Resource, RestartKind, Result,
-    RunLabels, SandboxId, Secret, ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
+    Housekeeping, Labelled, LifetimeLimit, LogFn, Provider, ProviderError, Resource, RestartKind,
+    Result, RunLabels, SandboxId, Secret, ShutdownEnding, ShutdownObservation, ShutdownReport,
+    Timing,
 };
 
 /// The variant's name.
@@ -828,7 +829,10 @@ impl Provider for RuntimesProvider {
             Err(e) => Err(e),
         }
     }
+}
 
+#[async_trait]
+impl Housekeeping for RuntimesProvider {
     async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>> {
         let name = given_name(labels);
         Ok(self

@@ -30,9 +30,9 @@ use crate::api::ws::WsMessage;
 use crate::api::{ApiClient, ApiRequest, ApiSettings, Endpoints, Mode, Network, Target, Volatiles};
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, CreateLog,
-    CreateRecorder, ErrorKind, Labelled, LifetimeLimit, LogFn, Provider, ProviderError, Resource,
-    RestartKind, Result, RunLabels, SandboxId, SandboxState, Secret, ShutdownEnding,
-    ShutdownObservation, ShutdownReport, Timing,
+    CreateRecorder, ErrorKind, Housekeeping, Labelled, LifetimeLimit, LogFn, Provider,
+    ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId, SandboxState, Secret,
+    ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
 };
 
 /// The control plane's default base URL, used when `DAYTONA_API_URL` is not set.
@@ -1265,7 +1265,10 @@ impl Provider for DaytonaProvider {
         })
         .to_string())
     }
+}
 
+#[async_trait]
+impl Housekeeping for DaytonaProvider {
     async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>> {
         let name = resource_name(labels);
         let mut found = self.list_sandboxes(labels).await?;

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {

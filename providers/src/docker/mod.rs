@@ -34,9 +34,9 @@ use crate::registry::{DigestReference, Repository, check_base};
 use crate::tail;
 use crate::{
     Artifact, BASE_ARG, BaseImage, BuildLogMode, BuildRequest, Capabilities, CodeOutput,
-    CommandOutput, CreateLog, CreateRecorder, ErrorKind, Labelled, LifetimeLimit, LogFn, Provider,
-    ProviderError, RegistryCredential, Resource, RestartKind, Result, RunLabels, SandboxId,
-    SandboxState, Secret, ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
+    CommandOutput, CreateLog, CreateRecorder, ErrorKind, Housekeeping, Labelled, LifetimeLimit,
+    LogFn, Provider, ProviderError, RegistryCredential, Resource, RestartKind, Result, RunLabels,
+    SandboxId, SandboxState, Secret, ShutdownEnding, ShutdownObservation, ShutdownReport, Timing,
 };
 
 pub use base::{BaseRecipe, DoctorBinary, MadeFrom};
@@ -1447,7 +1447,10 @@ impl Provider for DockerProvider {
             },
         ])
     }
+}
 
+#[async_trait]
+impl Housekeeping for DockerProvider {
     fn record_creates(&self, log: Arc<dyn CreateLog>) {
         self.creates.set(log);
     }

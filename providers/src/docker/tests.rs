@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn run_labels() -> std::collections::BTreeMap<String, String> {

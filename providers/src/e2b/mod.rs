@@ -34,9 +34,9 @@ use crate::api::{
 use crate::jupyter::server::{Channel, Server};
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, CreateLog,
-    CreateRecorder, ErrorKind, Labelled, LifetimeLimit, LogFn, Provider, ProviderError, Resource,
-    RestartKind, Result, RunLabels, SandboxId, Secret, ShutdownEnding, ShutdownObservation,
-    ShutdownReport, Timing,
+    CreateRecorder, ErrorKind, Housekeeping, Labelled, LifetimeLimit, LogFn, Provider,
+    ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId, Secret, ShutdownEnding,
+    ShutdownObservation, ShutdownReport, Timing,
 };
 
 /// The spec versions this client was written against.
@@ -1290,7 +1290,10 @@ impl Provider for E2bProvider {
             .collect();
         Ok(json!({ "template": template, "build": pages }).to_string())
     }
+}
 
+#[async_trait]
+impl Housekeeping for E2bProvider {
     async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>> {
         // Sandboxes first: E2B refuses to delete a template a sandbox still runs from.
         let sandboxes = self.list_sandboxes(labels).await?;

@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// A readiness poll whose connection is accepted and never answered (as a server can

@@ -33,9 +33,9 @@ use crate::api::grpc::{GrpcOptions, Recorder};
 use crate::api::settings::Settings;
 use crate::{
     Artifact, BuildLogMode, BuildRequest, Capabilities, CodeOutput, CommandOutput, CreateLog,
-    CreateRecorder, ErrorKind, Labelled, LifetimeLimit, LogFn, Provider, ProviderError, Resource,
-    RestartKind, Result, RunLabels, SandboxId, Secret, ShutdownEnding, ShutdownObservation,
-    ShutdownReport, Timing,
+    CreateRecorder, ErrorKind, Housekeeping, Labelled, LifetimeLimit, LogFn, Provider,
+    ProviderError, Resource, RestartKind, Result, RunLabels, SandboxId, Secret, ShutdownEnding,
+    ShutdownObservation, ShutdownReport, Timing,
 };
 
 /// What the client was written against.
@@ -675,7 +675,10 @@ impl Provider for ModalProvider {
             "read an image's env, labels or history (Modal's API has none)",
         ))
     }
+}
 
+#[async_trait]
+impl Housekeeping for ModalProvider {
     async fn list_resources(&self, labels: &RunLabels) -> Result<Vec<Resource>> {
         let tags = labels
             .to_map()

@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::report::fixture::{failed, two_variants, with_repetitions};
 

@@ -1,4 +1,3 @@
-
 use sandbox_providers::Resource;
 
 use super::*;

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn coverage(files_scanned: u64, unreadable: u64, uid: u32) -> ScanCoverage {

@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::modal::proto::client::modal_client_client::ModalClientClient;
 use crate::modal::proto::client::{

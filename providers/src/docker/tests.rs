@@ -1,3 +1,5 @@
+use super::build::{is_build_step_being_committed, label_every_stage, naming_build_id};
+use super::sweep::children_first;
 use super::*;
 
 fn run_labels() -> std::collections::BTreeMap<String, String> {

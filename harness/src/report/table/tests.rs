@@ -1,5 +1,6 @@
 use sandbox_providers::Resource;
 
+use super::cells::shorten;
 use super::*;
 use crate::model::results::{FIRST_COMMAND_SAMPLE, SECOND_COMMAND_SAMPLE, Source};
 use crate::report::fixture::{

@@ -1,3 +1,4 @@
+use super::charts::{Scale, minute, value_text};
 use super::*;
 use crate::report::fixture::{failed, two_variants, with_repetitions};
 

@@ -118,7 +118,8 @@ fn cannot_run_here(name: String, reason: String, cloud: bool) -> Trial {
 }
 
 fn main() {
-    let args = Arguments::from_args();
+    let mut args = Arguments::from_args();
+    common::trials::waiting_threads(&mut args);
     let dir = common::root().join("scenarios");
     let mut paths: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))

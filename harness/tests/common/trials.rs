@@ -76,6 +76,25 @@ fn took(name: &str, elapsed: std::time::Duration) {
     eprintln!("    took {:>6.1} s: {name}", elapsed.as_secs_f64());
 }
 
+/// Sets the test threads of a binary whose tests mostly wait (on the Docker engine, on
+/// their sandboxes' kernels, on a budget running out) when the command line does not:
+/// `RUST_TEST_THREADS` if set, else twice the CPUs and at least 4. libtest's default of
+/// one thread per CPU leaves a 2-CPU machine idle for most of such a run. Pass
+/// `--test-threads N` to choose.
+pub fn waiting_threads(args: &mut libtest_mimic::Arguments) {
+    if args.test_threads.is_some() {
+        return;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    args.test_threads = Some(
+        std::env::var("RUST_TEST_THREADS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .filter(|n| *n > 0)
+            .unwrap_or((2 * cpus).max(4)),
+    );
+}
+
 /// Runs `test` to its end on a multi-threaded runtime of `threads` workers.
 pub fn block_on(threads: usize, test: impl Future<Output = ()>) {
     tokio::runtime::Builder::new_multi_thread()

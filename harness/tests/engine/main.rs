@@ -50,7 +50,8 @@ mod violations;
 use common::trials::Need;
 
 fn main() {
-    let args = libtest_mimic::Arguments::from_args();
+    let mut args = libtest_mimic::Arguments::from_args();
+    common::trials::waiting_threads(&mut args);
     #[rustfmt::skip]
     let trials = trials![
         Need::Nothing => [

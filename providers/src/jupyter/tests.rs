@@ -1,3 +1,4 @@
+use super::socket::parse_frame;
 use super::*;
 
 /// A readiness poll whose connection is accepted and never answered (as a server can

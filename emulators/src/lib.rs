@@ -11,6 +11,8 @@
 pub mod datalayer;
 pub mod daytona;
 pub mod e2b;
+mod error;
+mod http;
 pub mod launch;
 pub mod modal;
 pub mod record;
@@ -18,10 +20,14 @@ pub mod tls;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use sandbox_providers::api::{Network, ResolvePin};
 use sandbox_providers::{Artifact, BuildRequest, LogFn, Provider, RunLabels};
+
+pub use error::EmulateError;
+pub use http::{Answer, HttpRequest, bind_loopback, serve_http};
+pub(crate) use http::{host_name, lock, upgrade_request};
 
 /// The domain an emulator serves when none is given: `.test` never resolves on the
 /// Internet (RFC 6761), so only a pinned client reaches it.
@@ -74,182 +80,6 @@ pub fn describe(variant: &str) -> String {
         "sandbox-matrix {}'s {provider} emulator over the local Docker engine, not {provider}",
         env!("CARGO_PKG_VERSION")
     )
-}
-
-/// Why an emulator could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum EmulateError {
-    /// Making the test CA or the TLS configuration failed.
-    #[error("TLS: {0}")]
-    Tls(String),
-    /// A socket or file operation failed.
-    #[error("cannot {what}: {source}")]
-    Io {
-        /// What was being done.
-        what: String,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The emulator's backend (the docker variant) is not available.
-    #[error("{0}")]
-    Backend(String),
-    /// An option names something the emulator does not have.
-    #[error("{0}")]
-    Config(String),
-}
-
-/// One HTTP request as an emulator reads it.
-#[derive(Debug)]
-pub struct HttpRequest {
-    /// Method, upper case.
-    pub method: String,
-    /// The `Host` header (the name the client called, with its port if it gave one).
-    pub host: String,
-    /// Path, without the query.
-    pub path: String,
-    /// The raw query, empty when there is none.
-    pub query: String,
-    /// Headers, names lower case.
-    pub headers: std::collections::HashMap<String, String>,
-    /// The whole body.
-    pub body: Vec<u8>,
-}
-
-/// One answer: status, content type, body.
-#[derive(Debug)]
-pub struct Answer {
-    /// HTTP status.
-    pub status: u16,
-    /// Its content type.
-    pub content_type: &'static str,
-    /// The body.
-    pub body: Vec<u8>,
-}
-
-impl Answer {
-    /// `value` as a JSON body.
-    pub fn json(status: u16, value: serde_json::Value) -> Self {
-        Self {
-            status,
-            content_type: "application/json",
-            body: serde_json::to_vec(&value).unwrap_or_default(),
-        }
-    }
-
-    /// No body.
-    pub fn empty(status: u16) -> Self {
-        Self {
-            status,
-            content_type: "text/plain",
-            body: Vec::new(),
-        }
-    }
-
-    /// E2B's error shape, `{"code": status, "message": ...}`.
-    pub fn error(status: u16, message: &str) -> Self {
-        Self::json(
-            status,
-            serde_json::json!({ "code": status, "message": message }),
-        )
-    }
-}
-
-impl From<Answer> for (u16, String, Vec<u8>) {
-    fn from(answer: Answer) -> Self {
-        (answer.status, answer.content_type.to_owned(), answer.body)
-    }
-}
-
-/// A listener on 127.0.0.1 at `port` (0: any free one) and its address.
-pub async fn bind_loopback(
-    port: u16,
-) -> Result<(tokio::net::TcpListener, SocketAddr), EmulateError> {
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .map_err(|e| EmulateError::Io {
-            what: format!("listen on 127.0.0.1:{port}"),
-            source: e,
-        })?;
-    let addr = listener.local_addr().map_err(|e| EmulateError::Io {
-        what: "read the listener's address".into(),
-        source: e,
-    })?;
-    Ok((listener, addr))
-}
-
-/// Serves HTTP/1.1 on `listener` with hyper, answering each request with what `handle`
-/// returns: status, content type and body (or an [`Answer`]), each answer naming the
-/// emulator in [`sandbox_providers::api::EMULATOR_HEADER`] when `announce` is set. Runs
-/// until the task is aborted.
-pub fn serve_http<F, Fut>(
-    listener: tokio::net::TcpListener,
-    announce: Option<Arc<str>>,
-    handle: F,
-) -> tokio::task::JoinHandle<()>
-where
-    F: Fn(HttpRequest) -> Fut + Clone + Send + Sync + 'static,
-    Fut: std::future::Future + Send + 'static,
-    Fut::Output: Into<(u16, String, Vec<u8>)>,
-{
-    use http_body_util::BodyExt as _;
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let handle = handle.clone();
-            let announce = announce.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(
-                    move |request: hyper::Request<hyper::body::Incoming>| {
-                        let handle = handle.clone();
-                        let announce = announce.clone();
-                        async move {
-                            let (parts, body) = request.into_parts();
-                            let body = body.collect().await?.to_bytes().to_vec();
-                            let headers: std::collections::HashMap<String, String> = parts
-                                .headers
-                                .iter()
-                                .map(|(k, v)| {
-                                    (
-                                        k.as_str().to_owned(),
-                                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                                    )
-                                })
-                                .collect();
-                            let request = HttpRequest {
-                                method: parts.method.to_string(),
-                                host: headers.get("host").cloned().unwrap_or_default(),
-                                path: parts.uri.path().to_owned(),
-                                query: parts.uri.query().unwrap_or_default().to_owned(),
-                                headers,
-                                body,
-                            };
-                            let (status, content_type, body) = handle(request).await.into();
-                            let mut response = hyper::Response::builder()
-                                .status(status)
-                                .header("content-type", content_type);
-                            if let Some(announce) = &announce {
-                                response = response
-                                    .header(sandbox_providers::api::EMULATOR_HEADER, &**announce);
-                            }
-                            let response =
-                                response.body(http_body_util::Full::new(bytes::Bytes::from(body)));
-                            let response = response.unwrap_or_else(|_| {
-                                let mut r = hyper::Response::new(http_body_util::Full::new(
-                                    bytes::Bytes::from_static(b"invalid response"),
-                                ));
-                                *r.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
-                                r
-                            });
-                            Ok::<_, hyper::Error>(response)
-                        }
-                    },
-                );
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    })
 }
 
 /// An emulator's HTTPS front: the public TLS listener and the tasks serving it.
@@ -489,38 +319,6 @@ impl Site {
     }
 }
 
-/// The name in a `Host` header, lower case, without the port it may name.
-pub(crate) fn host_name(host: &str) -> String {
-    host.rsplit_once(':')
-        .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
-        .map_or(host, |(name, _)| name)
-        .to_ascii_lowercase()
-}
-
-/// A WebSocket upgrade `request` as an [`HttpRequest`] with no body, for the request log.
-pub(crate) fn upgrade_request(
-    request: &tokio_tungstenite::tungstenite::handshake::server::Request,
-) -> HttpRequest {
-    let headers: std::collections::HashMap<String, String> = request
-        .headers()
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.as_str().to_ascii_lowercase(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    HttpRequest {
-        method: request.method().to_string(),
-        host: headers.get("host").cloned().unwrap_or_default(),
-        path: request.uri().path().to_owned(),
-        query: request.uri().query().unwrap_or_default().to_owned(),
-        headers,
-        body: Vec::new(),
-    }
-}
-
 /// The first field of a JSON request `body` set (not null) that is not among
 /// `implemented`: what an emulator refuses by name rather than take and drop.
 pub(crate) fn set_field_outside(body: &serde_json::Value, implemented: &[&str]) -> Option<String> {
@@ -529,11 +327,6 @@ pub(crate) fn set_field_outside(body: &serde_json::Value, implemented: &[&str]) 
         .flatten()
         .find(|(k, v)| !v.is_null() && !implemented.contains(&k.as_str()))
         .map(|(k, _)| k.clone())
-}
-
-/// `m`'s guard; a lock poisoned by a panicked request is taken as it is.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The scenario a seed of the environment folder `environment` is labelled with: the
@@ -720,23 +513,4 @@ pub(crate) async fn relay_to_kernel(
         }
     }
     let _ = upstream.close(None).await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_cloud_variant_has_an_emulator_named_in_its_results() {
-        for variant in ["e2b", "daytona", "modal", "datalayer-runtimes"] {
-            let which = Emulated::of_variant(variant).expect("an emulator");
-            let said = describe(variant);
-            assert!(
-                said.contains(&format!("{} emulator", which.provider()))
-                    && said.ends_with(&format!("not {}", which.provider())),
-                "{said}"
-            );
-        }
-        assert_eq!(Emulated::of_variant("docker"), None);
-    }
 }

@@ -15,7 +15,7 @@ use sandbox_providers::api::grpc::decode_frames;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{HttpRequest, lock};
+use crate::http::{HttpRequest, host_name, lock};
 
 /// Headers whose value is a credential: recorded as `{token}`, an `Authorization` keeping
 /// its scheme (and a Basic one its user name, which envd reads).
@@ -174,7 +174,7 @@ impl Exchanges {
     /// Keeps `request`, which arrived at `at_ms` ([`now_ms`]), and the `status` and
     /// `answer` it got.
     pub fn keep(&self, at_ms: u64, request: &HttpRequest, status: u16, answer: &[u8]) {
-        let host = super::host_name(&request.host);
+        let host = host_name(&request.host);
         let content_type = request
             .headers
             .get("content-type")

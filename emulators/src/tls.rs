@@ -16,7 +16,7 @@ use rcgen::{
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::EmulateError;
+use crate::error::EmulateError;
 
 /// A test CA and the server configuration of a certificate it signed.
 pub struct TestCa {

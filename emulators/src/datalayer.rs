@@ -23,14 +23,14 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use sandbox_providers::api::ws::{Rewound, accept, split_upgrades};
+use sandbox_providers::api::ws::{Rewound, accept};
 use sandbox_providers::docker::DockerProvider;
 use sandbox_providers::{Artifact, Housekeeping as _, Provider, Resource, RunLabels, SandboxId};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite;
 
 use super::Emulator as _;
-use super::{Answer, EmulateError, Front, HttpRequest, Site, lock, set_field_outside};
+use super::{Answer, EmulateError, HttpRequest, Site, lock, set_field_outside};
 
 /// The domain the emulator serves when none is given: the API at `r1.<domain>`.
 pub const DEFAULT_DOMAIN: &str = "datalayer.test";
@@ -146,22 +146,17 @@ impl Emulator {
         options: Options,
     ) -> Result<Self, EmulateError> {
         let domain = Site::normalise(&options.domain);
-        let (plain_listener, plain) = super::bind_loopback(0).await?;
-        let (split_listener, split) = super::bind_loopback(0).await?;
-        let mut front = Front::with_upstream(options.port, split, &domain).await?;
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .build()
-            .map_err(|e| EmulateError::Backend(format!("an HTTP client: {e}")))?;
+        let listening = super::Listening::on(options.port, &domain).await?;
+        let http = super::http_client()?;
         let refuse_create = options.faults.refuse_create.clone();
         let emulator = Self {
             inner: Arc::new(Inner {
                 site: Arc::new(Site::new(
                     domain,
-                    &front,
+                    &listening.front,
                     sandbox_providers::datalayer::runtimes::VARIANT,
                 )),
-                plain: split,
+                plain: listening.upstream(),
                 docker,
                 options,
                 world: Mutex::new(World {
@@ -171,17 +166,12 @@ impl Emulator {
                 http,
             }),
         };
-        let sockets = emulator.clone();
-        front.serve(split_upgrades(split_listener, plain, move |stream| {
-            sockets.clone().kernel_socket(stream)
-        }));
-        let serving = emulator.clone();
-        emulator
-            .inner
-            .site
-            .serve(front, plain_listener, move |request| {
-                serving.clone().serve(request)
-            });
+        let (sockets, serving) = (emulator.clone(), emulator.clone());
+        listening.serve(
+            &emulator.inner.site,
+            move |stream| sockets.clone().kernel_socket(stream),
+            move |request| serving.clone().serve(request),
+        );
         Ok(emulator)
     }
 

@@ -82,6 +82,64 @@ pub fn describe(variant: &str) -> String {
     )
 }
 
+/// An HTTP emulator's sockets on 127.0.0.1 before it serves: the TLS front on the asked
+/// port, which hands every connection to a listener that splits WebSocket upgrades off
+/// and passes every other request to the plain HTTP listener.
+pub(crate) struct Listening {
+    /// The TLS front, which [`Site::new`] reads its port and CA from.
+    pub(crate) front: Front,
+    plain: (tokio::net::TcpListener, SocketAddr),
+    split: (tokio::net::TcpListener, SocketAddr),
+}
+
+impl Listening {
+    /// Listens with the front on `port` (0: any free one), its certificate naming
+    /// `certified` and every name under it.
+    pub(crate) async fn on(port: u16, certified: &str) -> Result<Self, EmulateError> {
+        let plain = bind_loopback(0).await?;
+        let split = bind_loopback(0).await?;
+        let front = Front::with_upstream(port, split.1, certified).await?;
+        Ok(Self {
+            front,
+            plain,
+            split,
+        })
+    }
+
+    /// The address the front relays to, upgrades and plain requests alike, on loopback.
+    pub(crate) fn upstream(&self) -> SocketAddr {
+        self.split.1
+    }
+
+    /// Serves `site`: each WebSocket upgrade with `upgrade`, every other request with
+    /// `handle`, until the site stops.
+    pub(crate) fn serve<U, UF, H, HF>(self, site: &Arc<Site>, upgrade: U, handle: H)
+    where
+        U: Fn(sandbox_providers::api::ws::Rewound) -> UF + Clone + Send + Sync + 'static,
+        UF: std::future::Future<Output = ()> + Send + 'static,
+        H: Fn(HttpRequest) -> HF + Clone + Send + Sync + 'static,
+        HF: std::future::Future<Output = Answer> + Send + 'static,
+    {
+        let Self {
+            mut front,
+            plain: (plain_listener, plain),
+            split: (split, _),
+        } = self;
+        front.serve(sandbox_providers::api::ws::split_upgrades(
+            split, plain, upgrade,
+        ));
+        site.serve(front, plain_listener, handle);
+    }
+}
+
+/// The HTTP client an emulator forwards with: no proxy, whatever the environment says.
+pub(crate) fn http_client() -> Result<reqwest::Client, EmulateError> {
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .map_err(|e| EmulateError::Backend(format!("an HTTP client: {e}")))
+}
+
 /// An emulator's HTTPS front: the public TLS listener and the tasks serving it.
 #[derive(Debug)]
 pub struct Front {

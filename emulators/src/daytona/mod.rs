@@ -28,13 +28,13 @@ use bollard::Docker;
 use bollard::query_parameters::StopContainerOptionsBuilder;
 use futures_util::{SinkExt as _, StreamExt as _};
 use sandbox_providers::api::Volatiles;
-use sandbox_providers::api::ws::{Rewound, accept, close_with, split_upgrades};
+use sandbox_providers::api::ws::{Rewound, accept, close_with};
 use sandbox_providers::{Artifact, BuildRequest, Provider, Resource, RunLabels, SandboxId, Secret};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
 use super::Emulator as _;
-use super::{Answer, EmulateError, Front, HttpRequest, Site, lock, set_field_outside};
+use super::{Answer, EmulateError, HttpRequest, Site, lock, set_field_outside};
 
 mod interpreter;
 mod sandboxes;
@@ -326,12 +326,9 @@ impl Emulator {
         let domain = Site::normalise(&options.domain);
         let engine = Docker::connect_with_local_defaults()
             .map_err(|e| EmulateError::Backend(format!("cannot reach the Docker engine: {e}")))?;
-        let (plain_listener, plain) = super::bind_loopback(0).await?;
-        let (split_listener, split) = super::bind_loopback(0).await?;
         // The certificate's names are `app.<domain>` and every name under it, which holds
         // the toolbox proxy `proxy.app.<domain>`.
-        let certified = format!("{API_HOST}.{domain}");
-        let mut front = Front::with_upstream(options.port, split, &certified).await?;
+        let listening = super::Listening::on(options.port, &format!("{API_HOST}.{domain}")).await?;
         let fixed_labels = options.labels.is_some();
         let labels = options.labels.unwrap_or_else(|| RunLabels {
             run_id: format!(
@@ -344,7 +341,7 @@ impl Emulator {
         });
         let emulator = Self {
             inner: Arc::new(Inner {
-                site: Arc::new(Site::new(domain, &front, "daytona")),
+                site: Arc::new(Site::new(domain, &listening.front, "daytona")),
                 docker,
                 engine,
                 labels,
@@ -359,17 +356,12 @@ impl Emulator {
             }),
         };
         emulator.check_auto_stop_each_minute();
-        let sockets = emulator.clone();
-        front.serve(split_upgrades(split_listener, plain, move |stream| {
-            sockets.clone().execute(stream)
-        }));
-        let serving = emulator.clone();
-        emulator
-            .inner
-            .site
-            .serve(front, plain_listener, move |request| {
-                serving.clone().serve(request)
-            });
+        let (sockets, serving) = (emulator.clone(), emulator.clone());
+        listening.serve(
+            &emulator.inner.site,
+            move |stream| sockets.clone().execute(stream),
+            move |request| serving.clone().serve(request),
+        );
         Ok(emulator)
     }
 

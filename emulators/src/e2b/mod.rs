@@ -53,12 +53,12 @@ use sandbox_providers::{
 };
 use serde_json::{Value, json};
 
-use sandbox_providers::api::ws::{Rewound, accept, split_upgrades};
+use sandbox_providers::api::ws::{Rewound, accept};
 use sandbox_providers::docker::DockerProvider;
 use tokio_tungstenite::tungstenite;
 
 use super::Emulator as _;
-use super::{Answer, EmulateError, Front, HttpRequest, Site, lock, set_field_outside};
+use super::{Answer, EmulateError, HttpRequest, Site, lock, set_field_outside};
 
 mod builds;
 mod envd;
@@ -222,16 +222,11 @@ impl Emulator {
         options: Options,
     ) -> Result<Self, EmulateError> {
         let domain = Site::normalise(&options.domain);
-        let (plain_listener, plain) = super::bind_loopback(0).await?;
-        let (split_listener, split) = super::bind_loopback(0).await?;
-        let mut front = Front::with_upstream(options.port, split, &domain).await?;
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .build()
-            .map_err(|e| EmulateError::Backend(format!("an HTTP client: {e}")))?;
+        let listening = super::Listening::on(options.port, &domain).await?;
+        let http = super::http_client()?;
         let emulator = Self {
             inner: Arc::new(Inner {
-                site: Arc::new(Site::new(domain, &front, "e2b")),
+                site: Arc::new(Site::new(domain, &listening.front, "e2b")),
                 docker,
                 world: Mutex::default(),
                 http,
@@ -239,17 +234,12 @@ impl Emulator {
                 kill_after: options.kill_after,
             }),
         };
-        let sockets = emulator.clone();
-        front.serve(split_upgrades(split_listener, plain, move |stream| {
-            sockets.clone().kernel_socket(stream)
-        }));
-        let serving = emulator.clone();
-        emulator
-            .inner
-            .site
-            .serve(front, plain_listener, move |request| {
-                serving.clone().serve(request)
-            });
+        let (sockets, serving) = (emulator.clone(), emulator.clone());
+        listening.serve(
+            &emulator.inner.site,
+            move |stream| sockets.clone().kernel_socket(stream),
+            move |request| serving.clone().serve(request),
+        );
         Ok(emulator)
     }
 

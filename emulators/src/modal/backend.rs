@@ -167,7 +167,7 @@ impl Emulator {
                     let ended = {
                         let mut state = lock(&sandbox.state);
                         state.task = Some((task_id.clone(), inner));
-                        state.result.is_some()
+                        state.result.is_some() || state.ending.is_some()
                     };
                     emulator.world().tasks.insert(task_id, id);
                     if ended && let Err(e) = emulator.stop_container(&sandbox).await {
@@ -227,28 +227,43 @@ impl Emulator {
     }
 
     /// Ends `sandbox` with `result` unless it has ended already; returns the result it
-    /// had then. An error when its container could not be removed: the sandbox is then not
-    /// gone, and no answer says it is.
+    /// had then. The sandbox is said ended only once its container is gone: a call while
+    /// another is ending it waits for that. An error when its container could not be
+    /// removed: the sandbox is then not gone, and no answer says it is.
     #[allow(clippy::result_large_err)]
     pub(super) async fn end(
         &self,
         sandbox: &SandboxEntry,
         result: api::GenericResult,
     ) -> Result<Option<api::GenericResult>, Status> {
-        let existing = {
+        let ours = {
             let mut state = lock(&sandbox.state);
-            match &state.result {
-                Some(existing) => Some(existing.clone()),
-                None => {
-                    state.result = Some(result);
-                    None
+            if let Some(existing) = &state.result {
+                return Ok(Some(existing.clone()));
+            }
+            state.ending.is_none() && state.ending.replace(result).is_none()
+        };
+        if !ours {
+            loop {
+                tokio::time::sleep(POLL).await;
+                let state = lock(&sandbox.state);
+                match (&state.result, &state.ending) {
+                    (Some(ended), _) => return Ok(Some(ended.clone())),
+                    (None, None) => {
+                        return Err(Status::unavailable(
+                            "the sandbox's container could not be removed; ask again",
+                        ));
+                    }
+                    (None, Some(_)) => {}
                 }
             }
-        };
-        if existing.is_none() {
-            self.stop_container(sandbox).await?;
         }
-        Ok(existing)
+        let stopped = self.stop_container(sandbox).await;
+        let mut state = lock(&sandbox.state);
+        let ending = state.ending.take();
+        stopped?;
+        state.result = ending;
+        Ok(None)
     }
 
     /// Stops and removes the sandbox's container, if it was launched: a terminated

@@ -194,8 +194,11 @@ struct SandboxEntry {
 struct SandboxState {
     /// Its task id and the docker variant's sandbox, once launched.
     task: Option<(String, SandboxId)>,
-    /// How it ended, once it did.
+    /// How it ended, once it did: set once its container is gone, so that no answer says
+    /// it ended while its container still holds its image.
     result: Option<api::GenericResult>,
+    /// How it is ending, while its container is stopped and removed.
+    ending: Option<api::GenericResult>,
 }
 
 /// A command run in a sandbox.

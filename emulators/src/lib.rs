@@ -572,3 +572,6 @@ pub(crate) async fn relay_to_kernel(
     }
     let _ = upstream.close(None).await;
 }
+
+#[cfg(test)]
+mod tests;

@@ -36,6 +36,7 @@ use sandbox_state::{sandbox_said, talks_to_the_sandbox};
 use skips::{not_run, skipped};
 use step::StepContext;
 use step_log::StepLog;
+
 mod build;
 mod check_steps;
 mod cleanup;

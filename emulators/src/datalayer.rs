@@ -19,23 +19,26 @@
 //! 503 for its first N requests, as a warming ingress does.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use sandbox_providers::api::ws::{Rewound, accept};
+use sandbox_providers::api::ws::Rewound;
 use sandbox_providers::docker::DockerProvider;
-use sandbox_providers::{Artifact, Housekeeping as _, Provider, Resource, RunLabels, SandboxId};
+use sandbox_providers::{
+    Artifact, Housekeeping as _, LogFn, Provider, Resource, RunLabels, SandboxId,
+};
 use serde_json::{Value, json};
-use tokio_tungstenite::tungstenite;
 
 use super::Emulator as _;
-use super::{Answer, EmulateError, HttpRequest, Site, lock, set_field_outside};
+use super::{Answer, ClientEnv, EmulateError, HttpRequest, Reach, Site, lock, set_field_outside};
 
 /// The domain the emulator serves when none is given: the API at `r1.<domain>`.
 pub const DEFAULT_DOMAIN: &str = "datalayer.test";
 /// The environment name it lists when none is given.
 pub const DEFAULT_ENVIRONMENT: &str = sandbox_providers::datalayer::runtimes::DEFAULT_ENVIRONMENT;
+// Fake: the emulator accepts any bearer token; this one grants nothing anywhere.
+const FAKE_KEY: &str = "dl_sm_fake_emulator_key_0000";
 /// Credits a second its environment burns (the client reserves `rate × 60 × minutes`).
 pub const BURNING_RATE: f64 = 0.01;
 /// The label under `<domain>` the API is served at.
@@ -52,8 +55,6 @@ pub struct Options {
     pub port: u16,
     /// The domain: the API is `https://r1.<domain>`.
     pub domain: String,
-    /// The environment folder its one environment is built from.
-    pub environment: PathBuf,
     /// The name that environment is listed under.
     pub environment_name: String,
     /// Faults, for fault cassettes.
@@ -94,8 +95,9 @@ struct Runtime {
 struct World {
     /// The environment's build, once seeded.
     built: Option<Artifact>,
+    /// The environment folder's name, once a seed began.
+    seeded_from: Option<String>,
     runtimes: Vec<Runtime>,
-    labels: Vec<RunLabels>,
     counter: u32,
     refuse_create: Option<String>,
 }
@@ -136,26 +138,56 @@ impl super::Emulator for Emulator {
     fn site(&self) -> &Site {
         &self.inner.site
     }
+
+    fn client_env(&self, reach: Reach) -> ClientEnv {
+        use sandbox_providers::datalayer::runtimes::{API_KEY_VAR, ENVIRONMENT_VAR, URL_VAR};
+        let key = (API_KEY_VAR, FAKE_KEY.to_owned());
+        let environment = (ENVIRONMENT_VAR, self.inner.options.environment_name.clone());
+        match reach {
+            Reach::WithPort => vec![
+                key,
+                (URL_VAR, self.api_url()),
+                ("SANDBOX_MATRIX_DATALAYER_PLAIN_URL", self.plain_url()),
+                environment,
+                self.resolve(reach),
+            ],
+            Reach::Pinned => vec![
+                key,
+                (URL_VAR, self.api_url_without_port()),
+                environment,
+                self.resolve(reach),
+            ],
+        }
+    }
+
+    /// Builds `environment` on the docker variant as the one environment `POST /runtimes`
+    /// starts, listed under [`Options::environment_name`] (in the settings already).
+    async fn seed(&self, environment: &Path, log: &LogFn) -> Result<ClientEnv, EmulateError> {
+        let scenario = super::seed_scenario(environment);
+        let labels = self.labels(&self.port().to_string(), &scenario);
+        self.inner.site.made_under(&labels);
+        self.world().seeded_from = Some(scenario);
+        let artifact =
+            super::seed_build(self.inner.docker.as_ref(), environment, labels, log).await?;
+        self.world().built = Some(artifact);
+        Ok(ClientEnv::new())
+    }
 }
 
 impl Emulator {
     /// Serves the runtimes API over HTTPS on 127.0.0.1 with `docker` behind it; its
-    /// environment is built by [`Self::seed`].
+    /// environment is built by [`super::Emulator::seed`].
     pub async fn start(
         docker: Arc<DockerProvider>,
         options: Options,
     ) -> Result<Self, EmulateError> {
-        let domain = Site::normalise(&options.domain);
-        let listening = super::Listening::on(options.port, &domain).await?;
-        let http = super::http_client()?;
+        let variant = sandbox_providers::datalayer::runtimes::VARIANT;
+        let (port, domain) = (options.port, &options.domain);
+        let listening = super::Listening::on(port, domain, None, variant, docker.clone()).await?;
         let refuse_create = options.faults.refuse_create.clone();
         let emulator = Self {
             inner: Arc::new(Inner {
-                site: Arc::new(Site::new(
-                    domain,
-                    &listening.front,
-                    sandbox_providers::datalayer::runtimes::VARIANT,
-                )),
+                site: listening.site(),
                 plain: listening.upstream(),
                 docker,
                 options,
@@ -163,40 +195,11 @@ impl Emulator {
                     refuse_create,
                     ..World::default()
                 }),
-                http,
+                http: super::http_client()?,
             }),
         };
-        let (sockets, serving) = (emulator.clone(), emulator.clone());
-        listening.serve(
-            &emulator.inner.site,
-            move |stream| sockets.clone().kernel_socket(stream),
-            move |request| serving.clone().serve(request),
-        );
+        listening.serve(emulator.clone(), Self::kernel_socket, Self::serve);
         Ok(emulator)
-    }
-
-    /// Builds the environment folder on the docker variant: what `POST /runtimes` starts.
-    pub async fn seed(&self, log: &sandbox_providers::LogFn) -> Result<(), EmulateError> {
-        let labels = RunLabels {
-            run_id: self
-                .inner
-                .options
-                .run_id
-                .clone()
-                .unwrap_or_else(|| format!("datalayer-emulator-{}", self.port())),
-            variant: EMULATOR_VARIANT.into(),
-            scenario: super::seed_scenario(&self.inner.options.environment),
-        };
-        self.world().labels.push(labels.clone());
-        let artifact = super::seed_build(
-            self.inner.docker.as_ref(),
-            &self.inner.options.environment,
-            labels,
-            log,
-        )
-        .await?;
-        self.world().built = Some(artifact);
-        Ok(())
     }
 
     /// `DATALAYER_RUNTIMES_URL` over HTTPS: `https://r1.<domain>:<port>`.
@@ -225,14 +228,19 @@ impl Emulator {
             .collect()
     }
 
-    fn world(&self) -> std::sync::MutexGuard<'_, World> {
-        lock(&self.inner.world)
+    /// The labels of what it makes for `scenario`: [`Options::run_id`]'s run, or one of
+    /// its own, `datalayer-emulator-<unique>`.
+    fn labels(&self, unique: &str, scenario: &str) -> RunLabels {
+        RunLabels {
+            run_id: (self.inner.options.run_id.clone())
+                .unwrap_or_else(|| format!("datalayer-emulator-{unique}")),
+            variant: EMULATOR_VARIANT.into(),
+            scenario: scenario.to_owned(),
+        }
     }
 
-    /// Removes, by their labels, whatever its docker sandboxes and build left.
-    pub async fn cleanup(&self) {
-        let labels = self.world().labels.clone();
-        super::remove_labelled(self.inner.docker.as_ref() as &dyn Provider, labels).await;
+    fn world(&self) -> std::sync::MutexGuard<'_, World> {
+        lock(&self.inner.world)
     }
 
     async fn serve(self, request: HttpRequest) -> Answer {
@@ -311,7 +319,7 @@ impl Emulator {
                 "environments": [{
                     "name": name,
                     "title": format!("{name} (emulated: the docker variant's build of the {} environment)",
-                        super::seed_scenario(&self.inner.options.environment)),
+                        self.world().seeded_from.clone().unwrap_or_else(|| "unseeded".into())),
                     "description": "the sandbox-matrix emulator's one environment",
                     "language": "python",
                     "owner": "sandbox-matrix",
@@ -401,17 +409,8 @@ impl Emulator {
             world.counter
         };
         let pod_name = format!("jupyter-{environment}-{n:05}");
-        let labels = RunLabels {
-            run_id: self
-                .inner
-                .options
-                .run_id
-                .clone()
-                .unwrap_or_else(|| format!("datalayer-emulator-{}-{n}", self.port())),
-            variant: EMULATOR_VARIANT.into(),
-            scenario: given_name.clone(),
-        };
-        self.world().labels.push(labels.clone());
+        let labels = self.labels(&format!("{}-{n}", self.port()), &given_name);
+        self.inner.site.made_under(&labels);
         let inner = match self.inner.docker.launch(&artifact, &labels).await {
             Ok((inner, _)) => inner,
             Err(e) => return refused(500, &format!("starting the runtime: {e}")),
@@ -561,45 +560,19 @@ impl Emulator {
 
     /// Serves one WebSocket upgrade: a kernel's channels at a runtime's ingress.
     async fn kernel_socket(self, stream: Rewound) {
-        let admitted: Arc<Mutex<Option<(SandboxId, String)>>> = Arc::default();
-        let seen = admitted.clone();
-        let this = self.clone();
-        let check = move |request: &tungstenite::handshake::server::Request| {
-            let verdict = this.admit_socket(request, &seen);
-            let status = verdict.as_ref().map_or_else(|(s, _)| *s, |()| 101);
-            this.inner
-                .site
-                .keep_upgrade(&super::upgrade_request(request), status);
-            verdict
-        };
-        let Some(socket) = accept(stream, check).await else {
-            return;
-        };
-        let Some((inner, path)) = lock(&admitted).take() else {
-            return;
-        };
-        super::relay_to_kernel(&self.inner.docker, &inner, &path, socket).await;
+        let site = &self.inner.site;
+        super::serve_kernel_socket(site, &self.inner.docker, stream, |r| self.admit_socket(r))
+            .await;
     }
 
-    /// Whether the WebSocket upgrade `request` reaches a kernel's channels at a runtime's
-    /// ingress; if so, `seen` gets the docker sandbox and the path there.
+    /// The docker sandbox and the path of the kernel channels the WebSocket upgrade
+    /// `request` reaches at a runtime's ingress.
     fn admit_socket(
         &self,
-        request: &tungstenite::handshake::server::Request,
-        seen: &Mutex<Option<(SandboxId, String)>>,
-    ) -> Result<(), (u16, String)> {
-        let headers: HashMap<String, String> = request
-            .headers()
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_str().to_ascii_lowercase(),
-                    v.to_str().unwrap_or_default().to_owned(),
-                )
-            })
-            .collect();
-        let query = request.uri().query().unwrap_or_default();
-        let Some(rest) = request.uri().path().strip_prefix(INGRESS_PREFIX) else {
+        request: &super::SocketRequest<'_>,
+    ) -> Result<(SandboxId, String), (u16, String)> {
+        let query = request.query;
+        let Some(rest) = request.path.strip_prefix(INGRESS_PREFIX) else {
             return Err((404, "no WebSocket outside an ingress".to_owned()));
         };
         let (pod, path) = rest.split_once('/').unwrap_or((rest, ""));
@@ -608,7 +581,7 @@ impl Emulator {
             return Err((404, format!("the emulator has no WebSocket at /{path}")));
         }
         let inner = self
-            .admit(pod, &headers, query)
+            .admit(pod, &request.headers, query)
             .map_err(|a| (a.status, String::from_utf8_lossy(&a.body).into_owned()))?;
         let query = without_token(query);
         let query = if query.is_empty() {
@@ -616,8 +589,7 @@ impl Emulator {
         } else {
             format!("?{query}")
         };
-        *lock(seen) = Some((inner, format!("/{path}{query}")));
-        Ok(())
+        Ok((inner, format!("/{path}{query}")))
     }
 }
 

@@ -21,6 +21,7 @@
 //! their credential, and fails the build, naming the registry, otherwise.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,12 +30,14 @@ use bollard::query_parameters::StopContainerOptionsBuilder;
 use futures_util::{SinkExt as _, StreamExt as _};
 use sandbox_providers::api::Volatiles;
 use sandbox_providers::api::ws::{Rewound, accept, close_with};
-use sandbox_providers::{Artifact, BuildRequest, Provider, Resource, RunLabels, SandboxId, Secret};
+use sandbox_providers::{
+    Artifact, BuildRequest, LogFn, Provider, Resource, RunLabels, SandboxId, Secret,
+};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
 use super::Emulator as _;
-use super::{Answer, EmulateError, HttpRequest, Site, lock, set_field_outside};
+use super::{Answer, ClientEnv, EmulateError, HttpRequest, Reach, Site, lock, set_field_outside};
 
 mod interpreter;
 mod sandboxes;
@@ -50,6 +53,8 @@ use sandboxes::{context_dto, region_asked};
 pub const DEFAULT_DOMAIN: &str = "daytona.test";
 /// The control plane's host label: `app.<domain>`, its API under `/api`.
 const API_HOST: &str = "app";
+// Fake: the emulator accepts any non-empty key; this one grants nothing anywhere.
+const FAKE_KEY: &str = "dtn_sm_fake_emulator_key_0000";
 /// The toolbox proxy's host label: `proxy.app.<domain>`, the toolbox under `/toolbox`.
 const PROXY_HOST: &str = "proxy.app";
 /// The organization every emulated record belongs to; made up.
@@ -127,15 +132,6 @@ const AUTO_STOP_TICK: Duration = Duration::from_secs(60);
 /// How long the service holds a build-logs URL request for a `pending` snapshot, waiting
 /// for a runner, before it answers 404 (`snapshot.controller.ts`, see [`build_logs_url`]).
 const RUNNER_WAIT: Duration = Duration::from_secs(30);
-
-/// A snapshot [`Emulator::seed`] built.
-#[derive(Debug, Clone)]
-pub struct Seeded {
-    /// Its name, what an SDK user passes to create a sandbox from it.
-    pub name: String,
-    /// Its id, what the project's client launches.
-    pub id: String,
-}
 
 /// An emulated snapshot.
 struct Snapshot {
@@ -244,8 +240,6 @@ struct Inner {
     labels: RunLabels,
     /// Whether `labels` go on everything (given by the options).
     fixed_labels: bool,
-    /// The labels of every container started, for cleanup.
-    launched: Mutex<Vec<RunLabels>>,
     volatiles: Option<Arc<Volatiles>>,
     bases: Vec<StandInBase>,
     queued: Duration,
@@ -315,6 +309,60 @@ impl super::Emulator for Emulator {
     fn site(&self) -> &Site {
         &self.inner.site
     }
+
+    fn client_env(&self, reach: Reach) -> ClientEnv {
+        let url = match reach {
+            Reach::WithPort => self.api_url_with_port(),
+            Reach::Pinned => self.api_url(),
+        };
+        vec![
+            ("DAYTONA_API_KEY", FAKE_KEY.to_owned()),
+            ("DAYTONA_API_URL", url),
+            self.resolve(reach),
+        ]
+    }
+
+    /// Builds the environment folder `environment` into a snapshot, as the project's
+    /// daytona client builds one against the emulator, so that a client can create
+    /// sandboxes from it (by name or id) without building first. `log` gets the build's
+    /// lines; the snapshot's image carries the emulator's labels, so its cleanup removes
+    /// it. Answers its name (`DAYTONA_SNAPSHOT`) and id (`DAYTONA_SNAPSHOT_ID`).
+    async fn seed(&self, environment: &Path, log: &LogFn) -> Result<ClientEnv, EmulateError> {
+        let client = sandbox_providers::daytona::DaytonaProvider::with_network(
+            sandbox_providers::api::ApiSettings {
+                endpoints: sandbox_providers::api::Endpoints {
+                    api_base: self.api_url_with_port(),
+                    sandbox_domain: String::new(),
+                },
+                mode: sandbox_providers::api::Mode::Live,
+                // Fake: the emulator checks only that a key is sent.
+                credentials: vec![Secret::new("DAYTONA_API_KEY", "fake-daytona-seed-key-0000")],
+                volatiles: Arc::default(),
+                call_timeout: std::time::Duration::from_secs(600),
+            },
+            None,
+            None,
+            &self.network(),
+        )
+        .map_err(|e| EmulateError::Backend(format!("a daytona client for the emulator: {e}")))?;
+        let labels = RunLabels {
+            scenario: super::seed_scenario(environment),
+            ..self.inner.labels.clone()
+        };
+        let artifact = super::seed_build(&client, environment, labels, log).await?;
+        let name = self
+            .state()
+            .snapshots
+            .get(&artifact.id)
+            .map(|s| s.name.clone())
+            .ok_or_else(|| {
+                EmulateError::Backend(format!("snapshot {} vanished after its build", artifact.id))
+            })?;
+        Ok(vec![
+            ("DAYTONA_SNAPSHOT", name),
+            ("DAYTONA_SNAPSHOT_ID", artifact.id),
+        ])
+    }
 }
 
 impl Emulator {
@@ -323,12 +371,13 @@ impl Emulator {
         docker: Arc<sandbox_providers::docker::DockerProvider>,
         options: Options,
     ) -> Result<Self, EmulateError> {
-        let domain = Site::normalise(&options.domain);
         let engine = Docker::connect_with_local_defaults()
             .map_err(|e| EmulateError::Backend(format!("cannot reach the Docker engine: {e}")))?;
         // The certificate's names are `app.<domain>` and every name under it, which holds
         // the toolbox proxy `proxy.app.<domain>`.
-        let listening = super::Listening::on(options.port, &format!("{API_HOST}.{domain}")).await?;
+        let (port, domain) = (options.port, &options.domain);
+        let listening =
+            super::Listening::on(port, domain, Some(API_HOST), "daytona", docker.clone()).await?;
         let fixed_labels = options.labels.is_some();
         let labels = options.labels.unwrap_or_else(|| RunLabels {
             run_id: format!(
@@ -341,12 +390,11 @@ impl Emulator {
         });
         let emulator = Self {
             inner: Arc::new(Inner {
-                site: Arc::new(Site::new(domain, &listening.front, "daytona")),
+                site: listening.site(),
                 docker,
                 engine,
                 labels,
                 fixed_labels,
-                launched: Mutex::default(),
                 volatiles: options.volatiles,
                 bases: options.bases,
                 queued: options.queued,
@@ -355,13 +403,9 @@ impl Emulator {
                 state: Mutex::default(),
             }),
         };
+        emulator.inner.site.made_under(&emulator.inner.labels);
         emulator.check_auto_stop_each_minute();
-        let (sockets, serving) = (emulator.clone(), emulator.clone());
-        listening.serve(
-            &emulator.inner.site,
-            move |stream| sockets.clone().execute(stream),
-            move |request| serving.clone().serve(request),
-        );
+        listening.serve(emulator.clone(), Self::execute, Self::serve);
         Ok(emulator)
     }
 
@@ -416,62 +460,9 @@ impl Emulator {
         format!("https://{API_HOST}.{}:{}/api", self.domain(), self.port())
     }
 
-    /// Builds the environment folder `environment` into a snapshot, as the project's
-    /// daytona client builds one against the emulator, so that a client can create
-    /// sandboxes from it (by name or id) without building first. `log` gets the build's
-    /// lines; the snapshot's image carries the emulator's labels, so [`Self::cleanup`]
-    /// removes it.
-    pub async fn seed(
-        &self,
-        environment: &std::path::Path,
-        log: &sandbox_providers::LogFn,
-    ) -> Result<Seeded, EmulateError> {
-        let client = sandbox_providers::daytona::DaytonaProvider::with_network(
-            sandbox_providers::api::ApiSettings {
-                endpoints: sandbox_providers::api::Endpoints {
-                    api_base: self.api_url_with_port(),
-                    sandbox_domain: String::new(),
-                },
-                mode: sandbox_providers::api::Mode::Live,
-                // Fake: the emulator checks only that a key is sent.
-                credentials: vec![Secret::new("DAYTONA_API_KEY", "fake-daytona-seed-key-0000")],
-                volatiles: Arc::default(),
-                call_timeout: std::time::Duration::from_secs(600),
-            },
-            None,
-            None,
-            &self.network(),
-        )
-        .map_err(|e| EmulateError::Backend(format!("a daytona client for the emulator: {e}")))?;
-        let labels = RunLabels {
-            scenario: super::seed_scenario(environment),
-            ..self.inner.labels.clone()
-        };
-        let artifact = super::seed_build(&client, environment, labels, log).await?;
-        let name = self
-            .state()
-            .snapshots
-            .get(&artifact.id)
-            .map(|s| s.name.clone())
-            .ok_or_else(|| {
-                EmulateError::Backend(format!("snapshot {} vanished after its build", artifact.id))
-            })?;
-        Ok(Seeded {
-            name,
-            id: artifact.id,
-        })
-    }
-
     /// Whether no docker-registry entry is left.
     pub fn registry_entries_left(&self) -> usize {
         lock(&self.inner.state).registries.len()
-    }
-
-    /// Removes, by their labels, whatever the emulator's docker builds and containers left.
-    pub async fn cleanup(&self) {
-        let mut labels = lock(&self.inner.launched).clone();
-        labels.push(self.inner.labels.clone());
-        super::remove_labelled(self.inner.docker.as_ref(), labels).await;
     }
 
     /// The labels of the container behind a sandbox labelled `requested`.
@@ -488,7 +479,7 @@ impl Emulator {
             },
             _ => self.inner.labels.clone(),
         };
-        lock(&self.inner.launched).push(labels.clone());
+        self.inner.site.made_under(&labels);
         labels
     }
 

@@ -108,7 +108,7 @@ impl Emulator {
                 scenario: "build".into(),
             },
         };
-        self.world().labels.push(request.labels.clone());
+        self.inner.site.made_under(&request.labels);
         let docker = self.inner.docker.clone();
         tokio::spawn(async move {
             let sink = logs.clone();

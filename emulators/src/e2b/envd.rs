@@ -54,46 +54,23 @@ impl Emulator {
         }
         crate::forward_to_jupyter(&self.inner.docker, &self.inner.http, inner, &r.path, r).await
     }
+
     /// Serves one WebSocket upgrade: a kernel's channels on a Jupyter template's port
     /// 49999, admitted as HTTP requests are and relayed frame for frame to the docker
     /// sandbox's kernel.
     pub(super) async fn kernel_socket(self, stream: Rewound) {
-        let admitted: Arc<Mutex<Option<(SandboxId, String)>>> = Arc::default();
-        let seen = admitted.clone();
-        let this = self.clone();
-        let check = move |request: &tungstenite::handshake::server::Request| {
-            let verdict = this.admit_socket(request, &seen);
-            this.inner.site.keep_upgrade(
-                &crate::upgrade_request(request),
-                verdict.as_ref().map_or_else(|(s, _)| *s, |()| 101),
-            );
-            verdict
-        };
-        let Some(socket) = accept(stream, check).await else {
-            return;
-        };
-        let Some((inner, path)) = lock(&admitted).take() else {
-            return;
-        };
-        crate::relay_to_kernel(&self.inner.docker, &inner, &path, socket).await;
+        let site = &self.inner.site;
+        crate::serve_kernel_socket(site, &self.inner.docker, stream, |r| self.admit_socket(r))
+            .await;
     }
-    /// Whether the WebSocket upgrade `request` reaches an open Jupyter Server's kernel
-    /// channels; if so, `seen` gets the docker sandbox and the path there.
+
+    /// The docker sandbox and the path of the kernel channels the WebSocket upgrade
+    /// `request` reaches at an open Jupyter Server.
     fn admit_socket(
         &self,
-        request: &tungstenite::handshake::server::Request,
-        seen: &Mutex<Option<(SandboxId, String)>>,
-    ) -> Result<(), (u16, String)> {
-        let headers: HashMap<String, String> = request
-            .headers()
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_str().to_ascii_lowercase(),
-                    v.to_str().unwrap_or_default().to_owned(),
-                )
-            })
-            .collect();
+        request: &crate::SocketRequest<'_>,
+    ) -> Result<(SandboxId, String), (u16, String)> {
+        let headers = &request.headers;
         let host = headers.get("host").cloned().unwrap_or_default();
         let host = host
             .rsplit_once(':')
@@ -110,18 +87,16 @@ impl Emulator {
             },
         };
         let refused = |a: Answer| (a.status, String::from_utf8_lossy(&a.body).into_owned());
-        let (inner, _, channel) = self.admit(&port, &id, &headers).map_err(refused)?;
-        let path = request.uri().path();
+        let (inner, _, channel) = self.admit(&port, &id, headers).map_err(refused)?;
+        let path = request.path;
         let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
         match (channel, parts.as_slice()) {
             (CodeChannel::Jupyter { open: true }, ["api", "kernels", _, "channels"]) => {
-                let query = request
-                    .uri()
-                    .query()
-                    .map(|q| format!("?{q}"))
-                    .unwrap_or_default();
-                *lock(seen) = Some((inner, format!("{path}{query}")));
-                Ok(())
+                let query = match request.query {
+                    "" => String::new(),
+                    query => format!("?{query}"),
+                };
+                Ok((inner, format!("{path}{query}")))
             }
             (CodeChannel::Jupyter { open: false }, _) => Err((403, "Forbidden".to_owned())),
             _ => Err((404, format!("the emulator has no WebSocket at {path}"))),

@@ -41,6 +41,7 @@
 //! or `paused`; `GET /v2/sandboxes/{id}/logs` serves the container's last log lines.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -48,17 +49,16 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use sandbox_providers::api::cassette::{CONNECT_END_STREAM, decode_connect, encode_connect};
 use sandbox_providers::{
-    Artifact, BuildRequest, CodeOutput, CommandOutput, Provider, RunLabels, SandboxId,
+    Artifact, BuildRequest, CodeOutput, CommandOutput, LogFn, Provider, RunLabels, SandboxId,
     SandboxState, Secret,
 };
 use serde_json::{Value, json};
 
-use sandbox_providers::api::ws::{Rewound, accept};
+use sandbox_providers::api::ws::Rewound;
 use sandbox_providers::docker::DockerProvider;
-use tokio_tungstenite::tungstenite;
 
 use super::Emulator as _;
-use super::{Answer, EmulateError, HttpRequest, Site, lock, set_field_outside};
+use super::{Answer, ClientEnv, EmulateError, HttpRequest, Reach, Site, lock, set_field_outside};
 
 mod builds;
 mod envd;
@@ -90,16 +90,13 @@ pub struct Options {
     /// Fault: every sandbox ends this long after its create, whatever its timeout asks,
     /// as a live provider's sandbox may die early.
     pub kill_after: Option<Duration>,
+    /// The start command a seeded template gets instead of its environment's (as
+    /// `E2B_START_CMD` does for a build): what port 49999 serves.
+    pub start_cmd: Option<String>,
 }
 
-/// A template [`Emulator::seed`] built.
-#[derive(Debug, Clone)]
-pub struct Seeded {
-    /// Its name: what a client passes to create a sandbox from its newest build.
-    pub name: String,
-    /// `<templateID>:<buildID>`: the exact build, as the project's client launches it.
-    pub build: String,
-}
+// Fake: the emulator accepts any non-empty key; this one grants nothing anywhere.
+const FAKE_KEY: &str = "e2b_sm_fake_emulator_key_0000";
 
 struct Template {
     id: String,
@@ -178,7 +175,6 @@ impl CodeChannel {
 struct World {
     templates: Vec<Template>,
     sandboxes: HashMap<String, Sandbox>,
-    labels: Vec<RunLabels>,
     counter: u32,
     /// Uploaded build files, by template id and files hash.
     uploads: HashMap<(String, String), Vec<u8>>,
@@ -201,6 +197,8 @@ struct Inner {
     run_id: Option<String>,
     /// [`Options::kill_after`].
     kill_after: Option<Duration>,
+    /// [`Options::start_cmd`].
+    start_cmd: Option<String>,
 }
 
 impl std::fmt::Debug for Emulator {
@@ -213,6 +211,54 @@ impl super::Emulator for Emulator {
     fn site(&self) -> &Site {
         &self.inner.site
     }
+
+    fn client_env(&self, reach: Reach) -> ClientEnv {
+        let (url, domain) = match reach {
+            Reach::WithPort => (self.api_url_with_port(), self.domain_with_port()),
+            Reach::Pinned => (
+                format!("https://api.{}", self.domain()),
+                self.domain().to_owned(),
+            ),
+        };
+        vec![
+            ("E2B_API_KEY", FAKE_KEY.to_owned()),
+            ("E2B_API_URL", url),
+            ("E2B_DOMAIN", domain),
+            self.resolve(reach),
+        ]
+    }
+
+    /// Builds `environment` into a template, as the project's e2b client builds one
+    /// against the emulator, its start command [`Options::start_cmd`] when given; answers
+    /// its name (`E2B_TEMPLATE`) and exact build (`E2B_TEMPLATE_BUILD`,
+    /// `<templateID>:<buildID>`). Its name is unique to this emulator.
+    async fn seed(&self, environment: &Path, log: &LogFn) -> Result<ClientEnv, EmulateError> {
+        let client = sandbox_providers::e2b::E2bProvider::with_network(
+            sandbox_providers::api::Endpoints {
+                api_base: self.api_url_with_port(),
+                sandbox_domain: self.domain_with_port(),
+            },
+            sandbox_providers::api::Mode::Live,
+            // Fake: the emulator checks only that a key is sent.
+            Secret::new("E2B_API_KEY", "e2b_fake_seed_key_0000"),
+            Arc::default(),
+            sandbox_providers::e2b::BuildOptions {
+                start_cmd: self.inner.start_cmd.clone(),
+                ..Default::default()
+            },
+            &self.network(),
+        )
+        .map_err(|e| EmulateError::Backend(format!("an e2b client for the emulator: {e}")))?;
+        let labels = self.labels(environment);
+        let artifact = super::seed_build(&client, environment, labels.clone(), log).await?;
+        Ok(vec![
+            (
+                "E2B_TEMPLATE",
+                sandbox_providers::e2b::template_name(&labels),
+            ),
+            ("E2B_TEMPLATE_BUILD", artifact.id),
+        ])
+    }
 }
 
 impl Emulator {
@@ -221,25 +267,20 @@ impl Emulator {
         docker: Arc<DockerProvider>,
         options: Options,
     ) -> Result<Self, EmulateError> {
-        let domain = Site::normalise(&options.domain);
-        let listening = super::Listening::on(options.port, &domain).await?;
-        let http = super::http_client()?;
+        let (port, domain) = (options.port, &options.domain);
+        let listening = super::Listening::on(port, domain, None, "e2b", docker.clone()).await?;
         let emulator = Self {
             inner: Arc::new(Inner {
-                site: Arc::new(Site::new(domain, &listening.front, "e2b")),
+                site: listening.site(),
                 docker,
                 world: Mutex::default(),
-                http,
+                http: super::http_client()?,
                 run_id: options.run_id,
                 kill_after: options.kill_after,
+                start_cmd: options.start_cmd,
             }),
         };
-        let (sockets, serving) = (emulator.clone(), emulator.clone());
-        listening.serve(
-            &emulator.inner.site,
-            move |stream| sockets.clone().kernel_socket(stream),
-            move |request| serving.clone().serve(request),
-        );
+        listening.serve(emulator.clone(), Self::kernel_socket, Self::serve);
         Ok(emulator)
     }
 
@@ -253,33 +294,9 @@ impl Emulator {
         format!("https://api.{}", self.domain_with_port())
     }
 
-    /// Builds the environment folder `environment` into a template, as the project's e2b
-    /// client builds one against the emulator, so that a client can create sandboxes
-    /// without building first. Its name is unique to this emulator; `log` gets the
-    /// build's lines; `start_cmd` replaces the environment's start command.
-    pub async fn seed(
-        &self,
-        environment: &std::path::Path,
-        start_cmd: Option<String>,
-        log: &sandbox_providers::LogFn,
-    ) -> Result<Seeded, EmulateError> {
-        let client = sandbox_providers::e2b::E2bProvider::with_network(
-            sandbox_providers::api::Endpoints {
-                api_base: self.api_url_with_port(),
-                sandbox_domain: self.domain_with_port(),
-            },
-            sandbox_providers::api::Mode::Live,
-            // Fake: the emulator checks only that a key is sent.
-            Secret::new("E2B_API_KEY", "e2b_fake_seed_key_0000"),
-            Arc::default(),
-            sandbox_providers::e2b::BuildOptions {
-                start_cmd,
-                ..Default::default()
-            },
-            &self.network(),
-        )
-        .map_err(|e| EmulateError::Backend(format!("an e2b client for the emulator: {e}")))?;
-        let labels = RunLabels {
+    /// The labels a seed of `environment` carries.
+    fn labels(&self, environment: &std::path::Path) -> RunLabels {
+        RunLabels {
             run_id: self
                 .inner
                 .run_id
@@ -287,22 +304,11 @@ impl Emulator {
                 .unwrap_or_else(|| format!("emulate-{}", self.port())),
             variant: "e2b".into(),
             scenario: super::seed_scenario(environment),
-        };
-        let artifact = super::seed_build(&client, environment, labels.clone(), log).await?;
-        Ok(Seeded {
-            name: sandbox_providers::e2b::template_name(&labels),
-            build: artifact.id,
-        })
+        }
     }
 
     fn world(&self) -> std::sync::MutexGuard<'_, World> {
         lock(&self.inner.world)
-    }
-
-    /// Removes, by their labels, whatever the emulator's docker builds and sandboxes left.
-    pub async fn cleanup(&self) {
-        let labels = self.world().labels.clone();
-        super::remove_labelled(self.inner.docker.as_ref() as &dyn Provider, labels).await;
     }
 
     /// Routes by the host the client called: `api.<domain>` or `<port>-<id>.<domain>`.

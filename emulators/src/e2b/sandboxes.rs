@@ -78,7 +78,7 @@ impl Emulator {
                 .cloned()
                 .unwrap_or_default(),
         };
-        self.world().labels.push(labels.clone());
+        self.inner.site.made_under(&labels);
         let launched = self
             .inner
             .docker

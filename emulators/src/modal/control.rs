@@ -329,13 +329,11 @@ impl ModalClient for Control {
             created_at: now_secs(),
             state: Mutex::default(),
         });
-        {
-            let mut world = self.emulator.world();
-            if !world.labels.contains(&labels) {
-                world.labels.push(labels.clone());
-            }
-            world.sandboxes.insert(id.clone(), sandbox.clone());
-        }
+        self.emulator.inner.site.made_under(&labels);
+        self.emulator
+            .world()
+            .sandboxes
+            .insert(id.clone(), sandbox.clone());
         self.emulator
             .end_at_timeout(sandbox.clone(), definition.timeout_secs);
         if !self.emulator.inner.no_task {

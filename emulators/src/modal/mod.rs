@@ -87,6 +87,7 @@ use api::generic_result::GenericStatus;
 use api::modal_client_server::{ModalClient, ModalClientServer};
 use router::task_command_router_server::{TaskCommandRouter, TaskCommandRouterServer};
 
+use super::Emulator as _;
 use super::{EmulateError, HttpRequest, lock};
 
 mod backend;
@@ -225,7 +226,6 @@ struct World {
     execs: HashMap<(String, String), Arc<Exec>>,
     /// Issued router JWTs: their task and expiry (seconds since the epoch).
     jwts: HashMap<String, (String, u64)>,
-    labels: Vec<RunLabels>,
 }
 
 /// The modal emulator. Dropping it does not stop serving: [`Emulator::stop`] does, and
@@ -250,25 +250,78 @@ struct Inner {
     /// [`Options::kill_after`].
     kill_after: Option<Duration>,
     plain: SocketAddr,
-    tls: SocketAddr,
-    domain: String,
-    ca_pem: String,
+    /// Its TLS front: domain, port, test CA; and where calls are kept once
+    /// [`super::Emulator::record`] is asked for.
+    site: super::Site,
     world: Mutex<World>,
     serving: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Set by [`Emulator::stop`]: calls on connections still open are refused.
     stopped: AtomicBool,
     /// Sandbox launches under way.
     launching: AtomicUsize,
-    /// Where calls are kept once [`Emulator::record`] is asked for.
-    recording: Mutex<Option<super::record::Exchanges>>,
 }
 
 impl std::fmt::Debug for Emulator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Emulator")
             .field("plain", &self.inner.plain)
-            .field("tls", &self.inner.tls)
+            .field("tls", &self.inner.site)
             .finish_non_exhaustive()
+    }
+}
+
+impl super::Emulator for Emulator {
+    fn site(&self) -> &super::Site {
+        &self.inner.site
+    }
+
+    /// The same for both reaches: Modal's client reaches the plain gRPC port by URL, and
+    /// the control plane's answers name no address of its own.
+    fn client_env(&self, _reach: super::Reach) -> super::ClientEnv {
+        // Fakes: the emulator generated them, and accepts no others.
+        vec![
+            ("MODAL_SERVER_URL", self.server_url()),
+            ("MODAL_TOKEN_ID", self.token_id().to_owned()),
+            ("MODAL_TOKEN_SECRET", self.token_secret().to_owned()),
+            ("SANDBOX_MATRIX_MODAL_TLS_URL", self.tls_url()),
+            // The run label of its builds, and of sandboxes created without one.
+            ("SANDBOX_MATRIX_EMULATOR_RUN", self.run_id().to_owned()),
+            // The TLS URL carries its port.
+            self.resolve(super::Reach::WithPort),
+        ]
+    }
+
+    /// Stops serving: no new connection, and every call on one still open is refused.
+    fn stop(&self) {
+        self.inner.stopped.store(true, Ordering::SeqCst);
+        for task in lock(&self.inner.serving).drain(..) {
+            task.abort();
+        }
+    }
+
+    /// Waits for its builds still running (up to 45 s), stops the sandboxes still running
+    /// and removes, by their labels, whatever its builds and sandboxes left.
+    async fn cleanup(&self) {
+        // A build or launch still running would make its image or container after the
+        // removal below.
+        let deadline = Instant::now() + BUILD_DRAIN;
+        while Instant::now() < deadline
+            && (self.inner.launching.load(Ordering::SeqCst) > 0
+                || self
+                    .world()
+                    .images
+                    .values()
+                    .any(|b| lock(&b.outcome).is_none()))
+        {
+            tokio::time::sleep(POLL).await;
+        }
+        let sandboxes: Vec<Arc<SandboxEntry>> = self.world().sandboxes.values().cloned().collect();
+        for sandbox in sandboxes {
+            if let Err(e) = self.end(&sandbox, terminated()).await {
+                eprintln!("emulate modal: cleanup: {}", e.message());
+            }
+        }
+        self.inner.site.remove_made().await;
     }
 }
 
@@ -291,16 +344,18 @@ impl Emulator {
         }
         let engine = Docker::connect_with_local_defaults()
             .map_err(|e| EmulateError::Backend(format!("cannot reach the Docker engine: {e}")))?;
-        let domain = super::Site::normalise(&options.domain);
+        let domain = options.domain.trim_end_matches('.').to_ascii_lowercase();
         let (plain_listener, plain) = super::bind_loopback(options.port).await?;
         let (tls_listener, tls) = super::bind_loopback(0).await?;
         let (behind_tls_listener, behind_tls) = super::bind_loopback(0).await?;
         let ca = super::tls::TestCa::generate(&domain)?;
+        let ca_pem = ca.ca_pem().to_owned();
         // gRPC is HTTP/2: the front says so in ALPN (the test CA's default is HTTP/1.1).
         let mut config = (*ca.server_config()).clone();
         config.alpn_protocols = vec![b"h2".to_vec()];
         let emulator = Self {
             inner: Arc::new(Inner {
+                site: super::Site::new(domain, tls.port(), ca_pem, "modal", docker.clone()),
                 docker,
                 engine,
                 // Fakes: generated credentials that only this emulator accepts.
@@ -318,18 +373,15 @@ impl Emulator {
                 no_task: options.no_task,
                 kill_after: options.kill_after,
                 plain,
-                tls,
-                domain,
-                ca_pem: ca.ca_pem().to_owned(),
+
                 world: Mutex::default(),
                 serving: Mutex::default(),
                 stopped: AtomicBool::new(false),
                 launching: AtomicUsize::new(0),
-                recording: Mutex::default(),
             }),
         };
         let run_labels = emulator.labels(None, "build");
-        emulator.world().labels.push(run_labels);
+        emulator.inner.site.made_under(&run_labels);
         let plain_router = emulator.server_url();
         let tls_router = emulator.tls_url();
         let tasks = vec![
@@ -349,21 +401,7 @@ impl Emulator {
     /// The control plane over TLS: `https://api.<domain>:<port>`, the domain pinned to
     /// 127.0.0.1 and the test CA trusted.
     pub fn tls_url(&self) -> String {
-        format!(
-            "https://api.{}:{}",
-            self.inner.domain,
-            self.inner.tls.port()
-        )
-    }
-
-    /// The domain the TLS front's certificate is for.
-    pub fn domain(&self) -> &str {
-        &self.inner.domain
-    }
-
-    /// The test CA's certificate, PEM.
-    pub fn ca_pem(&self) -> &str {
-        &self.inner.ca_pem
+        format!("https://api.{}:{}", self.domain(), self.port())
     }
 
     /// The token id clients must send (a fake).
@@ -380,40 +418,6 @@ impl Emulator {
     /// `sandbox-matrix.run` tag: `emulator-<pid>-<random>`.
     pub fn run_id(&self) -> &str {
         &self.inner.run_id
-    }
-
-    /// Stops serving: no new connection, and every call on one still open is refused.
-    pub fn stop(&self) {
-        self.inner.stopped.store(true, Ordering::SeqCst);
-        for task in lock(&self.inner.serving).drain(..) {
-            task.abort();
-        }
-    }
-
-    /// Waits for its builds still running (up to 45 s), stops the sandboxes still running
-    /// and removes, by their labels, whatever its builds and sandboxes left.
-    pub async fn cleanup(&self) {
-        // A build or launch still running would make its image or container after the
-        // removal below.
-        let deadline = Instant::now() + BUILD_DRAIN;
-        while Instant::now() < deadline
-            && (self.inner.launching.load(Ordering::SeqCst) > 0
-                || self
-                    .world()
-                    .images
-                    .values()
-                    .any(|b| lock(&b.outcome).is_none()))
-        {
-            tokio::time::sleep(POLL).await;
-        }
-        let sandboxes: Vec<Arc<SandboxEntry>> = self.world().sandboxes.values().cloned().collect();
-        for sandbox in sandboxes {
-            if let Err(e) = self.end(&sandbox, terminated()).await {
-                eprintln!("emulate modal: cleanup: {}", e.message());
-            }
-        }
-        let labels = self.world().labels.clone();
-        super::remove_labelled(self.inner.docker.as_ref() as &dyn Provider, labels).await;
     }
 
     fn world(&self) -> std::sync::MutexGuard<'_, World> {
@@ -449,14 +453,6 @@ impl Emulator {
                 .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
                 .await;
         })
-    }
-
-    /// Keeps every call it is sent from now on (its method, metadata and request
-    /// messages, undecoded), for a caller to read.
-    pub fn record(&self) -> super::record::Exchanges {
-        lock(&self.inner.recording)
-            .get_or_insert_with(super::record::Exchanges::default)
-            .clone()
     }
 
     /// Admits a control-plane call carrying the emulator's token id and secret.
@@ -613,7 +609,7 @@ where
         // The service polled ready serves this call; a clone takes its place.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let recording = lock(&self.emulator.inner.recording).clone();
+        let recording = self.emulator.inner.site.recording();
         Box::pin(async move {
             let arrived = super::record::now_ms();
             let (parts, body) = request.into_parts();

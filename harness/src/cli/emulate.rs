@@ -111,14 +111,20 @@ enum EmulatedProvider {
 pub(crate) async fn emulate(command: EmulateCommand) -> u8 {
     use sandbox_providers::api::network::CA_FILE_VAR;
     let mut launch = emulate::launch::Launch::new(PathBuf::new());
-    let (which, serving, template, start_cmd, snapshot) = match command.provider {
+    // What to seed before serving: an environment folder, and what it becomes.
+    let (which, serving, seed) = match command.provider {
         EmulatedProvider::E2b {
             serving,
             template,
             start_cmd,
-        } => (emulate::Emulated::E2b, serving, template, start_cmd, None),
+        } => {
+            launch.start_cmd = start_cmd;
+            let seed = template.map(|folder| (folder, "template"));
+            (emulate::Emulated::E2b, serving, seed)
+        }
         EmulatedProvider::Daytona { serving, snapshot } => {
-            (emulate::Emulated::Daytona, serving, None, None, snapshot)
+            let seed = snapshot.map(|folder| (folder, "snapshot"));
+            (emulate::Emulated::Daytona, serving, seed)
         }
         EmulatedProvider::Modal {
             serving,
@@ -131,7 +137,7 @@ pub(crate) async fn emulate(command: EmulateCommand) -> u8 {
             }
             launch.unavailable_once = unavailable_once;
             launch.no_task = no_task;
-            (emulate::Emulated::Modal, serving, None, None, None)
+            (emulate::Emulated::Modal, serving, None)
         }
         EmulatedProvider::Datalayer {
             serving,
@@ -146,7 +152,7 @@ pub(crate) async fn emulate(command: EmulateCommand) -> u8 {
             if let Some(name) = environment_name {
                 launch.environment_name = name;
             }
-            (emulate::Emulated::Datalayer, serving, None, None, None)
+            (emulate::Emulated::Datalayer, serving, None)
         }
     };
     let root = serving.root.root.as_path();
@@ -194,41 +200,12 @@ pub(crate) async fn emulate(command: EmulateCommand) -> u8 {
         }
     };
     // A template or snapshot seeded from an environment folder, for an SDK user to start.
-    let seeded = match (&running.emulator, template, snapshot) {
-        (emulate::launch::Emulator::E2b(emulator), Some(folder), _) => {
-            let dir = root.join("fixtures/environments").join(&folder);
-            eprintln!("building {} into a template", dir.display());
-            emulator
-                .seed(&dir, start_cmd, &|line: &str| eprintln!("template: {line}"))
-                .await
-                .map(|seeded| {
-                    vec![
-                        ("E2B_TEMPLATE", seeded.name),
-                        ("E2B_TEMPLATE_BUILD", seeded.build),
-                    ]
-                })
-                .map_err(|e| format!("the {folder} template: {e}"))
-        }
-        (emulate::launch::Emulator::Daytona(emulator), _, Some(folder)) => {
-            let dir = root.join("fixtures/environments").join(&folder);
-            eprintln!("building {} into a snapshot", dir.display());
-            emulator
-                .seed(&dir, &|line: &str| eprintln!("snapshot: {line}"))
-                .await
-                .map(|seeded| {
-                    vec![
-                        ("DAYTONA_SNAPSHOT", seeded.name),
-                        ("DAYTONA_SNAPSHOT_ID", seeded.id),
-                    ]
-                })
-                .map_err(|e| format!("the {folder} snapshot: {e}"))
-        }
-        _ => Ok(Vec::new()),
-    };
-    match seeded {
-        Ok(seeded) => running.settings.extend(seeded),
-        Err(e) => {
-            eprintln!("error: {e}");
+    if let Some((folder, what)) = seed {
+        let dir = root.join("fixtures/environments").join(&folder);
+        eprintln!("building {} into a {what}", dir.display());
+        let log = move |line: &str| eprintln!("{what}: {line}");
+        if let Err(e) = running.seed(&dir, &log).await {
+            eprintln!("error: the {folder} {what}: {e}");
             running.stop().await;
             return EXIT_FAILED;
         }

@@ -68,6 +68,7 @@ async fn author(
             domain: DEFAULT_DOMAIN.to_owned(),
             run_id: None,
             kill_after: None,
+            start_cmd: None,
         },
     )
     .await

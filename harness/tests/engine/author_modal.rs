@@ -12,6 +12,7 @@ use crate::common;
 use std::path::Path;
 use std::sync::Arc;
 
+use sandbox_emulators::Emulator as _;
 use sandbox_emulators::modal::{DEFAULT_DOMAIN, Emulator, Options, ROUTER_JWT_TTL};
 use sandbox_matrix::model::events::{EventSink, RunEvent};
 use sandbox_matrix::model::results::ScenarioResult;

@@ -39,7 +39,6 @@ async fn emulator(faults: Faults) -> Emulator {
         Options {
             port: 0,
             domain: DEFAULT_DOMAIN.to_owned(),
-            environment: root.join("fixtures/environments/reference"),
             environment_name: DEFAULT_ENVIRONMENT.to_owned(),
             faults,
             run_id: None,
@@ -49,7 +48,10 @@ async fn emulator(faults: Faults) -> Emulator {
     .await
     .expect("the datalayer emulator starts");
     emulator
-        .seed(&|line: &str| eprintln!("environment: {line}"))
+        .seed(
+            &root.join("fixtures/environments/reference"),
+            &|line: &str| eprintln!("environment: {line}"),
+        )
         .await
         .expect("the emulator's environment builds");
     emulator

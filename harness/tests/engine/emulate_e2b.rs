@@ -77,6 +77,7 @@ impl RawE2b {
                 domain: DEFAULT_DOMAIN.to_owned(),
                 run_id: None,
                 kill_after: None,
+                start_cmd: None,
             },
         )
         .await

@@ -43,7 +43,6 @@ pub async fn our_datalayer_client_sends_what_datalayer_core_sends_for_each_inten
             Options {
                 port: 0,
                 domain: DEFAULT_DOMAIN.to_owned(),
-                environment: root.join("fixtures/environments/reference"),
                 environment_name: DEFAULT_ENVIRONMENT.to_owned(),
                 faults: Default::default(),
                 run_id: None,
@@ -53,7 +52,10 @@ pub async fn our_datalayer_client_sends_what_datalayer_core_sends_for_each_inten
         .await
         .expect("the datalayer emulator starts");
         emulator
-            .seed(&|line: &str| eprintln!("environment: {line}"))
+            .seed(
+                &root.join("fixtures/environments/reference"),
+                &|line: &str| eprintln!("environment: {line}"),
+            )
             .await
             .expect("the emulator's environment builds");
         emulator

@@ -47,6 +47,7 @@ pub async fn our_e2b_client_sends_what_the_e2b_sdk_sends_for_each_intent() {
                 domain: DOMAIN.to_owned(),
                 run_id: None,
                 kill_after: None,
+                start_cmd: None,
             },
         )
         .await

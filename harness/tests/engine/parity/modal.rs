@@ -15,6 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use prost_reflect::{DescriptorPool, DynamicMessage, SerializeOptions};
+use sandbox_emulators::Emulator as _;
 use sandbox_emulators::modal::{DEFAULT_DOMAIN, Emulator, Options, ROUTER_JWT_TTL};
 use sandbox_emulators::record::{Body, Exchange};
 use sandbox_matrix::run::runner::new_run_id;

@@ -317,12 +317,7 @@ impl BuildRequest {
     /// pull`. A provider's [`Provider::credential_use`] adds what it did with it.
     pub fn credential_made(&self) -> String {
         match (&self.registry_credential, &self.base.registry) {
-            (Some(c), _) => match c.source {
-                CredentialSource::EcrLoginToken => "ECR login token, made for this run".to_owned(),
-                CredentialSource::Static => {
-                    format!("static credential from {}", registry::credential::USER_VAR)
-                }
-            },
+            (Some(c), _) => c.source.made(),
             (None, None) => "none: local base".to_owned(),
             (None, Some(_)) => "none: the registry lets anyone pull".to_owned(),
         }

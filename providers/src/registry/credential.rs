@@ -17,6 +17,17 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 
 use crate::{CredentialSource, ErrorKind, ProviderError, RegistryCredential, Result, Secret};
 
+impl CredentialSource {
+    /// How a credential of this source was made, for a person: `ECR login token, made for
+    /// this run`, `static credential from SANDBOX_MATRIX_REGISTRY_USER`.
+    pub fn made(&self) -> String {
+        match self {
+            Self::EcrLoginToken => "ECR login token, made for this run".to_owned(),
+            Self::Static => format!("static credential from {USER_VAR}"),
+        }
+    }
+}
+
 /// How the registry credential is made: `ecr`, `static` or `none`.
 pub const AUTH_VAR: &str = "SANDBOX_MATRIX_REGISTRY_AUTH";
 /// The user name of a static credential.

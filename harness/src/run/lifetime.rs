@@ -114,13 +114,8 @@ pub async fn watch(
                 // only after, because the launch or a look took that long: no verdict on
                 // the provider, but nothing was seen alive where it had to be.
                 seen.early = at < watch.asked;
-                let last_alive = seen.alive_at.map_or_else(|| "no time".to_owned(), secs);
                 let why = if seen.early {
-                    format!(
-                        "died early: gone at {} of the {} asked ({ending}); last seen alive at {last_alive}",
-                        secs(at),
-                        secs(watch.asked),
-                    )
+                    died_early(at, &watch, &ending, &seen)
                 } else {
                     format!(
                         "not seen alive at {}: create returned at {} and the next look ended at {}, past the {} asked ({ending}); ask a longer `timeout`",
@@ -151,6 +146,15 @@ pub async fn watch(
             Ok(Look::Gone(ending)) => {
                 let at = started.elapsed();
                 seen.gone_at = Some(at);
+                // Seen gone past `alive_by` but before its limit could have passed: the
+                // looks are a tenth of the lifetime apart, at most 30 s, and a long
+                // lifetime's margin holds several of them.
+                if at < watch.asked {
+                    seen.early = true;
+                    let why = died_early(at, &watch, &ending, &seen);
+                    seen.ending = Some(ending);
+                    return (seen, Err(why));
+                }
                 log(&format!(
                     "gone at {} ({ending}), {} past its limit",
                     secs(at),
@@ -174,6 +178,16 @@ pub async fn watch(
             Err(e) => return (seen, Err(format!("at {}: {e}", secs(started.elapsed())))),
         }
     }
+}
+
+/// Why a sandbox seen gone at `at`, before the `watch.asked` it was asked to live, failed.
+fn died_early(at: Duration, watch: &Watch, ending: &str, seen: &LifetimeSeen) -> String {
+    format!(
+        "died early: gone at {} of the {} asked ({ending}); last seen alive at {}",
+        secs(at),
+        secs(watch.asked),
+        seen.alive_at.map_or_else(|| "no time".to_owned(), secs)
+    )
 }
 
 /// The provider's state of `sandbox`: running is alive; paused cannot answer, and is
@@ -213,23 +227,4 @@ fn secs(d: Duration) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::Watch;
-    use std::time::Duration;
-
-    #[test]
-    fn the_watch_scales_with_the_lifetime_within_bounds() {
-        let s = Duration::from_secs;
-        let short = Watch::new(s(6), s(30));
-        assert_eq!((short.margin, short.every), (s(2), s(1)));
-        let minute = Watch::new(s(60), s(90));
-        assert_eq!((minute.margin, minute.every), (s(6), s(6)));
-        let hour = Watch::new(s(3600), s(90));
-        assert_eq!((hour.margin, hour.every), (s(360), s(30)));
-        let tiny = Watch::new(s(1), s(30));
-        assert_eq!(
-            (tiny.margin, tiny.every),
-            (Duration::from_millis(500), s(1))
-        );
-    }
-}
+mod tests;

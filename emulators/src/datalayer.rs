@@ -23,15 +23,18 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use sandbox_providers::api::ws::Rewound;
 use sandbox_providers::docker::DockerProvider;
 use sandbox_providers::{
     Artifact, Housekeeping as _, LogFn, Provider, Resource, RunLabels, SandboxId,
 };
 use serde_json::{Value, json};
 
-use super::Emulator as _;
-use super::{Answer, ClientEnv, EmulateError, HttpRequest, Reach, Site, lock, set_field_outside};
+use crate::emulator::Emulator as _;
+use crate::emulator::{ClientEnv, Reach};
+use crate::error::EmulateError;
+use crate::http::{Answer, HttpRequest, lock, set_field_outside};
+use crate::jupyter::serve_kernel_socket;
+use crate::site::Site;
 
 /// The domain the emulator serves when none is given: the API at `r1.<domain>`.
 pub const DEFAULT_DOMAIN: &str = "datalayer.test";
@@ -134,7 +137,7 @@ fn refused(status: u16, message: &str) -> Answer {
     Answer::json(status, json!({ "success": false, "message": message }))
 }
 
-impl super::Emulator for Emulator {
+impl crate::emulator::Emulator for Emulator {
     fn site(&self) -> &Site {
         &self.inner.site
     }
@@ -163,12 +166,13 @@ impl super::Emulator for Emulator {
     /// Builds `environment` on the docker variant as the one environment `POST /runtimes`
     /// starts, listed under [`Options::environment_name`] (in the settings already).
     async fn seed(&self, environment: &Path, log: &LogFn) -> Result<ClientEnv, EmulateError> {
-        let scenario = super::seed_scenario(environment);
+        let scenario = crate::backend::seed_scenario(environment);
         let labels = self.labels(&self.port().to_string(), &scenario);
         self.inner.site.made_under(&labels);
         self.world().seeded_from = Some(scenario);
         let artifact =
-            super::seed_build(self.inner.docker.as_ref(), environment, labels, log).await?;
+            crate::backend::seed_build(self.inner.docker.as_ref(), environment, labels, log)
+                .await?;
         self.world().built = Some(artifact);
         Ok(ClientEnv::new())
     }
@@ -176,14 +180,15 @@ impl super::Emulator for Emulator {
 
 impl Emulator {
     /// Serves the runtimes API over HTTPS on 127.0.0.1 with `docker` behind it; its
-    /// environment is built by [`super::Emulator::seed`].
+    /// environment is built by [`crate::emulator::Emulator::seed`].
     pub async fn start(
         docker: Arc<DockerProvider>,
         options: Options,
     ) -> Result<Self, EmulateError> {
         let variant = sandbox_providers::datalayer::runtimes::VARIANT;
         let (port, domain) = (options.port, &options.domain);
-        let listening = super::Listening::on(port, domain, None, variant, docker.clone()).await?;
+        let listening =
+            crate::site::Listening::on(port, domain, None, variant, docker.clone()).await?;
         let refuse_create = options.faults.refuse_create.clone();
         let emulator = Self {
             inner: Arc::new(Inner {
@@ -195,10 +200,11 @@ impl Emulator {
                     refuse_create,
                     ..World::default()
                 }),
-                http: super::http_client()?,
+                http: crate::site::http_client()?,
             }),
         };
-        listening.serve(emulator.clone(), Self::kernel_socket, Self::serve);
+        let sockets = |e, stream| serve_kernel_socket(e, stream, Self::admit_socket);
+        listening.serve(emulator.clone(), sockets, Self::serve);
         Ok(emulator)
     }
 
@@ -548,7 +554,7 @@ impl Emulator {
             headers: r.headers.clone(),
             body: r.body.clone(),
         };
-        super::forward_to_jupyter(
+        crate::jupyter::forward_to_jupyter(
             &self.inner.docker,
             &self.inner.http,
             &inner,
@@ -558,18 +564,11 @@ impl Emulator {
         .await
     }
 
-    /// Serves one WebSocket upgrade: a kernel's channels at a runtime's ingress.
-    async fn kernel_socket(self, stream: Rewound) {
-        let site = &self.inner.site;
-        super::serve_kernel_socket(site, &self.inner.docker, stream, |r| self.admit_socket(r))
-            .await;
-    }
-
-    /// The docker sandbox and the path of the kernel channels the WebSocket upgrade
-    /// `request` reaches at a runtime's ingress.
+    /// Admits a WebSocket upgrade to a kernel's channels at a runtime's ingress: the
+    /// docker sandbox and the path of those channels there.
     fn admit_socket(
         &self,
-        request: &super::SocketRequest<'_>,
+        request: &crate::jupyter::SocketRequest<'_>,
     ) -> Result<(SandboxId, String), (u16, String)> {
         let query = request.query;
         let Some(rest) = request.path.strip_prefix(INGRESS_PREFIX) else {

@@ -10,7 +10,9 @@ use sandbox_providers::LogFn;
 use sandbox_providers::api::Network;
 use sandbox_providers::api::network::RESOLVE_VAR;
 
-use crate::{EmulateError, Site, record};
+use crate::error::EmulateError;
+use crate::record;
+use crate::site::Site;
 
 /// `NAME=value` settings a client reaches an emulator with: URLs, the pin of its domain,
 /// fake credentials (they grant nothing anywhere), and what a seed names.

@@ -195,3 +195,13 @@ pub(crate) fn upgrade_request(
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+/// The first field of a JSON request `body` set (not null) that is not among
+/// `implemented`: what an emulator refuses by name rather than take and drop.
+pub(crate) fn set_field_outside(body: &serde_json::Value, implemented: &[&str]) -> Option<String> {
+    body.as_object()
+        .into_iter()
+        .flatten()
+        .find(|(k, v)| !v.is_null() && !implemented.contains(&k.as_str()))
+        .map(|(k, _)| k.clone())
+}

@@ -9,7 +9,8 @@ use sandbox_providers::api::ws::{Rewound, accept};
 use sandbox_providers::docker::DockerProvider;
 use tokio_tungstenite::tungstenite::handshake::server::Request;
 
-use crate::{Answer, HttpRequest, Site, upgrade_request};
+use crate::emulator::Emulator;
+use crate::http::{Answer, HttpRequest, upgrade_request};
 
 /// A WebSocket upgrade as an emulator admits it: its path, raw query and headers (names
 /// lower case).
@@ -41,21 +42,24 @@ impl<'a> SocketRequest<'a> {
     }
 }
 
-/// Serves the WebSocket upgrade `stream` on `site`: `admit` names the docker sandbox and
-/// the kernel channels' path (with its query) it reaches, or refuses it with a status and
-/// message; the upgrade is kept with the status it got when the site records; an admitted
-/// socket is relayed to that kernel until either side closes.
-pub(crate) async fn serve_kernel_socket<A>(
-    site: &Site,
-    docker: &DockerProvider,
+/// What admits a kernel WebSocket: the docker sandbox and the kernel channels' path (with
+/// its query) the upgrade reaches, or a status and message refusing it.
+pub(crate) type AdmitSocket<E> =
+    fn(&E, &SocketRequest<'_>) -> Result<(SandboxId, String), (u16, String)>;
+
+/// Serves the WebSocket upgrade `stream` on `emulator`'s site, admitted by `admit`: the
+/// upgrade is kept with the status it got when the site records, and an admitted socket
+/// is relayed to its kernel on the site's backend until either side closes.
+pub(crate) async fn serve_kernel_socket<E: Emulator>(
+    emulator: E,
     stream: Rewound,
-    admit: A,
-) where
-    A: FnOnce(&SocketRequest<'_>) -> Result<(SandboxId, String), (u16, String)> + Send + Unpin,
-{
+    admit: AdmitSocket<E>,
+) {
+    let site = emulator.site();
     let mut admitted = None;
     let check = |request: &Request| {
-        let verdict = admit(&SocketRequest::of(request)).map(|found| admitted = Some(found));
+        let verdict =
+            admit(&emulator, &SocketRequest::of(request)).map(|found| admitted = Some(found));
         let status = verdict.as_ref().map_or_else(|(s, _)| *s, |()| 101);
         site.keep_upgrade(&upgrade_request(request), status);
         verdict
@@ -64,7 +68,7 @@ pub(crate) async fn serve_kernel_socket<A>(
         return;
     };
     if let Some((inner, path)) = admitted {
-        relay_to_kernel(docker, &inner, &path, socket).await;
+        relay_to_kernel(site.backend(), &inner, &path, socket).await;
     }
 }
 

@@ -10,8 +10,14 @@ use sandbox_providers::api::network::CA_FILE_VAR;
 use sandbox_providers::api::settings::Settings;
 use sandbox_providers::docker::DockerProvider;
 
-use super::{ClientEnv, EmulateError, Emulated, Reach, datalayer, daytona, e2b, modal};
-use crate::Emulator as _;
+use crate::datalayer;
+use crate::daytona;
+use crate::e2b;
+use crate::emulated::Emulated;
+use crate::emulator::Emulator as _;
+use crate::emulator::{ClientEnv, Reach};
+use crate::error::EmulateError;
+use crate::modal;
 
 /// How to start an emulator. [`Launch::new`] gives each provider's defaults.
 #[derive(Debug, Clone)]
@@ -188,7 +194,7 @@ impl Running {
     }
 
     /// Builds the environment folder `environment` into what the emulator's clients
-    /// launch ([`crate::Emulator::seed`]), `log` taking the build's lines; the settings that
+    /// launch ([`crate::emulator::Emulator::seed`]), `log` taking the build's lines; the settings that
     /// name it join [`Self::settings`] and [`Self::pinned`].
     pub async fn seed(&mut self, environment: &Path, log: &LogFn) -> Result<(), EmulateError> {
         let named = each!(&self.emulator, e => e.seed(environment, log).await)?;

@@ -9,10 +9,12 @@ use sandbox_providers::api::ws::Rewound;
 use sandbox_providers::api::{Network, ResolvePin};
 use sandbox_providers::docker::DockerProvider;
 
-use crate::{
-    Answer, EmulateError, HttpRequest, bind_loopback, describe, lock, record, remove_labelled,
-    serve_http, tls,
-};
+use crate::backend::remove_labelled;
+use crate::emulated::describe;
+use crate::error::EmulateError;
+use crate::http::{Answer, HttpRequest, bind_loopback, lock, serve_http};
+use crate::record;
+use crate::tls;
 
 /// An HTTP emulator's sockets on 127.0.0.1 and the [`Site`] they serve, before it serves:
 /// the TLS front on the asked port, which hands every connection to a listener that
@@ -204,6 +206,11 @@ impl Site {
             backend,
             made: Mutex::default(),
         }
+    }
+
+    /// The docker variant behind the emulator.
+    pub(crate) fn backend(&self) -> &DockerProvider {
+        &self.backend
     }
 
     /// Notes that the emulator makes builds or sandboxes labelled `labels`.

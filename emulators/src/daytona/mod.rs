@@ -36,8 +36,11 @@ use sandbox_providers::{
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
-use super::Emulator as _;
-use super::{Answer, ClientEnv, EmulateError, HttpRequest, Reach, Site, lock, set_field_outside};
+use crate::emulator::Emulator as _;
+use crate::emulator::{ClientEnv, Reach};
+use crate::error::EmulateError;
+use crate::http::{Answer, HttpRequest, lock, set_field_outside};
+use crate::site::Site;
 
 mod interpreter;
 mod sandboxes;
@@ -305,7 +308,7 @@ fn query_pairs(query: &str) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
-impl super::Emulator for Emulator {
+impl crate::emulator::Emulator for Emulator {
     fn site(&self) -> &Site {
         &self.inner.site
     }
@@ -346,10 +349,10 @@ impl super::Emulator for Emulator {
         )
         .map_err(|e| EmulateError::Backend(format!("a daytona client for the emulator: {e}")))?;
         let labels = RunLabels {
-            scenario: super::seed_scenario(environment),
+            scenario: crate::backend::seed_scenario(environment),
             ..self.inner.labels.clone()
         };
-        let artifact = super::seed_build(&client, environment, labels, log).await?;
+        let artifact = crate::backend::seed_build(&client, environment, labels, log).await?;
         let name = self
             .state()
             .snapshots
@@ -377,7 +380,8 @@ impl Emulator {
         // the toolbox proxy `proxy.app.<domain>`.
         let (port, domain) = (options.port, &options.domain);
         let listening =
-            super::Listening::on(port, domain, Some(API_HOST), "daytona", docker.clone()).await?;
+            crate::site::Listening::on(port, domain, Some(API_HOST), "daytona", docker.clone())
+                .await?;
         let fixed_labels = options.labels.is_some();
         let labels = options.labels.unwrap_or_else(|| RunLabels {
             run_id: format!(

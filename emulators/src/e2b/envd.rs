@@ -52,23 +52,16 @@ impl Emulator {
         if !(open || version_only) {
             return Answer::json(403, json!({"message": "Forbidden", "reason": null}));
         }
-        crate::forward_to_jupyter(&self.inner.docker, &self.inner.http, inner, &r.path, r).await
+        crate::jupyter::forward_to_jupyter(&self.inner.docker, &self.inner.http, inner, &r.path, r)
+            .await
     }
 
-    /// Serves one WebSocket upgrade: a kernel's channels on a Jupyter template's port
-    /// 49999, admitted as HTTP requests are and relayed frame for frame to the docker
-    /// sandbox's kernel.
-    pub(super) async fn kernel_socket(self, stream: Rewound) {
-        let site = &self.inner.site;
-        crate::serve_kernel_socket(site, &self.inner.docker, stream, |r| self.admit_socket(r))
-            .await;
-    }
-
-    /// The docker sandbox and the path of the kernel channels the WebSocket upgrade
-    /// `request` reaches at an open Jupyter Server.
-    fn admit_socket(
+    /// Admits a WebSocket upgrade to a kernel's channels on a Jupyter template's port
+    /// 49999, as HTTP requests are admitted: the docker sandbox and the path of those
+    /// channels there.
+    pub(super) fn admit_socket(
         &self,
-        request: &crate::SocketRequest<'_>,
+        request: &crate::jupyter::SocketRequest<'_>,
     ) -> Result<(SandboxId, String), (u16, String)> {
         let headers = &request.headers;
         let host = headers.get("host").cloned().unwrap_or_default();

@@ -54,11 +54,14 @@ use sandbox_providers::{
 };
 use serde_json::{Value, json};
 
-use sandbox_providers::api::ws::Rewound;
 use sandbox_providers::docker::DockerProvider;
 
-use super::Emulator as _;
-use super::{Answer, ClientEnv, EmulateError, HttpRequest, Reach, Site, lock, set_field_outside};
+use crate::emulator::Emulator as _;
+use crate::emulator::{ClientEnv, Reach};
+use crate::error::EmulateError;
+use crate::http::{Answer, HttpRequest, lock, set_field_outside};
+use crate::jupyter::serve_kernel_socket;
+use crate::site::Site;
 
 mod builds;
 mod envd;
@@ -207,7 +210,7 @@ impl std::fmt::Debug for Emulator {
     }
 }
 
-impl super::Emulator for Emulator {
+impl crate::emulator::Emulator for Emulator {
     fn site(&self) -> &Site {
         &self.inner.site
     }
@@ -250,7 +253,8 @@ impl super::Emulator for Emulator {
         )
         .map_err(|e| EmulateError::Backend(format!("an e2b client for the emulator: {e}")))?;
         let labels = self.labels(environment);
-        let artifact = super::seed_build(&client, environment, labels.clone(), log).await?;
+        let artifact =
+            crate::backend::seed_build(&client, environment, labels.clone(), log).await?;
         Ok(vec![
             (
                 "E2B_TEMPLATE",
@@ -268,19 +272,21 @@ impl Emulator {
         options: Options,
     ) -> Result<Self, EmulateError> {
         let (port, domain) = (options.port, &options.domain);
-        let listening = super::Listening::on(port, domain, None, "e2b", docker.clone()).await?;
+        let listening =
+            crate::site::Listening::on(port, domain, None, "e2b", docker.clone()).await?;
         let emulator = Self {
             inner: Arc::new(Inner {
                 site: listening.site(),
                 docker,
                 world: Mutex::default(),
-                http: super::http_client()?,
+                http: crate::site::http_client()?,
                 run_id: options.run_id,
                 kill_after: options.kill_after,
                 start_cmd: options.start_cmd,
             }),
         };
-        listening.serve(emulator.clone(), Self::kernel_socket, Self::serve);
+        let sockets = |e, stream| serve_kernel_socket(e, stream, Self::admit_socket);
+        listening.serve(emulator.clone(), sockets, Self::serve);
         Ok(emulator)
     }
 
@@ -303,7 +309,7 @@ impl Emulator {
                 .clone()
                 .unwrap_or_else(|| format!("emulate-{}", self.port())),
             variant: "e2b".into(),
-            scenario: super::seed_scenario(environment),
+            scenario: crate::backend::seed_scenario(environment),
         }
     }
 
@@ -313,7 +319,7 @@ impl Emulator {
 
     /// Routes by the host the client called: `api.<domain>` or `<port>-<id>.<domain>`.
     async fn serve(self, request: HttpRequest) -> Answer {
-        let host = super::host_name(&request.host);
+        let host = crate::http::host_name(&request.host);
         let label = self.inner.site.label(&host);
         let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
         let rest: Vec<&str> = request.path.trim_start_matches('/').split('/').collect();

@@ -87,8 +87,9 @@ use api::generic_result::GenericStatus;
 use api::modal_client_server::{ModalClient, ModalClientServer};
 use router::task_command_router_server::{TaskCommandRouter, TaskCommandRouterServer};
 
-use super::Emulator as _;
-use super::{EmulateError, HttpRequest, lock};
+use crate::emulator::Emulator as _;
+use crate::error::EmulateError;
+use crate::http::{HttpRequest, lock};
 
 mod backend;
 mod command_router;
@@ -251,8 +252,8 @@ struct Inner {
     kill_after: Option<Duration>,
     plain: SocketAddr,
     /// Its TLS front: domain, port, test CA; and where calls are kept once
-    /// [`super::Emulator::record`] is asked for.
-    site: super::Site,
+    /// [`crate::emulator::Emulator::record`] is asked for.
+    site: crate::site::Site,
     world: Mutex<World>,
     serving: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Set by [`Emulator::stop`]: calls on connections still open are refused.
@@ -270,14 +271,14 @@ impl std::fmt::Debug for Emulator {
     }
 }
 
-impl super::Emulator for Emulator {
-    fn site(&self) -> &super::Site {
+impl crate::emulator::Emulator for Emulator {
+    fn site(&self) -> &crate::site::Site {
         &self.inner.site
     }
 
     /// The same for both reaches: Modal's client reaches the plain gRPC port by URL, and
     /// the control plane's answers name no address of its own.
-    fn client_env(&self, _reach: super::Reach) -> super::ClientEnv {
+    fn client_env(&self, _reach: crate::emulator::Reach) -> crate::emulator::ClientEnv {
         // Fakes: the emulator generated them, and accepts no others.
         vec![
             ("MODAL_SERVER_URL", self.server_url()),
@@ -287,7 +288,7 @@ impl super::Emulator for Emulator {
             // The run label of its builds, and of sandboxes created without one.
             ("SANDBOX_MATRIX_EMULATOR_RUN", self.run_id().to_owned()),
             // The TLS URL carries its port.
-            self.resolve(super::Reach::WithPort),
+            self.resolve(crate::emulator::Reach::WithPort),
         ]
     }
 
@@ -345,17 +346,17 @@ impl Emulator {
         let engine = Docker::connect_with_local_defaults()
             .map_err(|e| EmulateError::Backend(format!("cannot reach the Docker engine: {e}")))?;
         let domain = options.domain.trim_end_matches('.').to_ascii_lowercase();
-        let (plain_listener, plain) = super::bind_loopback(options.port).await?;
-        let (tls_listener, tls) = super::bind_loopback(0).await?;
-        let (behind_tls_listener, behind_tls) = super::bind_loopback(0).await?;
-        let ca = super::tls::TestCa::generate(&domain)?;
+        let (plain_listener, plain) = crate::http::bind_loopback(options.port).await?;
+        let (tls_listener, tls) = crate::http::bind_loopback(0).await?;
+        let (behind_tls_listener, behind_tls) = crate::http::bind_loopback(0).await?;
+        let ca = crate::tls::TestCa::generate(&domain)?;
         let ca_pem = ca.ca_pem().to_owned();
         // gRPC is HTTP/2: the front says so in ALPN (the test CA's default is HTTP/1.1).
         let mut config = (*ca.server_config()).clone();
         config.alpn_protocols = vec![b"h2".to_vec()];
         let emulator = Self {
             inner: Arc::new(Inner {
-                site: super::Site::new(domain, tls.port(), ca_pem, "modal", docker.clone()),
+                site: crate::site::Site::new(domain, tls.port(), ca_pem, "modal", docker.clone()),
                 docker,
                 engine,
                 // Fakes: generated credentials that only this emulator accepts.
@@ -387,7 +388,7 @@ impl Emulator {
         let tasks = vec![
             emulator.serve(plain_listener, plain_router),
             emulator.serve(behind_tls_listener, tls_router),
-            super::tls::terminate(tls_listener, Arc::new(config), behind_tls),
+            crate::tls::terminate(tls_listener, Arc::new(config), behind_tls),
         ];
         *lock(&emulator.inner.serving) = tasks;
         Ok(emulator)
@@ -611,7 +612,7 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let recording = self.emulator.inner.site.recording();
         Box::pin(async move {
-            let arrived = super::record::now_ms();
+            let arrived = crate::record::now_ms();
             let (parts, body) = request.into_parts();
             let bytes = match http_body_util::BodyExt::collect(body).await {
                 Ok(collected) => collected.to_bytes(),
@@ -660,7 +661,7 @@ where
 /// Names the emulator in `response`'s metadata ([`sandbox_providers::api::EMULATOR_HEADER`]),
 /// as every answer of the HTTP emulators does.
 fn announce<B>(response: &mut http::Response<B>) {
-    if let Ok(value) = http::HeaderValue::from_str(&super::describe("modal")) {
+    if let Ok(value) = http::HeaderValue::from_str(&crate::emulated::describe("modal")) {
         response
             .headers_mut()
             .insert(sandbox_providers::api::EMULATOR_HEADER, value);

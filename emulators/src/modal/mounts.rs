@@ -230,16 +230,7 @@ pub(crate) fn hex_sha256(data: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `message` as one gRPC frame, with `extra` (raw protobuf bytes) after it.
-    fn framed(message: &impl prost::Message, extra: &[u8]) -> Vec<u8> {
-        let mut payload = message.encode_to_vec();
-        payload.extend_from_slice(extra);
-        let mut frame = vec![0];
-        frame.extend_from_slice(&u32::try_from(payload.len()).expect("small").to_be_bytes());
-        frame.extend_from_slice(&payload);
-        frame
-    }
+    use crate::modal::tests::framed;
 
     #[test]
     fn a_base_image_is_named_where_the_dockerfile_names_its_tag() {

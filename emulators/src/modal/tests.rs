@@ -1,7 +1,7 @@
 use super::*;
 
 /// `message` as one gRPC frame, with `extra` (raw protobuf bytes) after it.
-fn framed(message: &impl prost::Message, extra: &[u8]) -> Vec<u8> {
+pub(super) fn framed(message: &impl prost::Message, extra: &[u8]) -> Vec<u8> {
     let mut payload = message.encode_to_vec();
     payload.extend_from_slice(extra);
     let mut frame = vec![0];

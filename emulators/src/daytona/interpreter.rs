@@ -25,7 +25,13 @@ impl Emulator {
             match parts.as_slice() {
                 ["toolbox", id, "process", "interpreter", "execute"] => {
                     *lock(&seen) = Some((*id).to_owned());
-                    touched.touch(id);
+                    let skip = request
+                        .headers()
+                        .get(SKIP_ACTIVITY_HEADER)
+                        .is_some_and(|v| v.as_bytes() == b"true");
+                    if !skip {
+                        touched.touch(id);
+                    }
                     Ok(())
                 }
                 _ => Err((

@@ -125,12 +125,18 @@ impl Options {
 }
 
 /// Minutes of no activity after which a sandbox created without `autoStopInterval` is
-/// stopped (Daytona's default for `CreateSandbox.autoStopInterval`).
+/// stopped: the column's default (`@Column({ default: 15 }) autoStopInterval`,
+/// apps/api/src/sandbox/entities/sandbox.entity.ts at daytonaio/daytona v0.190.0,
+/// 01c502bb1f1ff8f2885d0cd490e043736083dca8).
 const DEFAULT_AUTO_STOP_MINUTES: u64 = 15;
-/// How often the auto-stop check runs: each minute, as Daytona's API runs it (`@Cron
-/// EVERY_MINUTE`, `autostopCheck`, apps/api/src/sandbox/managers/sandbox.manager.ts at
-/// daytonaio/daytona 1b9386bcc5456f5c86031b7e3f33c979ffd45ba3).
-const AUTO_STOP_TICK: Duration = Duration::from_secs(60);
+/// How often the auto-stop check runs: every 10 s, as Daytona's API runs it (`@Cron
+/// EVERY_10_SECONDS`, `autostopCheck`, apps/api/src/sandbox/managers/sandbox.manager.ts
+/// at v0.190.0; it ran each minute before `feat(api): tweak automatic lifecycle numbers`).
+const AUTO_STOP_TICK: Duration = Duration::from_secs(10);
+/// The header a proxied request carries, set to `true`, to not count as activity
+/// (`SKIP_LAST_ACTIVITY_UPDATE_HEADER`, apps/proxy/pkg/proxy/proxy.go at v0.190.0; every
+/// other request through the proxy is, get_sandbox_target.go).
+const SKIP_ACTIVITY_HEADER: &str = "x-daytona-skip-last-activity-update";
 
 /// How long the service holds a build-logs URL request for a `pending` snapshot, waiting
 /// for a runner, before it answers 404 (`snapshot.controller.ts`, see [`build_logs_url`]).
@@ -171,7 +177,7 @@ struct Sandbox {
 }
 
 /// The sandboxes the auto-stop check stops at `now`, as Daytona's `autostopCheck`
-/// selects them (`sandbox.manager.ts` at 1b9386bc): started, with a non-zero
+/// selects them (`sandbox.manager.ts` at v0.190.0): started, with a non-zero
 /// `autoStopInterval`, and no activity for longer than that many minutes.
 fn due_for_auto_stop(
     sandboxes: &BTreeMap<String, Sandbox>,
@@ -187,6 +193,13 @@ fn due_for_auto_stop(
         })
         .map(|(id, _)| id.clone())
         .collect()
+}
+
+/// Whether a request through the proxy says it is no activity ([`SKIP_ACTIVITY_HEADER`]).
+fn skips_activity(headers: &std::collections::HashMap<String, String>) -> bool {
+    headers
+        .get(SKIP_ACTIVITY_HEADER)
+        .is_some_and(|v| v == "true")
 }
 
 /// A snapshot's size as its create asked it (Daytona's defaults where it did not).
@@ -408,13 +421,13 @@ impl Emulator {
             }),
         };
         emulator.inner.site.made_under(&emulator.inner.labels);
-        emulator.check_auto_stop_each_minute();
+        emulator.check_auto_stop_every_tick();
         listening.serve(emulator.clone(), Self::execute, Self::serve);
         Ok(emulator)
     }
 
     /// Runs the auto-stop check every [`AUTO_STOP_TICK`] while the emulator is held.
-    fn check_auto_stop_each_minute(&self) {
+    fn check_auto_stop_every_tick(&self) {
         let held = Arc::downgrade(&self.inner);
         tokio::spawn(async move {
             loop {
@@ -535,6 +548,11 @@ impl Emulator {
                 }
                 let parts: Vec<&str> = rest.split('/').skip(1).collect();
                 let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+                if let Some(id) = parts.first()
+                    && !skips_activity(&request.headers)
+                {
+                    self.touch(id);
+                }
                 self.toolbox(&request.method, &parts, &body).await
             }
             _ => error(

@@ -31,6 +31,16 @@ fn auto_stop_takes_started_sandboxes_idle_past_their_interval() {
     assert_eq!(due_for_auto_stop(&sandboxes, now), ["idle-past"]);
 }
 
+#[test]
+fn a_proxied_request_is_activity_unless_it_says_to_skip_it() {
+    let with = |value: &str| {
+        std::collections::HashMap::from([(SKIP_ACTIVITY_HEADER.to_owned(), value.to_owned())])
+    };
+    assert!(skips_activity(&with("true")));
+    assert!(!skips_activity(&with("false")));
+    assert!(!skips_activity(&std::collections::HashMap::new()));
+}
+
 fn scratch(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("sm-daytona-emulate-{}-{name}", std::process::id()))
 }

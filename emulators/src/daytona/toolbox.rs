@@ -5,9 +5,6 @@ use super::*;
 impl Emulator {
     /// The toolbox: `parts` is the path under `/toolbox`, the sandbox id first.
     pub(super) async fn toolbox(&self, method: &str, parts: &[&str], body: &Value) -> Answer {
-        if let Some(id) = parts.first() {
-            self.touch(id);
-        }
         match (method, parts) {
             ("POST", [id, "process", "execute"]) => self.execute_command(id, body).await,
             ("POST", [id, "process", "code-run"]) => self.code_run(id, body).await,

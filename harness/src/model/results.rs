@@ -273,7 +273,7 @@ pub struct LifetimeSeen {
     /// How the provider says it ended, once gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ending: Option<String>,
-    /// It was gone before it was last due to be seen alive: an early death.
+    /// It was seen gone before its limit could have passed: an early death.
     pub early: bool,
     /// How often it was looked at: the resolution of `alive_at` and `gone_at`.
     #[serde(with = "duration_ms")]

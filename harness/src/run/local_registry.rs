@@ -1,5 +1,6 @@
 //! A registry on loopback, for a run with none configured and for tests: Debian's
-//! `docker-registry` (the distribution registry) on 127.0.0.1 and a free port, with
+//! `docker-registry` (the distribution registry) on 127.0.0.1, on a port it binds itself
+//! and logs (so that no other listener can take it between its choice and the bind), with
 //! filesystem storage in a folder of its own and htpasswd logins made by `htpasswd -Bbn`,
 //! or none (a public registry, as a Debian image's is). Stopped by pid when dropped; should
 //! this process die without dropping it (kill -9), the registry is killed with it (its
@@ -196,11 +197,9 @@ impl LocalRegistry {
         if let Some(missing) = missing_tools() {
             return Err(format!("a local registry cannot start: {missing}"));
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| format!("no free loopback port for a registry: {e}"))?
-            .port();
-        let dir = parent.join(format!("registry-{port}"));
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = parent.join(format!("registry-{}-{n}", std::process::id()));
         let written = |path: &Path, text: &str| {
             std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
         };
@@ -229,9 +228,11 @@ impl LocalRegistry {
                 dir.join("htpasswd").display()
             )
         };
-        let host = format!("127.0.0.1:{port}");
+        // Port 0: the registry binds a free port and logs it (`listening on …`). A port
+        // chosen here and bound by the registry later could be taken in between by another
+        // listener, which would then answer for it.
         let config = format!(
-            "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n  relativeurls: {relative_urls}\n{auth}",
+            "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:0\n  relativeurls: {relative_urls}\n{auth}",
             data = dir.join("data").display(),
         );
         written(&dir.join("config.yml"), &config)?;
@@ -247,15 +248,50 @@ impl LocalRegistry {
             .stdout(out.0)
             .stderr(out.1);
         let keeper = Keeper::spawn(command)?;
-        let registry = Self {
-            host,
+        let mut registry = Self {
+            host: String::new(),
             keeper: Some(keeper),
             dir,
             log,
             gate: None,
         };
+        registry.host = registry.listening_on()?;
         registry.wait_ready()?;
         Ok(registry)
+    }
+
+    /// The address the registry logged it listens on, once it has; an error when it logs a
+    /// fatal error first or nothing within [`READY_WITHIN`], with its log's last lines.
+    fn listening_on(&self) -> Result<String, String> {
+        const LISTENING: &str = "msg=\"listening on ";
+        let deadline = Instant::now() + READY_WITHIN;
+        loop {
+            let log = self.access_log();
+            if let Some(address) = log
+                .lines()
+                .find_map(|line| line.split_once(LISTENING))
+                .and_then(|(_, rest)| rest.split('"').next())
+            {
+                return Ok(address.to_owned());
+            }
+            let failed = log
+                .lines()
+                .any(|line| line.contains("level=fatal") || line.contains("level=panic"));
+            if failed || Instant::now() >= deadline {
+                let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                let what = if failed {
+                    "failed before listening".to_owned()
+                } else {
+                    format!("did not listen within {} s", READY_WITHIN.as_secs())
+                };
+                return Err(format!(
+                    "the registry in {} {what}; its log ends: {}",
+                    self.dir.display(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     fn wait_ready(&self) -> Result<(), String> {

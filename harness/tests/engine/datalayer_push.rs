@@ -779,7 +779,7 @@ pub fn a_killed_run_takes_its_registry_down_and_sweep_removes_what_it_left() {
     let host = host.unwrap_or_else(|| panic!("no registry started: {seen:#?}"));
     let run_id = run_id.unwrap_or_else(|| panic!("no run id printed: {seen:#?}"));
     let port = host.rsplit(':').next().expect("host:port").to_owned();
-    // The registry behind the read-only gate has a port of its own, in its folder's name.
+    // The registry behind the read-only gate lives in the run's folder, which its command names.
     let folder = format!("sandbox-matrix-{run_id}");
     assert!(
         !registries_naming(&folder).is_empty(),

@@ -116,7 +116,6 @@ struct Inner {
     site: Arc<Site>,
     /// The plain HTTP address (WebSocket upgrades too), on loopback.
     plain: std::net::SocketAddr,
-    docker: Arc<DockerProvider>,
     options: Options,
     world: Mutex<World>,
     http: reqwest::Client,
@@ -170,9 +169,13 @@ impl crate::emulator::Emulator for Emulator {
         let labels = self.labels(&self.port().to_string(), &scenario);
         self.inner.site.made_under(&labels);
         self.world().seeded_from = Some(scenario);
-        let artifact =
-            crate::backend::seed_build(self.inner.docker.as_ref(), environment, labels, log)
-                .await?;
+        let artifact = crate::backend::seed_build(
+            self.inner.site.backend().as_ref(),
+            environment,
+            labels,
+            log,
+        )
+        .await?;
         self.world().built = Some(artifact);
         Ok(ClientEnv::new())
     }
@@ -187,14 +190,12 @@ impl Emulator {
     ) -> Result<Self, EmulateError> {
         let variant = sandbox_providers::datalayer::runtimes::VARIANT;
         let (port, domain) = (options.port, &options.domain);
-        let listening =
-            crate::site::Listening::on(port, domain, None, variant, docker.clone()).await?;
+        let listening = crate::site::Listening::on(port, domain, None, variant, docker).await?;
         let refuse_create = options.faults.refuse_create.clone();
         let emulator = Self {
             inner: Arc::new(Inner {
                 site: listening.site(),
                 plain: listening.upstream(),
-                docker,
                 options,
                 world: Mutex::new(World {
                     refuse_create,
@@ -417,7 +418,7 @@ impl Emulator {
         let pod_name = format!("jupyter-{environment}-{n:05}");
         let labels = self.labels(&format!("{}-{n}", self.port()), &given_name);
         self.inner.site.made_under(&labels);
-        let inner = match self.inner.docker.launch(&artifact, &labels).await {
+        let inner = match self.inner.site.backend().launch(&artifact, &labels).await {
             Ok((inner, _)) => inner,
             Err(e) => return refused(500, &format!("starting the runtime: {e}")),
         };
@@ -463,7 +464,7 @@ impl Emulator {
         let Some(runtime) = removed else {
             return refused(404, &format!("no runtime with pod_name {pod}"));
         };
-        let docker = &self.inner.docker;
+        let docker = self.inner.site.backend();
         let grace = Duration::from_secs(10);
         let stopping = std::time::Instant::now();
         let stopped = docker.shutdown(&runtime.inner, grace).await;
@@ -555,7 +556,7 @@ impl Emulator {
             body: r.body.clone(),
         };
         crate::jupyter::forward_to_jupyter(
-            &self.inner.docker,
+            self.inner.site.backend(),
             &self.inner.http,
             &inner,
             path,

@@ -10,14 +10,11 @@ use sandbox_providers::api::network::CA_FILE_VAR;
 use sandbox_providers::api::settings::Settings;
 use sandbox_providers::docker::DockerProvider;
 
-use crate::datalayer;
-use crate::daytona;
-use crate::e2b;
 use crate::emulated::Emulated;
 use crate::emulator::Emulator as _;
 use crate::emulator::{ClientEnv, Reach};
 use crate::error::EmulateError;
-use crate::modal;
+use crate::{datalayer, daytona, e2b, modal};
 
 /// How to start an emulator. [`Launch::new`] gives each provider's defaults.
 #[derive(Debug, Clone)]

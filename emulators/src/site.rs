@@ -209,7 +209,7 @@ impl Site {
     }
 
     /// The docker variant behind the emulator.
-    pub(crate) fn backend(&self) -> &DockerProvider {
+    pub(crate) fn backend(&self) -> &Arc<DockerProvider> {
         &self.backend
     }
 

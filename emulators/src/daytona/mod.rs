@@ -251,7 +251,6 @@ pub struct Emulator {
 
 struct Inner {
     site: Arc<Site>,
-    docker: Arc<sandbox_providers::docker::DockerProvider>,
     engine: Docker,
     labels: RunLabels,
     /// Whether `labels` go on everything (given by the options).
@@ -393,8 +392,7 @@ impl Emulator {
         // the toolbox proxy `proxy.app.<domain>`.
         let (port, domain) = (options.port, &options.domain);
         let listening =
-            crate::site::Listening::on(port, domain, Some(API_HOST), "daytona", docker.clone())
-                .await?;
+            crate::site::Listening::on(port, domain, Some(API_HOST), "daytona", docker).await?;
         let fixed_labels = options.labels.is_some();
         let labels = options.labels.unwrap_or_else(|| RunLabels {
             run_id: format!(
@@ -408,7 +406,6 @@ impl Emulator {
         let emulator = Self {
             inner: Arc::new(Inner {
                 site: listening.site(),
-                docker,
                 engine,
                 labels,
                 fixed_labels,

@@ -235,7 +235,8 @@ impl Emulator {
         tokio::spawn(async move {
             let launched = this
                 .inner
-                .docker
+                .site
+                .backend()
                 .launch_limited(
                     &Artifact {
                         id: image,
@@ -360,7 +361,8 @@ impl Emulator {
             id,
         };
         self.inner
-            .docker
+            .site
+            .backend()
             .delete_resource(&resource)
             .await
             .map(|_| ())

@@ -140,7 +140,8 @@ impl Emulator {
                     }
                 };
                 self.inner
-                    .docker
+                    .site
+                    .backend()
                     .build(
                         &BuildRequest {
                             environment_dir: dir.clone(),

@@ -57,7 +57,8 @@ impl Emulator {
         how: &sandbox_providers::docker::Process,
     ) -> Result<sandbox_providers::CommandOutput, Answer> {
         self.inner
-            .docker
+            .site
+            .backend()
             .exec_process(&SandboxId(container), argv, how)
             .await
             .map_err(|e| error(500, &e.to_string()))
@@ -158,7 +159,8 @@ impl Emulator {
         code: &str,
     ) -> sandbox_providers::Result<sandbox_providers::CodeOutput> {
         self.inner
-            .docker
+            .site
+            .backend()
             .run_code_within(sandbox, context, code, Duration::MAX)
             .await
     }
@@ -188,13 +190,23 @@ impl Emulator {
         if let Ok(answer) = tokio::time::timeout(timeout, &mut run).await {
             return Ran::Answered(answer);
         }
-        let _ = self.inner.docker.interrupt_kernel(sandbox, context).await;
+        let _ = self
+            .inner
+            .site
+            .backend()
+            .interrupt_kernel(sandbox, context)
+            .await;
         if let Ok(answer) = tokio::time::timeout(INTERRUPT_GRACE, &mut run).await {
             return Ran::Answered(answer);
         }
         // The run holds the kernel: it goes before the kernel is shut down.
         drop(run);
-        let _ = self.inner.docker.kill_kernel(sandbox, context).await;
+        let _ = self
+            .inner
+            .site
+            .backend()
+            .kill_kernel(sandbox, context)
+            .await;
         Ran::Killed
     }
 }

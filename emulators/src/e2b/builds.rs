@@ -109,7 +109,7 @@ impl Emulator {
             },
         };
         self.inner.site.made_under(&request.labels);
-        let docker = self.inner.docker.clone();
+        let docker = self.inner.site.backend().clone();
         tokio::spawn(async move {
             let sink = logs.clone();
             let log = move |line: &str| sink.lock().expect("logs").push(line.to_owned());

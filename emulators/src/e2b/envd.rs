@@ -52,8 +52,14 @@ impl Emulator {
         if !(open || version_only) {
             return Answer::json(403, json!({"message": "Forbidden", "reason": null}));
         }
-        crate::jupyter::forward_to_jupyter(&self.inner.docker, &self.inner.http, inner, &r.path, r)
-            .await
+        crate::jupyter::forward_to_jupyter(
+            self.inner.site.backend(),
+            &self.inner.http,
+            inner,
+            &r.path,
+            r,
+        )
+        .await
     }
 
     /// Admits a WebSocket upgrade to a kernel's channels on a Jupyter template's port
@@ -137,7 +143,7 @@ impl Emulator {
                 if contexts.first().map(String::as_str) != Some(*context) {
                     return Answer::error(404, "the emulator restarts the first context only");
                 }
-                match self.inner.docker.restart(&inner).await {
+                match self.inner.site.backend().restart(&inner).await {
                     Ok(_) => Answer::empty(204),
                     Err(e) => Answer::error(500, &e.to_string()),
                 }
@@ -147,11 +153,16 @@ impl Emulator {
                 // No context (`null`, as the SDK sends by default) is the default kernel.
                 let output = match body["context_id"].as_str() {
                     Some(context) if contexts.first().map(String::as_str) != Some(context) => {
-                        self.inner.docker.run_code_in(&inner, context, code).await
+                        self.inner
+                            .site
+                            .backend()
+                            .run_code_in(&inner, context, code)
+                            .await
                     }
                     _ => self
                         .inner
-                        .docker
+                        .site
+                        .backend()
                         .run_code(&inner, code)
                         .await
                         .map(|(o, _)| o),
@@ -230,7 +241,13 @@ impl Emulator {
                                "message": format!("invalid username: '{name}'")}),
                     )
                 };
-                match self.inner.docker.exec_process(&inner, &argv, &how).await {
+                match self
+                    .inner
+                    .site
+                    .backend()
+                    .exec_process(&inner, &argv, &how)
+                    .await
+                {
                     // The engine's own refusal, as the exec's output with exit code 126.
                     Ok(out)
                         if out.exit_code == Some(126)

@@ -192,7 +192,6 @@ pub struct Emulator {
 
 struct Inner {
     site: Arc<Site>,
-    docker: Arc<DockerProvider>,
     world: Mutex<World>,
     /// Forwards to the docker sandboxes' Jupyter Servers.
     http: reqwest::Client,
@@ -272,12 +271,10 @@ impl Emulator {
         options: Options,
     ) -> Result<Self, EmulateError> {
         let (port, domain) = (options.port, &options.domain);
-        let listening =
-            crate::site::Listening::on(port, domain, None, "e2b", docker.clone()).await?;
+        let listening = crate::site::Listening::on(port, domain, None, "e2b", docker).await?;
         let emulator = Self {
             inner: Arc::new(Inner {
                 site: listening.site(),
-                docker,
                 world: Mutex::default(),
                 http: crate::site::http_client()?,
                 run_id: options.run_id,

@@ -11,7 +11,7 @@ impl Emulator {
         let Some(s) = self.world().sandboxes.remove(id) else {
             return Ok(false);
         };
-        let docker = &self.inner.docker;
+        let docker = self.inner.site.backend();
         let _ = docker.shutdown(&s.inner, Duration::from_secs(10)).await;
         let container = sandbox_providers::Resource {
             kind: "container".into(),
@@ -81,7 +81,8 @@ impl Emulator {
         self.inner.site.made_under(&labels);
         let launched = self
             .inner
-            .docker
+            .site
+            .backend()
             .launch_limited(&artifact, &labels, limits)
             .await;
         let inner = match launched {
@@ -147,7 +148,7 @@ impl Emulator {
         // E2B answers 404 for a sandbox killed or being killed, `paused` for one paused or
         // being paused (e2b-dev/infra@INFRA_COMMIT packages/api/internal/handlers/
         // sandbox_get.go, `SandboxNotFoundMsg`); its `SandboxState` is running or paused.
-        match self.inner.docker.sandbox_state(&inner).await {
+        match self.inner.site.backend().sandbox_state(&inner).await {
             Ok(Some(SandboxState::Stopped { .. })) => Answer::error(404, "sandbox not found"),
             Ok(Some(SandboxState::Paused)) => {
                 answer["state"] = json!("paused");
@@ -188,7 +189,7 @@ impl Emulator {
         let Some(inner) = self.world().sandboxes.get(id).map(|s| s.inner.clone()) else {
             return Answer::error(404, "sandbox not found");
         };
-        let mut lines = self.inner.docker.last_log_lines(&inner.0).await;
+        let mut lines = self.inner.site.backend().last_log_lines(&inner.0).await;
         if backward {
             lines.reverse();
         }

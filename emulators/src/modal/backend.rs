@@ -143,7 +143,8 @@ impl Emulator {
         let sink = build.clone();
         let log = move |line: &str| lock(&sink.logs).push(line.to_owned());
         self.inner
-            .docker
+            .site
+            .backend()
             .build(&request, &log)
             .await
             .map_err(|e| e.to_string())
@@ -160,7 +161,12 @@ impl Emulator {
         let emulator = self.clone();
         self.inner.launching.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(async move {
-            let launched = emulator.inner.docker.launch(&artifact, &labels).await;
+            let launched = emulator
+                .inner
+                .site
+                .backend()
+                .launch(&artifact, &labels)
+                .await;
             match launched {
                 Ok((inner, _)) => {
                     let task_id = format!("ta-{}", random_id(22));
@@ -276,7 +282,7 @@ impl Emulator {
             .as_ref()
             .map(|(_, inner)| inner.clone());
         if let Some(inner) = inner {
-            let docker = &self.inner.docker;
+            let docker = self.inner.site.backend();
             if let Err(e) = docker.shutdown(&inner, TERMINATE_GRACE).await {
                 eprintln!(
                     "emulate modal: stopping container {} failed ({e}); removing it",

@@ -89,7 +89,7 @@ impl ModalClient for Control {
         let outcome = lock(&build.outcome).clone();
         match outcome {
             Some(Ok(artifact)) => {
-                let docker = &self.emulator.inner.docker;
+                let docker = &self.emulator.inner.site.backend();
                 let image = docker.artifact_resource(&artifact).ok_or_else(|| {
                     Status::internal("the docker variant names no resource for its image")
                 })?;

@@ -237,7 +237,6 @@ pub struct Emulator {
 }
 
 struct Inner {
-    docker: Arc<DockerProvider>,
     engine: Docker,
     /// Fakes, generated at start: what every control-plane call must carry.
     token_id: String,
@@ -356,8 +355,7 @@ impl Emulator {
         config.alpn_protocols = vec![b"h2".to_vec()];
         let emulator = Self {
             inner: Arc::new(Inner {
-                site: crate::site::Site::new(domain, tls.port(), ca_pem, "modal", docker.clone()),
-                docker,
+                site: crate::site::Site::new(domain, tls.port(), ca_pem, "modal", docker),
                 engine,
                 // Fakes: generated credentials that only this emulator accepts.
                 token_id: format!("sm-fake-ak-{}", random_id(16)),

@@ -29,9 +29,11 @@ pub struct Answer {
     /// HTTP status.
     pub status: u16,
     /// Its content type.
-    pub content_type: &'static str,
+    pub content_type: String,
     /// The body.
     pub body: Vec<u8>,
+    /// Headers besides the content type (names lower case), such as an S3 object's `etag`.
+    pub headers: Vec<(&'static str, String)>,
 }
 
 impl Answer {
@@ -39,8 +41,9 @@ impl Answer {
     pub fn json(status: u16, value: serde_json::Value) -> Self {
         Self {
             status,
-            content_type: "application/json",
+            content_type: "application/json".into(),
             body: serde_json::to_vec(&value).unwrap_or_default(),
+            headers: Vec::new(),
         }
     }
 
@@ -48,8 +51,9 @@ impl Answer {
     pub fn empty(status: u16) -> Self {
         Self {
             status,
-            content_type: "text/plain",
+            content_type: "text/plain".into(),
             body: Vec::new(),
+            headers: Vec::new(),
         }
     }
 
@@ -62,9 +66,14 @@ impl Answer {
     }
 }
 
-impl From<Answer> for (u16, String, Vec<u8>) {
-    fn from(answer: Answer) -> Self {
-        (answer.status, answer.content_type.to_owned(), answer.body)
+impl From<(u16, String, Vec<u8>)> for Answer {
+    fn from((status, content_type, body): (u16, String, Vec<u8>)) -> Self {
+        Self {
+            status,
+            content_type,
+            body,
+            headers: Vec::new(),
+        }
     }
 }
 
@@ -97,7 +106,7 @@ pub fn serve_http<F, Fut>(
 where
     F: Fn(HttpRequest) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future + Send + 'static,
-    Fut::Output: Into<(u16, String, Vec<u8>)>,
+    Fut::Output: Into<Answer>,
 {
     use http_body_util::BodyExt as _;
     tokio::spawn(async move {
@@ -130,16 +139,19 @@ where
                                 headers,
                                 body,
                             };
-                            let (status, content_type, body) = handle(request).await.into();
+                            let answer: Answer = handle(request).await.into();
                             let mut response = hyper::Response::builder()
-                                .status(status)
-                                .header("content-type", content_type);
+                                .status(answer.status)
+                                .header("content-type", answer.content_type);
+                            for (name, value) in answer.headers {
+                                response = response.header(name, value);
+                            }
                             if let Some(announce) = &announce {
                                 response = response
                                     .header(sandbox_providers::api::EMULATOR_HEADER, &**announce);
                             }
-                            let response =
-                                response.body(http_body_util::Full::new(bytes::Bytes::from(body)));
+                            let response = response
+                                .body(http_body_util::Full::new(bytes::Bytes::from(answer.body)));
                             let response = response.unwrap_or_else(|_| {
                                 let mut r = hyper::Response::new(http_body_util::Full::new(
                                     bytes::Bytes::from_static(b"invalid response"),

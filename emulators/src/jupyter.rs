@@ -112,7 +112,9 @@ pub(crate) async fn forward_to_jupyter(
                     "application/json"
                 } else {
                     "text/plain"
-                },
+                }
+                .into(),
+                headers: Vec::new(),
                 body: response
                     .bytes()
                     .await

@@ -77,7 +77,8 @@ impl Emulator {
             ("GET", ["snapshots", id, "build-logs"]) => match self.state().snapshots.get(*id) {
                 Some(s) => Answer {
                     status: 200,
-                    content_type: "text/plain",
+                    content_type: "text/plain".into(),
+                    headers: Vec::new(),
                     body: s
                         .logs
                         .iter()

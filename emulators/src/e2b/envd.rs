@@ -294,7 +294,8 @@ fn execute_lines(output: &CodeOutput) -> Answer {
     }
     Answer {
         status: 200,
-        content_type: "application/x-ndjson",
+        content_type: "application/x-ndjson".into(),
+        headers: Vec::new(),
         body,
     }
 }
@@ -325,7 +326,8 @@ fn process_frames(out: &CommandOutput) -> Answer {
     }
     Answer {
         status: 200,
-        content_type: "application/connect+json",
+        content_type: "application/connect+json".into(),
+        headers: Vec::new(),
         body,
     }
 }

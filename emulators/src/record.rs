@@ -28,6 +28,7 @@ const CREDENTIAL_HEADERS: &[&str] = &[
     "x-modal-token-id",
     "x-modal-token-secret",
     "x-modal-auth-token",
+    "x-amz-security-token",
     "cookie",
 ];
 

@@ -15,6 +15,10 @@
 //! to 127.0.0.1 at the emulator's port (see [`sandbox_providers::api::network`]) gets
 //! URLs with none, as live ones.
 //!
+//! A build's local files come as Daytona's SDK sends them: pushed to the emulator's object
+//! storage with the credential `object-storage/push-access` hands out, and named by hash in
+//! `buildInfo.contextHashes` (`object_storage.rs` has the rules and their sources).
+//!
 //! A base named in a registry (`<registry>/<repository>@sha256:<digest>`) is pulled as
 //! Daytona's builder would, with the docker-registry entry for that registry: the
 //! emulator serves the [`StandInBase`]s it is given from local images to whoever holds
@@ -43,6 +47,7 @@ use crate::http::{Answer, HttpRequest, lock, set_field_outside};
 use crate::site::Site;
 
 mod interpreter;
+mod object_storage;
 mod sandboxes;
 mod snapshots;
 #[cfg(test)]
@@ -60,6 +65,8 @@ const API_HOST: &str = "app";
 const FAKE_KEY: &str = "dtn_sm_fake_emulator_key_0000";
 /// The toolbox proxy's host label: `proxy.app.<domain>`, the toolbox under `/toolbox`.
 const PROXY_HOST: &str = "proxy.app";
+/// The object storage's host label: `storage.app.<domain>`, its bucket path-style.
+const STORAGE_HOST: &str = "storage.app";
 /// The organization every emulated record belongs to; made up.
 const ORGANIZATION: &str = "0b5e1c4e-0000-4000-8000-00000000000a";
 /// Every emulated timestamp.
@@ -233,6 +240,8 @@ struct State {
     /// The turn of each interpreter context that ran code, by sandbox and context (none:
     /// the default one): held while its code runs.
     turns: BTreeMap<(String, Option<String>), Arc<tokio::sync::Mutex<()>>>,
+    /// The object storage a build's local files are pushed to.
+    storage: object_storage::Storage,
 }
 
 impl State {
@@ -502,10 +511,11 @@ impl Emulator {
     }
 
     /// Routes by the host the client called: the control plane at `app.<domain>` under
-    /// `/api`, the toolbox at `proxy.app.<domain>` under `/toolbox`. A client whose
-    /// resolver cannot be pinned (the SDKs, on the system resolver) calls `localhost` (or
-    /// 127.0.0.1) instead, which serves both under those paths and hands out a
-    /// `toolboxProxyUrl` on the same host.
+    /// `/api`, the toolbox at `proxy.app.<domain>` under `/toolbox`, the object storage at
+    /// `storage.app.<domain>` under `/<bucket>`. A client whose resolver cannot be pinned
+    /// (the SDKs, on the system resolver) calls `localhost` (or 127.0.0.1) instead, which
+    /// serves all three under those paths and hands out a `toolboxProxyUrl` and a
+    /// `storageUrl` on the same host.
     async fn serve(self, request: HttpRequest) -> Answer {
         let (host, port) = split_host(&request.host);
         let loopback = matches!(host.as_str(), "localhost" | "127.0.0.1");
@@ -524,13 +534,27 @@ impl Emulator {
             false => format!("https://{label}.{}{port}", self.domain()),
         };
         let path = request.path.clone();
-        let (api, toolbox) = match (loopback, label) {
-            (true, _) => (true, true),
-            (false, Some(API_HOST)) => (true, false),
-            (false, Some(PROXY_HOST)) => (false, true),
-            _ => (false, false),
+        let (api, toolbox, storage) = match (loopback, label) {
+            (true, _) => (true, true, true),
+            (false, Some(API_HOST)) => (true, false, false),
+            (false, Some(PROXY_HOST)) => (false, true, false),
+            (false, Some(STORAGE_HOST)) => (false, false, true),
+            _ => (false, false, false),
         };
         match path.split_once('/').map(|(_, rest)| rest) {
+            Some("api/object-storage/push-access") if api && request.method == "GET" => {
+                if !bearer {
+                    return error(401, "Unauthorized: a bearer token is required");
+                }
+                self.push_access(&origin(STORAGE_HOST))
+            }
+            Some(rest)
+                if storage
+                    && (rest == object_storage::BUCKET
+                        || rest.starts_with(&format!("{}/", object_storage::BUCKET))) =>
+            {
+                self.storage(&request)
+            }
             Some(rest) if api && (rest == "api" || rest.starts_with("api/")) => {
                 if !bearer {
                     return error(401, "Unauthorized: a bearer token is required");

@@ -49,20 +49,21 @@ impl Emulator {
     }
     pub(super) fn create_snapshot(&self, body: &Value) -> Answer {
         let implemented = ["name", "buildInfo", "cpu", "memory", "disk", "regionId"];
-        if let Some(field) = set_field_outside(body, &implemented)
-            .or_else(|| {
-                set_field_outside(&body["buildInfo"], &["dockerfileContent", "contextHashes"])
-                    .map(|f| format!("buildInfo.{f}"))
-            })
-            .or_else(|| {
-                (body["buildInfo"]["contextHashes"]
-                    .as_array()
-                    .is_some_and(|h| !h.is_empty()))
-                .then(|| "buildInfo.contextHashes` other than `[]".to_owned())
-            })
-        {
+        if let Some(field) = set_field_outside(body, &implemented).or_else(|| {
+            set_field_outside(&body["buildInfo"], &["dockerfileContent", "contextHashes"])
+                .map(|f| format!("buildInfo.{f}"))
+        }) {
             return unimplemented_field("snapshot create", &field);
         }
+        let hashes = &body["buildInfo"]["contextHashes"];
+        let hashes: Vec<String> = match hashes.as_array() {
+            None if hashes.is_null() => Vec::new(),
+            Some(list) if list.iter().all(Value::is_string) => list
+                .iter()
+                .filter_map(|h| h.as_str().map(str::to_owned))
+                .collect(),
+            _ => return error(400, "buildInfo.contextHashes must be an array of strings"),
+        };
         // Daytona's defaults for a snapshot that names no size (CreateSnapshot, openapi.yaml).
         let size_of = |key: &str, default: u32| {
             body[key]
@@ -102,7 +103,7 @@ impl Emulator {
         tokio::spawn(async move {
             // No runner yet: the snapshot stays `pending`.
             tokio::time::sleep(queued).await;
-            this.build(id, dockerfile).await
+            this.build(id, dockerfile, hashes).await
         });
         Answer::json(200, dto)
     }
@@ -114,8 +115,9 @@ impl Emulator {
     }
     /// Builds like Daytona's builder would: pulls a registry base with its entry, writes
     /// the Dockerfile's heredocs out as context files (the docker variant's builder takes
-    /// no heredocs) and builds.
-    async fn build(self, id: String, dockerfile: String) {
+    /// no heredocs), adds the files of each of `hashes` from the object storage
+    /// ([`Self::unpack_context`]) and builds.
+    async fn build(self, id: String, dockerfile: String, hashes: Vec<String>) {
         self.set_snapshot(&id, |s| s.state = "building".into());
         let building = tokio::time::Instant::now();
         let dockerfile = match self.pull_base(&dockerfile) {
@@ -130,8 +132,16 @@ impl Emulator {
         };
         let dir =
             std::env::temp_dir().join(format!("sm-daytona-emulator-{}-{id}", std::process::id()));
-        let built = match write_context(&dir, &dockerfile) {
-            Ok(()) => {
+        let context = write_context(&dir, &dockerfile)
+            .map_err(|e| format!("cannot write the build context: {e}"))
+            .and_then(|()| self.unpack_context(&hashes, &dir));
+        let built = match context {
+            Ok(files) => {
+                for file in files {
+                    self.set_snapshot(&id, |s| {
+                        s.logs.push(format!("Added file to build context: {file}"));
+                    });
+                }
                 let state = self.inner.clone();
                 let log_id = id.clone();
                 let log = move |line: &str| {
@@ -157,7 +167,7 @@ impl Emulator {
                     .await
                     .map_err(|e| e.to_string())
             }
-            Err(e) => Err(format!("cannot write the build context: {e}")),
+            Err(e) => Err(e),
         };
         let _ = std::fs::remove_dir_all(&dir);
         tokio::time::sleep_until(building + self.inner.building_at_least).await;

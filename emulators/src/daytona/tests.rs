@@ -129,3 +129,111 @@ fn the_host_splits_from_its_port() {
         ("proxy.app.daytona.test".to_owned(), String::new())
     );
 }
+
+/// AWS's published Signature Version 4 example for S3 ("Example: GET Object", the S3 API
+/// reference's "Signature Calculations for the Authorization Header"): the emulator's
+/// check computes the signature AWS documents.
+#[test]
+fn a_signature_is_computed_as_awss_published_example() {
+    use super::object_storage::{Signed, signature};
+    let headers = [
+        ("host", "examplebucket.s3.amazonaws.com"),
+        ("range", "bytes=0-9"),
+        (
+            "x-amz-content-sha256",
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        ),
+        ("x-amz-date", "20130524T000000Z"),
+    ];
+    let request = HttpRequest {
+        method: "GET".into(),
+        host: headers[0].1.into(),
+        path: "/test.txt".into(),
+        query: String::new(),
+        headers: headers
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        body: Vec::new(),
+    };
+    let header = "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request,SignedHeaders=host;range;x-amz-content-sha256;x-amz-date,Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41";
+    let signed = Signed::parse(header).expect("AWS's header parses");
+    // AWS's documented example key: a published fake, not a credential.
+    let secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+    assert_eq!(
+        signature(&request, &signed, headers[3].1, headers[2].1, secret).as_deref(),
+        Some("f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41")
+    );
+    assert_ne!(
+        signature(&request, &signed, headers[3].1, headers[2].1, "another").as_deref(),
+        Some("f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41")
+    );
+    assert!(Signed::parse("AWS4-HMAC-SHA512 Credential=a/b/c/s3/aws4_request").is_none());
+    assert!(Signed::parse("Bearer token").is_none());
+}
+
+#[test]
+fn a_complete_multipart_upload_lists_its_parts_in_order() {
+    use super::object_storage::listed_parts;
+    let body = b"<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>&quot;a&quot;</ETag></Part><Part><ETag>\"b\"</ETag><PartNumber>2</PartNumber></Part></CompleteMultipartUpload>";
+    assert_eq!(
+        listed_parts(body).unwrap(),
+        vec![(1, "\"a\"".to_owned()), (2, "\"b\"".to_owned())]
+    );
+    assert!(
+        listed_parts(
+            b"<CompleteMultipartUpload><Part><ETag>x</ETag></Part></CompleteMultipartUpload>"
+        )
+        .is_err()
+    );
+}
+
+/// A context tar as Daytona's runner adds it to a build (image_build.go at v0.190.0):
+/// directories skipped, a symlink a regular empty file, modes kept; and a name that would
+/// leave the context refused.
+#[test]
+fn a_context_tar_is_unpacked_as_the_runner_adds_it() {
+    use super::object_storage::unpack_tar;
+    let mut tar = tar::Builder::new(Vec::new());
+    let mut dir_entry = tar::Header::new_ustar();
+    dir_entry.set_entry_type(tar::EntryType::Directory);
+    dir_entry.set_size(0);
+    dir_entry.set_mode(0o755);
+    tar.append_data(&mut dir_entry, "ctx/", std::io::empty())
+        .unwrap();
+    let mut file = tar::Header::new_ustar();
+    file.set_size(3);
+    file.set_mode(0o600);
+    tar.append_data(&mut file, "ctx/a.txt", &b"abc"[..])
+        .unwrap();
+    let mut link = tar::Header::new_ustar();
+    link.set_entry_type(tar::EntryType::Symlink);
+    link.set_size(0);
+    link.set_mode(0o777);
+    tar.append_link(&mut link, "ctx/link", "a.txt").unwrap();
+    let bytes = tar.into_inner().unwrap();
+    let out = scratch("context-tar");
+    let written = unpack_tar("h", &bytes, &out).unwrap();
+    assert_eq!(written, ["ctx/a.txt", "ctx/link"]);
+    assert_eq!(std::fs::read(out.join("ctx/a.txt")).unwrap(), b"abc");
+    let meta = std::fs::symlink_metadata(out.join("ctx/link")).unwrap();
+    assert!(meta.is_file() && meta.len() == 0, "{meta:?}");
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(out.join("ctx/a.txt"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+
+    let mut escape = tar::Header::new_ustar();
+    escape.set_size(1);
+    escape.set_mode(0o644);
+    escape.as_old_mut().name[..9].copy_from_slice(b"../escape");
+    escape.set_cksum();
+    let mut tar = tar::Builder::new(Vec::new());
+    tar.append(&escape, &b"x"[..]).unwrap();
+    let refused = unpack_tar("h", &tar.into_inner().unwrap(), &out).unwrap_err();
+    assert!(refused.contains("`../escape`"), "{refused}");
+    assert!(!out.parent().unwrap().join("escape").exists());
+    let _ = std::fs::remove_dir_all(&out);
+}

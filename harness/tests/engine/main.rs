@@ -21,6 +21,7 @@ mod cloud_call_timeout;
 mod crash_cleanup;
 mod datalayer_push;
 mod datalayer_runtimes;
+mod daytona_object_storage;
 mod drift;
 mod emulate_daytona;
 mod emulate_e2b;
@@ -119,6 +120,7 @@ fn main() {
             sync sandbox_state::a_paused_sandbox_is_said_to_have_stopped_answering,
             sync sandbox_state::a_cloud_sandbox_killed_during_a_step_is_said_ended_by_its_provider,
             sync sandbox_state::a_sandbox_stopped_during_restart_or_the_secrets_scan_is_said_so,
+            async(2) daytona_object_storage::daytona_object_storage_takes_what_push_access_signs_and_the_runner_builds_from_it,
             async(2) server_rules::daytona_answers_404_for_the_build_logs_of_a_snapshot_no_runner_holds,
             async(2) server_rules::daytona_runs_process_execute_as_its_toolbox_does,
             async(2) server_rules::daytona_refuses_a_negative_interpreter_timeout_and_an_execute_field_it_does_not_implement,

@@ -80,10 +80,38 @@ pub fn run_flow(
     what: &str,
     steps: &[&str],
 ) -> Vec<serde_json::Value> {
+    run_flow_with(Command::new(python), script, cwd, env, cleared, what, steps)
+}
+
+/// `python` to run in a mount namespace of its own where the system's CA bundle
+/// (`/etc/ssl/certs/ca-certificates.crt`) is `ca_file`, for [`run_flow_with`]: for an SDK
+/// client that trusts only that bundle (Daytona's object storage client, which the SDK
+/// builds with the environment cleared, so no `SSL_CERT_FILE` reaches it). The machine's
+/// bundle is untouched; it needs `unshare` and the right to mount (root), as CI has.
+pub fn with_system_ca(ca_file: &Path, python: &Path) -> Command {
+    let mut command = Command::new("unshare");
+    command
+        .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+        .arg(r#"mount --bind "$0" /etc/ssl/certs/ca-certificates.crt && exec "$@""#)
+        .arg(ca_file)
+        .arg(python);
+    command
+}
+
+/// As [`run_flow`], with `command` (a python, or what execs one last) in place of
+/// `python`; the script is its last argument.
+pub fn run_flow_with(
+    mut command: Command,
+    script: &str,
+    cwd: &Path,
+    env: &[(&str, &str)],
+    cleared: &[&str],
+    what: &str,
+    steps: &[&str],
+) -> Vec<serde_json::Value> {
     std::fs::create_dir_all(cwd).expect("an empty working folder");
     let output = |ext: &str| PathBuf::from(format!("{}.{ext}", cwd.display()));
     let (out_file, err_file) = (output("out"), output("err"));
-    let mut command = Command::new(python);
     command
         .arg(super::root().join("harness/tests/sdk").join(script))
         .current_dir(cwd)

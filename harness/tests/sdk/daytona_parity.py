@@ -5,8 +5,12 @@ intent beside those the project's client sent.
 
 Intents, in order (the parity file says why the others are not applicable):
   build            snapshot.create(CreateSnapshotParams(name, Image.base(<base>)
-                   .run_commands(<the environment's RUN>).dockerfile_commands([<its USER>]),
-                   resources), on_logs=...)
+                   .add_local_file(<its COPY>).run_commands(<its RUN>)
+                   .dockerfile_commands([<its USER>]), resources), on_logs=...); the COPY's
+                   file goes to the emulator's object storage, which the SDK's S3 client
+                   (obstore, built with the environment cleared) trusts only through the
+                   system's CA bundle: the test runs this script in a mount namespace of
+                   its own where the emulator's test CA is that bundle
   create           create(CreateSandboxFromSnapshotParams(snapshot=<its id>, labels=...))
   run-1+1          code_interpreter.run_code("1+1")
   command-default  process.exec("id -un")
@@ -53,19 +57,33 @@ state = {}
 def build():
     with open(os.path.join(given["environment"], "Dockerfile")) as f:
         lines = [line.strip() for line in f if line.strip() and not line.startswith("#")]
-    # Its RUN and USER after FROM, but its COPY: the SDK sends a COPY's files through
-    # object storage, which the emulator does not implement (see the parity file).
-    runs = [line[len("RUN "):] for line in lines if line.startswith("RUN ")]
-    users = [line for line in lines if line.startswith("USER ")]
-    image = Image.base(given["base"]).run_commands(*runs).dockerfile_commands(users)
+    # The environment's steps after FROM, in order: a COPY as the SDK adds a local file
+    # (pushed to object storage, its hash in contextHashes), a RUN, a USER.
+    image = Image.base(given["base"])
+    for line in lines:
+        word, _, rest = line.partition(" ")
+        if word == "COPY":
+            source, destination = rest.split()
+            image = image.add_local_file(os.path.join(given["environment"], source), destination)
+        elif word == "RUN":
+            image = image.run_commands(rest)
+        elif word == "USER":
+            image = image.dockerfile_commands([line])
+        elif word not in ("ARG", "FROM"):
+            raise RuntimeError(f"the parity environment has a step the flow does not translate: {line}")
     resources = Resources(**given["resources"])
     # With a log callback, as a user who wants the build's log: the SDK then asks for the
     # build-log URL once the snapshot has left `pending`.
+    logs = []
     snapshot = daytona.snapshot.create(
         CreateSnapshotParams(name=given["name"], image=image, resources=resources),
-        on_logs=lambda line: None, timeout=300)
+        on_logs=logs.append, timeout=300)
     state["snapshot"] = snapshot.id
-    return {"id": snapshot.id, "state": str(snapshot.state)}
+    # The runner's log names each file it took from object storage into the context.
+    added = [line for line in logs if "Added file to build context" in line]
+    if not added:
+        raise RuntimeError(f"the build's log names no file from object storage: {logs}")
+    return {"id": snapshot.id, "state": str(snapshot.state), "context": added}
 
 
 def create():

@@ -4,7 +4,10 @@
 //! [`QUEUED`] for a runner, as a busy service's do, and whose build-log URL is 404 until
 //! then (the server's rule, `emulate::daytona`); the requests are compared, differences
 //! judged by `fixtures/parity/daytona.yaml`. Then a build-log URL asked for while the
-//! snapshot is still pending, put back into our requests, fails it.
+//! snapshot is still pending, put back into our requests, fails it. The SDK builds the
+//! environment's COPY as it does live, through the emulator's object storage; its S3 client
+//! trusts only the system's CA bundle, so the SDK runs where that bundle is the emulator's
+//! test CA (`common::sdk::with_system_ca`).
 //!
 //! Needs Docker and the SDK venv: `cargo test -p sandbox-matrix --test engine parity::daytona`.
 
@@ -175,9 +178,10 @@ async fn theirs(emulator: &Emulator, python: &Path, environment: &Path, ours: &S
     .to_string();
     let python = python.to_owned();
     let cwd = dir.join("cwd");
+    let ca = ca_file.clone();
     let printed = tokio::task::spawn_blocking(move || {
-        common::sdk::run_flow(
-            &python,
+        common::sdk::run_flow_with(
+            common::sdk::with_system_ca(&ca, &python),
             "daytona_parity.py",
             &cwd,
             &[("SANDBOX_MATRIX_PARITY", &given)],
@@ -204,9 +208,15 @@ async fn theirs(emulator: &Emulator, python: &Path, environment: &Path, ours: &S
     .await
     .expect("the SDK flow");
     let _ = std::fs::remove_dir_all(&dir);
+    // The SDK names a COPY's file in the archive (and the Dockerfile) by its path without
+    // the leading `/`, which differs by checkout.
+    let archived = environment
+        .to_string_lossy()
+        .trim_start_matches('/')
+        .to_owned();
     Side {
         exchanges: exchanges.all(),
         windows: Window::from_flow(&printed),
-        given: vec![(name, "{name}".into())],
+        given: vec![(name, "{name}".into()), (archived, "{environment}".into())],
     }
 }

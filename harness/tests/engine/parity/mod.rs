@@ -7,7 +7,8 @@
 //!
 //! Only what must differ is normalized: ids and tokens the emulator handed out (any
 //! answer's string under a key ending in `id` or `token`), names and labels each side was
-//! given, content hashes each side computes as its cache keys (E2B's `filesHash`),
+//! given, content hashes each side computes as its cache keys (E2B's `filesHash`,
+//! Daytona's `contextHashes`),
 //! timestamps, deadlines (`grpc-timeout`, which counts down), credentials (the recorder
 //! keeps none) and idempotency keys. Each
 //! intent's requests are compared endpoint by endpoint (method, host form, path): an
@@ -624,13 +625,17 @@ fn harvest(v: &Value, key: Option<&str>, into: &mut BTreeMap<String, String>) {
     }
 }
 
-/// Collects the string values under keys ending in `hash` in a request: content hashes a
-/// client computes as its own cache keys (E2B's `filesHash`), which the service takes as
-/// opaque strings.
+/// Collects the string values under keys ending in `hash` or `hashes` in a request:
+/// content hashes a client computes as its own cache keys (E2B's `filesHash`, Daytona's
+/// `contextHashes`), which the service takes as opaque strings.
 fn harvest_hashes(v: &Value, key: Option<&str>, into: &mut BTreeMap<String, String>) {
     match v {
         Value::String(s) if s.len() >= 16 => {
-            if let Some(key) = key.filter(|k| k.to_ascii_lowercase().ends_with("hash")) {
+            let hash = |k: &&str| {
+                let k = k.to_ascii_lowercase();
+                k.ends_with("hash") || k.ends_with("hashes")
+            };
+            if let Some(key) = key.filter(hash) {
                 into.entry(s.clone())
                     .or_insert_with(|| format!("{{{key}}}"));
             }

@@ -19,11 +19,15 @@
 //!   `name:name`), else by the steps' user (`commands/copy.go`, `copy_script.sh`);
 //! - `ENV` and `WORKDIR` set what later steps and the sandbox get.
 //!
+//! Before those, the base phase: `base_phase.sh` (the builder's `phases/base/provision.sh`
+//! for the debian family, as root), which says in the build log which of the packages the
+//! builder installs the base lacks, and installs none (the emulator builds offline); nor
+//! does it set up the VM's init or put envd in the image (the sandbox is the docker
+//! variant's container).
+//!
 //! What the builder does that the emulator does not is refused by name (501): a glob in
 //! a COPY source, a relative COPY destination before any WORKDIR (the builder resolves it
-//! against the user's home, looked up in the sandbox), COPY permissions. The builder's own
-//! base phase (its provisioning of the image with envd and system packages) is not
-//! emulated: the sandbox is the docker variant's container.
+//! against the user's home, looked up in the sandbox), COPY permissions.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -32,6 +36,11 @@ use std::path::{Component, Path, PathBuf};
 use serde_json::Value;
 
 use super::INFRA_COMMIT;
+
+/// The base phase's script, run as root before the user phase (see the module's docs).
+const BASE_PHASE: &str = include_str!("base_phase.sh");
+/// Where the builder puts it, and it removes itself from.
+const BASE_PHASE_PATH: &str = "/usr/local/bin/provision.sh";
 
 /// E2B's own build user, created before the steps (`config.TemplateDefaultUser`).
 pub const BUILD_USER: &str = "user";
@@ -106,6 +115,8 @@ pub fn build_context(
     }
     std::fs::write(context.dir.join("Dockerfile"), dockerfile)
         .map_err(|e| io("its Dockerfile", e))?;
+    std::fs::write(context.dir.join("base-phase.sh"), BASE_PHASE)
+        .map_err(|e| io("its base phase", e))?;
     Ok(context)
 }
 
@@ -180,8 +191,11 @@ pub fn dockerfile(steps: &Value) -> Result<String, Refusal> {
          ARG BASE_IMAGE\n\
          FROM ${{BASE_IMAGE}}\n\
          SHELL [\"/bin/bash\", \"-l\", \"-c\"]\n\
-         # The user phase: USER {BUILD_USER} true.\n\
          USER root\n\
+         # The base phase: phases/base/provision.sh, offline (base-phase.sh says how).\n\
+         COPY base-phase.sh {BASE_PHASE_PATH}\n\
+         RUN sh {BASE_PHASE_PATH}\n\
+         # The user phase: USER {BUILD_USER} true.\n\
          RUN (id -u {BUILD_USER} >/dev/null 2>&1 || useradd --create-home --shell /bin/bash {BUILD_USER}) \
          && (! getent group sudo >/dev/null || usermod -aG sudo {BUILD_USER}) && passwd -d {BUILD_USER} >/dev/null\n\
          USER {BUILD_USER}"

@@ -159,8 +159,20 @@ impl RawE2b {
         }
     }
 
-    /// envd's process start in `sandbox` as the Basic user `user`: status and body.
+    /// envd's process start in `sandbox` as the Basic user `user`: status and body (its
+    /// text, lossy: a Connect envelope's length prefix is binary).
     async fn process(&self, sandbox: &RawSandbox, user: &str, message: Value) -> (u16, String) {
+        let (status, body) = self.process_bytes(sandbox, user, message).await;
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// envd's process start in `sandbox` as the Basic user `user`: status and body bytes.
+    async fn process_bytes(
+        &self,
+        sandbox: &RawSandbox,
+        user: &str,
+        message: Value,
+    ) -> (u16, Vec<u8>) {
         let body = sandbox_providers::api::cassette::encode_connect(0, &message)
             .expect("a Connect envelope");
         let response = self
@@ -183,22 +195,26 @@ impl RawE2b {
             .expect("envd answers");
         (
             response.status().as_u16(),
-            response.text().await.unwrap_or_default(),
+            response
+                .bytes()
+                .await
+                .map(|b| b.to_vec())
+                .unwrap_or_default(),
         )
     }
 
     /// What `command` prints, run by bash as root in `sandbox`.
     async fn output(&self, sandbox: &RawSandbox, command: &str) -> String {
         let (status, body) = self
-            .process(
+            .process_bytes(
                 sandbox,
                 "root",
                 json!({"process": {"cmd": "/bin/bash", "args": ["-c", command]}}),
             )
             .await;
-        assert_eq!(status, 200, "{command}: {body}");
-        let frames = sandbox_providers::api::cassette::decode_connect(body.as_bytes())
-            .expect("Connect frames");
+        assert_eq!(status, 200, "{command}: {}", String::from_utf8_lossy(&body));
+        let frames =
+            sandbox_providers::api::cassette::decode_connect(&body).expect("Connect frames");
         frames
             .iter()
             .filter_map(|f| f.message["event"]["data"]["stdout"].as_str())
@@ -372,6 +388,14 @@ pub async fn the_e2b_emulator_builds_the_steps_it_is_sent_as_e2bs_builder_runs_t
             "cat /tmp/who-default /tmp/who-after-user /tmp/who-named /opt/copied.txt; echo; stat -c %U /opt/copied.txt",
         )
         .await;
+    // The base phase's marks (provision.sh for the debian family), readable by any user.
+    let provisioned = raw
+        .output(
+            &sandbox,
+            "cat /etc/profile.d/shell.sh /usr/local/share/e2b/distro.env /etc/chrony.conf; \
+             test -e /etc/machine-id || echo no machine-id; test -e /usr/local/bin/provision.sh || echo removed",
+        )
+        .await;
     let created_user = raw
         .process(
             &sandbox,
@@ -415,6 +439,13 @@ pub async fn the_e2b_emulator_builds_the_steps_it_is_sent_as_e2bs_builder_runs_t
     );
     assert_eq!(env, "envd's\n", "the create's envVars reach a process");
     assert_eq!(
+        provisioned,
+        "export SHELL='/bin/bash'\nE2B_DISTRO_ID='debian'\nE2B_INIT_SYSTEM='systemd'\nE2B_ADMIN_GROUP='sudo'\n\
+         include /etc/chrony/chrony.conf\nno machine-id\nremoved\n",
+        "the base phase ran before the steps"
+    );
+
+    assert_eq!(
         brief_status, 404,
         "a sandbox past its 2 s timeout was still there"
     );
@@ -431,5 +462,76 @@ pub async fn the_e2b_emulator_builds_the_steps_it_is_sent_as_e2bs_builder_runs_t
     assert!(
         ghost_build.to_string().contains("ghost"),
         "the failed build names the user: {ghost_build}"
+    );
+}
+
+/// E2B's base phase as the e2b emulator runs it (`emulators/src/e2b/base_phase.sh`), run
+/// by `sh` as root in a throwaway container of the contract base after `prepare` (the
+/// build's log shows it only when its layer is not cached): its output and whether it
+/// succeeded.
+fn base_phase(prepare: &str) -> (bool, String) {
+    use std::io::Write as _;
+    let script = std::fs::read(common::root().join("emulators/src/e2b/base_phase.sh"))
+        .expect("the base phase script");
+    let mut child = std::process::Command::new("docker")
+        .args(["run", "--rm", "-i", "--user", "root", "--entrypoint", "sh"])
+        .arg(sandbox_providers::docker::base::BASE_IMAGE)
+        .args(["-c", &format!("{prepare} exec sh -s")])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the docker CLI runs");
+    child
+        .stdin
+        .take()
+        .expect("its stdin")
+        .write_all(&script)
+        .expect("the script is sent");
+    let out = child.wait_with_output().expect("the container ends");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// The base phase names each package E2B's builder would install that the base lacks,
+/// says it installs none and skips the init setup, and provisions only the debian family:
+/// a base of another distribution fails, named, and one E2B rejects fails with its words.
+pub fn the_e2b_base_phase_names_what_the_base_lacks_and_takes_the_debian_family_only() {
+    let (ok, out) = base_phase("");
+    assert!(ok, "{out}");
+    for line in [
+        "Provisioning for distro 'debian'",
+        "Package systemd is missing, will install it.",
+        "emulate e2b: not installed: systemd systemd-sysv",
+        "emulate e2b: skipped the init setup",
+        "Finished provisioning script",
+    ] {
+        assert!(out.contains(line), "no `{line}` in:\n{out}");
+    }
+    assert!(
+        !out.contains("Package ca-certificates is missing"),
+        "the contract base holds ca-certificates:\n{out}"
+    );
+    let (ok, out) = base_phase("printf 'ID=alpine\\n' > /etc/os-release &&");
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("ID='alpine'") && out.contains("debian family only"),
+        "{out}"
+    );
+    let (ok, out) = base_phase("printf 'ID=ol\\nID_LIKE=fedora\\n' > /etc/os-release &&");
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("[provision] ERROR: base image distribution ID='ol' is not supported."),
+        "{out}"
+    );
+    let (ok, out) = base_phase("printf 'ID=kali\\nID_LIKE=debian\\n' > /etc/os-release &&");
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("provisioning it as 'debian' from ID_LIKE"),
+        "{out}"
     );
 }

@@ -100,6 +100,7 @@ fn main() {
             async(2) emulate_e2b::the_e2b_client_runs_the_lifecycle_against_emulate_over_https_through_live_host_forms,
             async(2) emulate_e2b::without_a_start_command_the_code_channel_does_not_answer,
             async(2) emulate_e2b::the_e2b_emulator_builds_the_steps_it_is_sent_as_e2bs_builder_runs_them,
+            sync emulate_e2b::the_e2b_base_phase_names_what_the_base_lacks_and_takes_the_debian_family_only,
             sync interrupt::ctrl_c_mid_step_still_removes_the_container,
             async(2) kernel_death::the_request_after_a_kernel_died_is_answered,
             sync launch_exit::a_sandbox_that_exits_fails_launch_with_its_exit_code_and_last_log_lines,

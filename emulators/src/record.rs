@@ -1,5 +1,6 @@
 //! What an emulator was sent, kept in memory once asked for ([`Exchanges`]): each request's
-//! form and the answer's status and JSON, credentials redacted as they arrive. The parity
+//! form and the answer's status and JSON, credentials (sent or handed out) redacted as
+//! they arrive. The parity
 //! tests (`harness/tests/engine/parity/`) compare what the project's client and a
 //! provider's official SDK each send for the same intent.
 
@@ -165,6 +166,23 @@ fn redact(name: &str, value: &str) -> String {
     }
 }
 
+/// Credentials an answer hands out, by key: a temporary storage credential's secret and
+/// session token (Daytona's push access).
+const CREDENTIAL_ANSWER_KEYS: &[&str] = &["secret", "sessionToken"];
+
+/// `answer` as recorded: the value of a top-level [`CREDENTIAL_ANSWER_KEYS`] key is
+/// `{token}`.
+fn redact_answer(mut answer: Value) -> Value {
+    if let Some(map) = answer.as_object_mut() {
+        for key in CREDENTIAL_ANSWER_KEYS {
+            if let Some(value) = map.get_mut(*key) {
+                *value = Value::String("{token}".into());
+            }
+        }
+    }
+    answer
+}
+
 /// What an emulator was sent since recording began; clones share it.
 #[derive(Debug, Clone, Default)]
 pub struct Exchanges {
@@ -196,7 +214,7 @@ impl Exchanges {
                 .collect(),
             body: Body::of(&request.body, content_type),
             status,
-            answer: serde_json::from_slice(answer).unwrap_or(Value::Null),
+            answer: redact_answer(serde_json::from_slice(answer).unwrap_or(Value::Null)),
         };
         lock(&self.kept).push(exchange);
     }

@@ -4,8 +4,9 @@
 //!
 //! Sources, daytonaio/daytona v0.190.0 (01c502bb1f1ff8f2885d0cd490e043736083dca8):
 //! - `apps/api/src/object-storage/services/object-storage.service.ts`: push access is a
-//!   temporary credential whose policy allows `s3:PutObject` and `s3:GetObject` under
-//!   `<bucket>/<organizationId>/*` only;
+//!   temporary credential for one hour whose policy allows `s3:PutObject` and
+//!   `s3:GetObject` on `<bucket>/<organizationId>/*` and `s3:ListBucket` with that prefix,
+//!   nothing else (so aborting an upload is denied);
 //! - `apps/runner/pkg/storage/minio_client.go`: a context hash is the object
 //!   `<organizationId>/<hash>/context.tar`;
 //! - `apps/runner/pkg/docker/image_build.go`: the build context is the Dockerfile and, for
@@ -14,9 +15,11 @@
 //!
 //! `region` in the push access is what the SDK's client requires (daytona_api_client
 //! 0.226.1, `models/storage_access_dto.py`); the v0.190.0 server sends none. Requests are
-//! checked as S3 checks them: AWS Signature Version 4 with the session token, the payload
-//! hash, the policy's prefix. What the emulator does not implement of S3 (listing, other
-//! sub-resources, `x-amz-` headers it does not know) it refuses by name, 501.
+//! checked as S3 checks them: AWS Signature Version 4 with the session token (expired
+//! after its hour), a request time within 15 minutes, the payload hash, the policy, parts
+//! of a multipart upload but the last at least 5 MiB. What the emulator does not
+//! implement of S3 (listing, presigned URLs, other sub-resources and query parameters,
+//! ranges, conditions, `x-amz-` headers it does not know) it refuses by name, 501.
 
 use hmac::{Hmac, Mac as _};
 use sha2::{Digest as _, Sha256};
@@ -32,6 +35,27 @@ const STORAGE_REGION: &str = "us-east-1";
 const CONTEXT_TAR: &str = "context.tar";
 /// `x-amz-` request headers the emulator implements; any other is refused by name.
 const AMZ_HEADERS: [&str; 3] = ["x-amz-content-sha256", "x-amz-date", "x-amz-security-token"];
+/// Request headers S3 acts on that the emulator does not implement: refused by name.
+const UNIMPLEMENTED_HEADERS: [&str; 11] = [
+    "range",
+    "if-match",
+    "if-none-match",
+    "if-modified-since",
+    "if-unmodified-since",
+    "content-md5",
+    "content-encoding",
+    "cache-control",
+    "content-disposition",
+    "content-language",
+    "expires",
+];
+/// How long a push-access credential lasts (`DurationSeconds: 3600`).
+const GRANT_LIFETIME: Duration = Duration::from_secs(3600);
+/// How far a request's time may be from the storage's clock (S3's
+/// `RequestTimeTooSkewed`).
+const MAX_SKEW: Duration = Duration::from_secs(15 * 60);
+/// The least size of a multipart upload's part but the last (S3's `EntityTooSmall`).
+const MIN_PART: usize = 5 * 1024 * 1024;
 
 /// The storage: the credentials handed out, the objects and the open multipart uploads.
 #[derive(Default)]
@@ -44,10 +68,11 @@ pub(super) struct Storage {
     uploads: BTreeMap<String, Upload>,
 }
 
-/// A temporary credential: its secret and session token.
+/// A temporary credential: its secret, session token and when it was handed out.
 struct Grant {
     secret: String,
     session_token: String,
+    issued: Instant,
 }
 
 /// An object's bytes and what S3 tells of it.
@@ -58,9 +83,11 @@ struct Stored {
     modified: std::time::SystemTime,
 }
 
-/// A multipart upload: its key and the parts sent so far, by number.
+/// A multipart upload: its key, the content type it was created with and the parts
+/// sent so far, by number.
 struct Upload {
     key: String,
+    content_type: Option<String>,
     parts: BTreeMap<u32, (String, Vec<u8>)>,
 }
 
@@ -193,13 +220,20 @@ impl Emulator {
         let grant = Grant {
             secret: random_hex(20),
             session_token: random_hex(32),
+            issued: Instant::now(),
         };
+        let mut state = self.state();
+        // Expired credentials are of no more use to anyone.
+        state
+            .storage
+            .grants
+            .retain(|_, g| g.issued.elapsed() < GRANT_LIFETIME);
         let answer = json!({
             "accessKey": access_key, "secret": grant.secret,
             "sessionToken": grant.session_token, "storageUrl": origin,
             "organizationId": ORGANIZATION, "bucket": BUCKET, "region": STORAGE_REGION,
         });
-        self.state().storage.grants.insert(access_key, grant);
+        state.storage.grants.insert(access_key, grant);
         Answer::json(200, answer)
     }
 
@@ -228,7 +262,9 @@ impl Emulator {
             return s3_error(
                 403,
                 "AccessDenied",
-                &format!("the credential's policy allows only {BUCKET}/{ORGANIZATION}/*"),
+                &format!(
+                    "the credential's policy allows objects under {BUCKET}/{ORGANIZATION}/ only"
+                ),
             );
         }
         let params = query_params(&request.query);
@@ -261,6 +297,7 @@ impl Emulator {
                     upload_id.clone(),
                     Upload {
                         key: key.clone(),
+                        content_type: request.headers.get("content-type").cloned(),
                         parts: BTreeMap::new(),
                     },
                 );
@@ -272,7 +309,7 @@ impl Emulator {
                     Vec::new(),
                 )
             }
-            ("PUT", _) if param("partNumber").is_some() && param("uploadId").is_some() => {
+            ("PUT", ["partNumber", "uploadId"] | ["uploadId", "partNumber"]) => {
                 let number = param("partNumber").and_then(|n| n.parse::<u32>().ok());
                 let Some(number) = number.filter(|n| (1..=10_000).contains(n)) else {
                     return s3_error(400, "InvalidArgument", "partNumber is 1 to 10000");
@@ -299,13 +336,12 @@ impl Emulator {
             ("POST", ["uploadId"]) => {
                 self.complete_upload(&key, &param("uploadId").unwrap_or_default(), &request.body)
             }
-            ("DELETE", ["uploadId"]) => {
-                let upload_id = param("uploadId").unwrap_or_default();
-                match self.state().storage.uploads.remove(&upload_id) {
-                    Some(_) => Answer::empty(204),
-                    None => s3_error(404, "NoSuchUpload", "the upload does not exist"),
-                }
-            }
+            // AbortMultipartUpload is not in the push access's policy.
+            ("DELETE", ["uploadId"]) => s3_error(
+                403,
+                "AccessDenied",
+                "the credential's policy does not allow s3:AbortMultipartUpload",
+            ),
             (method, names) => s3_error(
                 501,
                 "NotImplemented",
@@ -363,7 +399,7 @@ impl Emulator {
         };
         let mut bytes = Vec::new();
         let mut last = 0;
-        for (number, etag) in &listed {
+        for (i, (number, etag)) in listed.iter().enumerate() {
             if *number <= last {
                 return s3_error(
                     400,
@@ -373,6 +409,13 @@ impl Emulator {
             }
             last = *number;
             match upload.parts.get(number) {
+                Some((_, part)) if part.len() < MIN_PART && i + 1 < listed.len() => {
+                    return s3_error(
+                        400,
+                        "EntityTooSmall",
+                        &format!("part {number} is under 5 MiB and not the last"),
+                    );
+                }
                 Some((sent, part)) if sent.trim_matches('"') == etag.trim_matches('"') => {
                     bytes.extend_from_slice(part)
                 }
@@ -385,13 +428,14 @@ impl Emulator {
                 }
             }
         }
+        let content_type = upload.content_type.clone();
         state.storage.uploads.remove(upload_id);
         let etag = format!("\"{}-{}\"", &etag_of(&bytes)[1..33], listed.len());
         state.storage.objects.insert(
             key.to_owned(),
             Stored {
                 bytes,
-                content_type: None,
+                content_type,
                 etag: etag.clone(),
                 modified: std::time::SystemTime::now(),
             },
@@ -425,6 +469,28 @@ impl Emulator {
                 ),
             ));
         }
+        if let Some(name) = UNIMPLEMENTED_HEADERS
+            .iter()
+            .find(|name| request.headers.contains_key(**name))
+        {
+            return Err(s3_error(
+                501,
+                "NotImplemented",
+                &format!(
+                    "the daytona emulator does not implement the header `{name}`; it refuses it rather than drop it"
+                ),
+            ));
+        }
+        if query_params(&request.query)
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("X-Amz-Signature"))
+        {
+            return Err(s3_error(
+                501,
+                "NotImplemented",
+                "the daytona emulator does not implement presigned (query-string) authentication",
+            ));
+        }
         let denied = |code: &str, message: &str| Err(s3_error(403, code, message));
         let Some(signed) = request
             .headers
@@ -443,6 +509,9 @@ impl Emulator {
                 "the access key was not handed out by push access",
             );
         };
+        if grant.issued.elapsed() >= GRANT_LIFETIME {
+            return denied("ExpiredToken", "the provided token has expired");
+        }
         if request.headers.get("x-amz-security-token") != Some(&grant.session_token) {
             return denied(
                 "InvalidToken",
@@ -460,12 +529,18 @@ impl Emulator {
             ));
         }
         let header = |name: &str| request.headers.get(name).map(String::as_str);
-        let Some(stamp) = header("x-amz-date").filter(|d| d.starts_with(signed.date)) else {
+        let Some(stamp) = header("x-amz-date").filter(|d| d.get(..8) == Some(signed.date)) else {
             return denied(
                 "AccessDenied",
                 "x-amz-date is missing or not of the credential's date",
             );
         };
+        if !within_skew(stamp, std::time::SystemTime::now()) {
+            return denied(
+                "RequestTimeTooSkewed",
+                "the difference between the request time and the current time is too large",
+            );
+        }
         let Some(payload) = header("x-amz-content-sha256") else {
             return Err(s3_error(
                 400,
@@ -509,8 +584,7 @@ impl Emulator {
         &self,
         hashes: &[String],
         dir: &std::path::Path,
-    ) -> Result<Vec<String>, String> {
-        let mut written = Vec::new();
+    ) -> Result<(), String> {
         for hash in hashes {
             let key = format!("{ORGANIZATION}/{hash}/{CONTEXT_TAR}");
             let tar = match self.state().storage.objects.get(&key) {
@@ -524,9 +598,9 @@ impl Emulator {
             if tar.is_empty() {
                 return Err(format!("empty tar file received for hash {hash}"));
             }
-            written.extend(unpack_tar(hash, &tar, dir)?);
+            unpack_tar(hash, &tar, dir)?;
         }
-        Ok(written)
+        Ok(())
     }
 }
 
@@ -552,10 +626,15 @@ pub(super) fn unpack_tar(
         }
         let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
         let relative = std::path::Path::new(&name);
+        // The emulator's own rule: the runner puts the name in the context's tar as is; the
+        // emulator writes files, so it refuses a name that would leave the folder.
         if relative.is_absolute()
-            || relative
-                .components()
-                .any(|c| !matches!(c, std::path::Component::Normal(_)))
+            || relative.components().any(|c| {
+                !matches!(
+                    c,
+                    std::path::Component::Normal(_) | std::path::Component::CurDir
+                )
+            })
         {
             return Err(format!(
                 "context entry `{name}` of hash {hash} names a path outside the build context"
@@ -603,7 +682,13 @@ pub(super) fn signature(
     let mut canonical_headers = String::new();
     for name in &signed.headers {
         let value = request.headers.get(*name)?;
-        let value = value.split_whitespace().collect::<Vec<_>>().join(" ");
+        // Trimmed, and a run of spaces one space (SigV4's canonical header value).
+        let value = value
+            .trim()
+            .split(' ')
+            .filter(|w| !w.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
         canonical_headers.push_str(&format!("{name}:{value}\n"));
     }
     let canonical = format!(
@@ -625,6 +710,33 @@ pub(super) fn signature(
         key = hmac_sha256(&key, part);
     }
     Some(hex::encode(hmac_sha256(&key, &to_sign)))
+}
+
+/// Whether `stamp` (`x-amz-date`, `YYYYMMDDTHHMMSSZ`) is within [`MAX_SKEW`] of `now`.
+pub(super) fn within_skew(stamp: &str, now: std::time::SystemTime) -> bool {
+    let rfc3339 = match (
+        stamp.get(..4),
+        stamp.get(4..6),
+        stamp.get(6..8),
+        stamp.get(9..11),
+        stamp.get(11..13),
+        stamp.get(13..15),
+    ) {
+        (Some(y), Some(mo), Some(d), Some(h), Some(mi), Some(s))
+            if stamp.len() == 16 && stamp.ends_with('Z') =>
+        {
+            format!("{y}-{mo}-{d}T{h}:{mi}:{s}Z")
+        }
+        _ => return false,
+    };
+    let Ok(at) = humantime::parse_rfc3339(&rfc3339) else {
+        return false;
+    };
+    let skew = match now.duration_since(at) {
+        Ok(behind) => behind,
+        Err(ahead) => ahead.duration(),
+    };
+    skew <= MAX_SKEW
 }
 
 /// The `(PartNumber, ETag)` pairs a `CompleteMultipartUpload` body lists.

@@ -136,12 +136,8 @@ impl Emulator {
             .map_err(|e| format!("cannot write the build context: {e}"))
             .and_then(|()| self.unpack_context(&hashes, &dir));
         let built = match context {
-            Ok(files) => {
-                for file in files {
-                    self.set_snapshot(&id, |s| {
-                        s.logs.push(format!("Added file to build context: {file}"));
-                    });
-                }
+            // The runner says which files it added in its own log, not the build's.
+            Ok(_) => {
                 let state = self.inner.clone();
                 let log_id = id.clone();
                 let log = move |line: &str| {

@@ -2,8 +2,9 @@
 //! `emulators/src/daytona/object_storage.rs` names the server files): push access hands
 //! out a temporary credential; the storage takes an S3 request signed with it by AWS's
 //! own signer (aws-sigv4, not the emulator's code) and refuses one signed with another
-//! secret, one without the session token, one outside the organization's prefix and an
-//! `x-amz-` header it does not implement; a snapshot whose `contextHashes` names a pushed
+//! secret, one without the session token, one outside the organization's prefix, a body
+//! that is not the one signed, a header it does not implement, a multipart upload with a
+//! part under 5 MiB but the last, and an abort (not in the policy); a snapshot whose `contextHashes` names a pushed
 //! tar builds with its files, and one naming a hash never pushed fails as the runner fails.
 //!
 //! Needs Docker: `cargo test -p sandbox-matrix --test engine daytona_object_storage::`.
@@ -76,8 +77,8 @@ fn signed(
         .collect()
 }
 
-/// Sends `method key` to the bucket with `body`, signed under `credentials`, with the
-/// extra `headers` (signed too); answers the status and body.
+/// Sends `method key` (a key, and a query if any) to the bucket with `body`, signed
+/// under `credentials`, with the extra `headers` (signed too); answers the status and body.
 async fn s3(
     http: &reqwest::Client,
     access: &Access,
@@ -87,12 +88,44 @@ async fn s3(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> (u16, String) {
+    let request = S3Request {
+        method,
+        key,
+        headers,
+        signed_body: body,
+    };
+    s3_sending(http, access, credentials, &request, body).await
+}
+
+/// An S3 request as signed.
+struct S3Request<'a> {
+    method: &'a str,
+    key: &'a str,
+    headers: &'a [(&'a str, &'a str)],
+    signed_body: &'a [u8],
+}
+
+/// Sends `request`, signed under `credentials`, with `body` (which may not be the body
+/// it was signed with); answers the status and body.
+async fn s3_sending(
+    http: &reqwest::Client,
+    access: &Access,
+    credentials: &Credentials,
+    request: &S3Request<'_>,
+    body: &[u8],
+) -> (u16, String) {
+    let S3Request {
+        method,
+        key,
+        headers,
+        signed_body,
+    } = *request;
     let url = format!("{}/{}/{key}", access.storage, access.bucket);
     let mut request = http.request(method.parse().expect("a method"), &url);
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    for (name, value) in signed(access, credentials, method, &url, headers, body) {
+    for (name, value) in signed(access, credentials, method, &url, headers, signed_body) {
         request = request.header(name, value);
     }
     let response = request
@@ -257,14 +290,111 @@ pub async fn daytona_object_storage_takes_what_push_access_signs_and_the_runner_
     let (status, body) = s3(&http, &access, &credentials, "PUT", &key, &tagged, &tar).await;
     assert_eq!(status, 501, "{body}");
     assert!(body.contains("x-amz-tagging"), "{body}");
+    let tampered = S3Request {
+        method: "PUT",
+        key: &key,
+        headers: &[],
+        signed_body: &tar,
+    };
+    let (status, body) = s3_sending(&http, &access, &credentials, &tampered, b"other").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("XAmzContentSHA256Mismatch"), "{body}");
+    let ranged = [("range", "bytes=0-9")];
+    let (status, body) = s3(&http, &access, &credentials, "GET", &key, &ranged, &[]).await;
+    assert_eq!(status, 501, "{body}");
+    assert!(body.contains("`range`"), "{body}");
     let (status, _) = s3(&http, &access, &credentials, "HEAD", &key, &[], &[]).await;
     assert_eq!(status, 404, "nothing was stored by the refused requests");
+
+    // A multipart upload, its query signed by AWS's signer: a part under 5 MiB but the
+    // last is refused at completion, and aborting is outside the policy.
+    let (status, body) = s3(
+        &http,
+        &access,
+        &credentials,
+        "POST",
+        &format!("{key}?uploads"),
+        &[],
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let upload = body
+        .split_once("<UploadId>")
+        .and_then(|(_, rest)| rest.split_once("</UploadId>"))
+        .map(|(id, _)| id.to_owned())
+        .unwrap_or_else(|| panic!("no UploadId in {body}"));
+    let mut etags = Vec::new();
+    for (number, part) in [(1, &b"small"[..]), (2, &b"last"[..])] {
+        let url = format!(
+            "{}/{}/{key}?partNumber={number}&uploadId={upload}",
+            access.storage, access.bucket
+        );
+        let response = http
+            .put(&url)
+            .headers(
+                signed(&access, &credentials, "PUT", &url, &[], part)
+                    .into_iter()
+                    .map(|(k, v)| {
+                        (
+                            k.parse().expect("a header name"),
+                            v.parse().expect("a header value"),
+                        )
+                    })
+                    .collect(),
+            )
+            .body(part.to_vec())
+            .send()
+            .await
+            .expect("the storage answers");
+        assert_eq!(response.status().as_u16(), 200);
+        etags.push(
+            response.headers()["etag"]
+                .to_str()
+                .expect("an ETag")
+                .to_owned(),
+        );
+    }
+    let complete = format!(
+        "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>{}</ETag></Part><Part><PartNumber>2</PartNumber><ETag>{}</ETag></Part></CompleteMultipartUpload>",
+        etags[0], etags[1]
+    );
+    let (status, body) = s3(
+        &http,
+        &access,
+        &credentials,
+        "POST",
+        &format!("{key}?uploadId={upload}"),
+        &[],
+        complete.as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("EntityTooSmall"), "{body}");
+    let (status, body) = s3(
+        &http,
+        &access,
+        &credentials,
+        "DELETE",
+        &format!("{key}?uploadId={upload}"),
+        &[],
+        &[],
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("AbortMultipartUpload"), "{body}");
 
     // Taken: the tar, signed as an S3 client signs it.
     let (status, body) = s3(&http, &access, &credentials, "PUT", &key, &[], &tar).await;
     assert_eq!(status, 200, "{body}");
     let (status, _) = s3(&http, &access, &credentials, "HEAD", &key, &[], &[]).await;
     assert_eq!(status, 200);
+    let (status, got) = s3(&http, &access, &credentials, "GET", &key, &[], &[]).await;
+    assert_eq!(
+        (status, got.len()),
+        (200, tar.len()),
+        "the object as stored"
+    );
 
     let name = format!("storage-{}", labels.run_id.to_ascii_lowercase());
     let dockerfile = format!(
@@ -285,10 +415,7 @@ pub async fn daytona_object_storage_takes_what_push_access_signs_and_the_runner_
     emulator.cleanup().await;
 
     assert_eq!(built["state"], "active", "{built}\n{log}");
-    assert!(
-        log.contains("Added file to build context: parity-context/hello.txt"),
-        "{log}"
-    );
+    assert!(log.contains("COPY parity-context/hello.txt"), "{log}");
     assert_eq!(failed["state"], "build_failed", "{failed}");
     assert!(
         failed["errorReason"]

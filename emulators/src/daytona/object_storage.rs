@@ -93,9 +93,11 @@ struct Upload {
 
 /// A random value of `bytes` bytes, hex.
 fn random_hex(bytes: usize) -> String {
-    (0..bytes)
-        .map(|_| format!("{:02x}", rand::random::<u8>()))
-        .collect()
+    hex::encode(
+        (0..bytes)
+            .map(|_| rand::random::<u8>())
+            .collect::<Vec<u8>>(),
+    )
 }
 
 /// An S3 error: its status, code and message, as S3's XML.
@@ -134,16 +136,16 @@ fn etag_of(bytes: &[u8]) -> String {
     format!("\"{}\"", &hex::encode(Sha256::digest(bytes))[..32])
 }
 
+/// The bytes SigV4's URI encoding leaves as they are: RFC 3986's unreserved ones.
+const UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
 /// S3's URI encoding of `text` (RFC 3986: every byte but the unreserved ones).
 fn uri_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    percent_encoding::utf8_percent_encode(text, UNRESERVED).to_string()
 }
 
 /// `text` percent-decoded.

@@ -156,10 +156,12 @@ fn a_signature_is_computed_as_awss_published_example() {
             .collect(),
         body: Vec::new(),
     };
-    let header = "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request,SignedHeaders=host;range;x-amz-content-sha256;x-amz-date,Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41";
+    // Fake: AWS's published example access key id (AKIA…EXAMPLE) and its example
+    // signature, from the S3 API reference; no credential.
+    let header = "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request,SignedHeaders=host;range;x-amz-content-sha256;x-amz-date,Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"; // fake (AWS's example)
     let signed = Signed::parse(header).expect("AWS's header parses");
-    // AWS's documented example key: a published fake, not a credential.
-    let secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+    // Fake: AWS's documented example secret key (…EXAMPLEKEY), not a credential.
+    let secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"; // fake (AWS's example)
     assert_eq!(
         signature(&request, &signed, headers[3].1, headers[2].1, secret).as_deref(),
         Some("f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41")
@@ -200,12 +202,13 @@ fn a_query_is_signed_as_awss_signing_test_suite_says() {
             .collect(),
             body: Vec::new(),
         };
+        // Fake: the suite's example access key id (AKIDEXAMPLE), no credential.
         let signed = Signed::parse(
-            "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, SignedHeaders=host;x-amz-date, Signature=x",
+            "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, SignedHeaders=host;x-amz-date, Signature=x", // fake (the suite's example)
         )
         .expect("the suite's header parses");
-        // The suite's example key: a published fake, not a credential.
-        let secret = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
+        // Fake: the suite's example secret key (…EXAMPLEKEY), not a credential.
+        let secret = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"; // fake (the suite's example)
         let empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
         assert_eq!(
             signature(&request, &signed, "20150830T123600Z", empty, secret).as_deref(),
